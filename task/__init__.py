@@ -1,0 +1,11 @@
+"""The KernelBench task format every opforge stage shares (DESIGN.md §2).
+
+A task is one self-contained Python source defining ``Model`` (an ``nn.Module``), ``get_inputs()`` and
+``get_init_inputs()``. This package loads such sources safely, names them by content (``task_id``) and
+recovers the operations they call (op labels and canonical operation names).
+"""
+
+from opforge.task.identity import normalise_source, task_id_for
+from opforge.task.source import LoadedTask, TaskFormatError, load_task
+
+__all__ = ["LoadedTask", "TaskFormatError", "load_task", "normalise_source", "task_id_for"]
