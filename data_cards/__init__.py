@@ -1,0 +1,1 @@
+"""opforge stage."""

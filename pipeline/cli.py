@@ -1,0 +1,67 @@
+"""The ``opforge`` command line (typer)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="opforge: build KernelBench-format fused-op datasets.")
+seeds_app = typer.Typer(no_args_is_help=True, help="Seed-operator catalog: harvest and list.")
+app.add_typer(seeds_app, name="seeds")
+
+DEFAULT_CATALOG = Path("runs/seeds/catalog.parquet")
+
+
+@seeds_app.command("harvest")
+def seeds_harvest(
+    out: Path = typer.Option(DEFAULT_CATALOG, help="Catalog Parquet to write; the skip report goes beside it."),
+    specs: Path = typer.Option(None, help="Folder of curated YAML specs (default: the packaged seeds/specs)."),
+    no_transformers: bool = typer.Option(False, "--no-transformers", help="Harvest torch ops only."),
+):
+    """Introspect the installed torch and transformers, probe every candidate, write the catalog."""
+    from opforge.seeds.catalog import harvest, write_catalog, write_skip_report
+    from opforge.seeds.specs_loader import SPECS_DIR, SpecError
+
+    try:
+        res = harvest(specs or SPECS_DIR, with_transformers=not no_transformers)
+    except SpecError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    write_catalog(res.ops, out)
+    skip_path = write_skip_report(res.skips, out.with_name(out.stem + "_skipped.csv"))
+    fams = len({o.family for o in res.ops if o.library == "transformers" and o.family != "activations"})
+    typer.echo(f"wrote {len(res.ops)} seed ops to {out} ({', '.join(f'{k}: {v}' for k, v in sorted(res.counts.items()))}; "
+               f"{fams} transformers families; {sum(o.stochastic for o in res.ops)} stochastic) in {res.seconds:.1f} s")
+    typer.echo(f"skip report: {skip_path} ({len(res.skips)} candidates; "
+               + ", ".join(f"{k}: {v}" for k, v in Counter(s.reason.split(':')[0] for s in res.skips).most_common()) + ")")
+
+
+@seeds_app.command("list")
+def seeds_list(
+    catalog: Path = typer.Option(DEFAULT_CATALOG, help="Catalog Parquet."),
+    library: str = typer.Option(None, help="Only this library (torch / transformers)."),
+    category: str = typer.Option(None, help="Only this category."),
+):
+    """Print the catalog as a table, then counts per library and category."""
+    from opforge.seeds.catalog import read_catalog
+
+    try:
+        ops = read_catalog(catalog)
+    except (FileNotFoundError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    ops = [o for o in ops if (library is None or o.library == library) and (category is None or o.category == category)]
+    typer.echo(f"{'label':42} {'library':12} {'kind':8} {'category':14} {'templates':24} stochastic")
+    for o in ops:
+        typer.echo(f"{o.label:42} {o.library:12} {o.kind:8} {o.category:14} {','.join(o.templates)[:24]:24} "
+                   f"{'yes' if o.stochastic else ''}")
+    libs = Counter(o.library for o in ops)
+    cats = Counter(o.category for o in ops)
+    typer.echo(f"{len(ops)} seed ops; per library: " + ", ".join(f"{k}={v}" for k, v in sorted(libs.items()))
+               + "; per category: " + ", ".join(f"{k}={v}" for k, v in cats.most_common()))
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,225 @@
+"""Probe a candidate op: find a working recipe on the ``meta`` device, then confirm it on CPU.
+
+A *draft* is a ``SeedOp`` whose recipe may be incomplete: ``templates`` empty means "try every shape
+template of ``seed_op.TEMPLATES`` for the primary input". The probe returns the validated ``SeedOp`` or a
+``SkipRecord`` with a reason code:
+
+* ``no_recipe`` - no template worked on ``meta`` (the last error is kept as detail);
+* ``no_meta_kernel`` + CPU fallback failed; ``cpu_error`` - meta worked, the real forward raised;
+* ``non_tensor_output`` - the op returns no tensor; ``shape_mismatch`` - CPU and meta shapes disagree;
+* ``non_finite`` - every value recipe gives NaN/Inf.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import Any
+
+import torch
+
+from opforge.seeds.categories import categorize
+from opforge.seeds.seed_op import PROBE_SIZES, TEMPLATES, SeedOp, SkipRecord, TensorSpec
+from opforge.seeds.tensors import concrete_shape, make_tensor, resolve_value
+
+
+class ProbeFailure(Exception):
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}")
+        self.reason, self.detail = reason, detail
+
+
+def resolve_qualname(qualname: str) -> Any:
+    """Import ``pkg.mod.Name`` (or ``pkg.mod.Class.attr``) and return the object.
+
+    Raises ImportError / AttributeError naming the path when it does not resolve.
+    """
+    parts = qualname.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for p in parts[i:]:
+            obj = getattr(obj, p)
+        return obj
+    raise ImportError(f"cannot import {qualname!r}")
+
+
+def first_tensor(out) -> tuple[torch.Tensor | None, int | None]:
+    if isinstance(out, torch.Tensor):
+        return out, None
+    if isinstance(out, (tuple, list)):
+        for i, o in enumerate(out):
+            if isinstance(o, torch.Tensor):
+                return o, i
+    return None, None
+
+
+def _config_obj(op: SeedOp):
+    if op.config_class is None:
+        return None
+    return resolve_qualname(op.config_class)(**(op.config or {}))
+
+
+def build_callable(op: SeedOp, sizes: dict[str, int], device: str):
+    """The module instance (modules) or the function object (functions) for ``op`` at ``sizes``."""
+    obj = resolve_qualname(op.qualname)
+    if op.kind == "function":
+        return obj
+    init = {k: resolve_value(v, sizes) for k, v in op.init_args.items()}
+    with torch.device(device):
+        if op.config_class is not None:
+            return obj(_config_obj(op), **init)
+        return obj(**init)
+
+
+def make_inputs(op: SeedOp, sizes: dict[str, int], device: str, generator=None,
+                value_override: str | None = None) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+    """Concrete positional tensors and tensor keyword params for one call of ``op`` at ``sizes``."""
+    shapes: list[tuple[int, ...]] = []
+    tensors = []
+    for i, spec in enumerate(op.inputs):
+        if value_override and spec.dtype == "float32" and spec.values == "normal":
+            spec = spec.model_copy(update={"values": value_override})
+        shape = concrete_shape(spec, sizes, shapes)
+        shapes.append(shape)
+        tensors.append(make_tensor(spec, shape, sizes, device, generator if i == 0 else None))
+    params = {k: make_tensor(s, concrete_shape(s, sizes, shapes), sizes, device) for k, s in op.params.items()}
+    return tensors, params
+
+
+def call_op(op: SeedOp, fn, tensors, params, sizes):
+    call = {k: resolve_value(v, sizes) for k, v in op.call_args.items()}
+    if op.tensor_list:
+        return fn(list(tensors), **params, **call)
+    return fn(*tensors, **params, **call)
+
+
+def with_template(op: SeedOp, template: str) -> SeedOp:
+    first = op.inputs[0].model_copy(update={"shape": list(TEMPLATES[template])})
+    return op.model_copy(update={"inputs": [first, *op.inputs[1:]]})
+
+
+def _meta_try(op: SeedOp) -> tuple[torch.Size, str]:
+    fn = build_callable(op, PROBE_SIZES, "meta")
+    tensors, params = make_inputs(op, PROBE_SIZES, "meta")
+    out, idx = first_tensor(call_op(op, fn, tensors, params, PROBE_SIZES))
+    if out is None:
+        raise ProbeFailure("non_tensor_output", type(out).__name__)
+    return out.shape, idx
+
+
+def _cpu_run(op: SeedOp, values: str | None, seed: int = 0):
+    torch.manual_seed(seed)
+    fn = build_callable(op, PROBE_SIZES, "cpu")
+    gen = torch.Generator().manual_seed(1234)
+    tensors, params = make_inputs(op, PROBE_SIZES, "cpu", gen, values)
+    with torch.no_grad():
+        a = call_op(op, fn, tensors, params, PROBE_SIZES)
+        b = call_op(op, fn, tensors, params, PROBE_SIZES)  # no re-seed in between: RNG use shows
+    return a, b
+
+
+def probe(draft: SeedOp) -> SeedOp | SkipRecord:
+    """Validate ``draft`` and fill in its recipe; see the module docstring for skip reasons."""
+    try:
+        return _probe(draft)
+    except ProbeFailure as f:
+        return SkipRecord(label=draft.label, qualname=draft.qualname, library=draft.library,
+                          reason=f.reason, detail=f.detail[:300])
+    except Exception as exc:  # building the op itself failed
+        return SkipRecord(label=draft.label, qualname=draft.qualname, library=draft.library,
+                          reason="build_error", detail=f"{type(exc).__name__}: {exc}"[:300])
+
+
+def _cpu_confirm(op: SeedOp):
+    """One real forward on CPU, retrying value recipes for ops with a restricted domain (log, acos, ...).
+
+    Returns ``(values, out_a, out_b, output_index)``; raises ProbeFailure."""
+    err = ""
+    for values in (None, "unit", "positive"):
+        try:
+            a, b = _cpu_run(op, values)
+        except Exception as exc:
+            err = f"{type(exc).__name__}: {exc}"
+            continue
+        out_a, idx = first_tensor(a)
+        if out_a is None:
+            raise ProbeFailure("non_tensor_output", type(a).__name__)
+        if out_a.is_floating_point() and out_a.numel() and not torch.isfinite(out_a).all():
+            err = f"non-finite output with values={values or 'normal'}"
+            continue
+        return values, out_a, first_tensor(b)[0], idx
+    raise ProbeFailure("non_finite" if err.startswith("non-finite") else "cpu_error", err)
+
+
+def _probe(draft: SeedOp) -> SeedOp:
+    candidates = draft.templates or (list(TEMPLATES) if _is_auto(draft) else [])
+    variants = [(t, with_template(draft, t)) for t in candidates] or [(None, draft)]
+    ok: list[tuple[str | None, SeedOp, tuple, tuple]] = []  # (template, op, meta shape, cpu result)
+    last_err, meta_any = "", False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for t, op in variants:
+            try:
+                meta_shape, _ = _meta_try(op)
+                meta_any = True
+            except ProbeFailure:
+                raise
+            except Exception as exc:
+                last_err = f"{t or 'recipe'}: {type(exc).__name__}: {exc}"
+                if not _no_meta_kernel(last_err):
+                    continue
+                meta_shape = None  # no meta kernel: fall back to the CPU check alone
+            try:
+                result = _cpu_confirm(op)
+            except ProbeFailure as f:
+                if f.reason == "non_tensor_output":
+                    raise
+                last_err = f"{t or 'recipe'}: {f.detail}"
+                continue
+            if meta_shape is not None and tuple(meta_shape) != tuple(result[1].shape):
+                last_err = f"{t}: meta {tuple(meta_shape)} vs cpu {tuple(result[1].shape)}"
+                continue
+            ok.append((t, op, meta_shape, result))
+    if not ok:
+        reason = "no_recipe" if meta_any or not _no_meta_kernel(last_err) else "no_meta_kernel"
+        if "non-finite" in last_err:
+            reason = "non_finite"
+        raise ProbeFailure(reason, last_err)
+    _, op, meta_shape, (values, out_a, out_b, idx) = ok[0]
+    meta_ok = all(m is not None for _, _, m, _ in ok)
+    stochastic = out_a.shape != out_b.shape or not torch.equal(out_a, out_b) and not (
+        out_a.is_floating_point() and torch.allclose(out_a, out_b, equal_nan=True, rtol=0, atol=0))
+    if values:
+        op = op.model_copy(update={"inputs": [
+            s.model_copy(update={"values": values}) if s.dtype == "float32" and s.values == "normal" else s
+            for s in op.inputs]})
+    in_shape = concrete_shape(op.inputs[0], PROBE_SIZES, []) if op.inputs else ()
+    name = op.label.split(".")[-1]
+    return op.model_copy(update={
+        "templates": [t for t, *_ in ok if t is not None] or op.templates,
+        "output_index": idx,
+        "output_dtype": str(out_a.dtype).replace("torch.", ""),
+        "output_shape": list(out_a.shape),
+        "stochastic": bool(stochastic) or draft.stochastic,
+        "meta_ok": meta_ok,
+        "validated": "meta+cpu" if meta_ok else "cpu",
+        "category": op.category or categorize(name, tuple(out_a.shape) == tuple(in_shape)),
+    })
+
+
+def _is_auto(op: SeedOp) -> bool:
+    return bool(op.inputs) and op.inputs[0].shape == []
+
+
+def _no_meta_kernel(err: str) -> bool:
+    e = err.lower()
+    return any(s in e for s in ("meta", "data-dependent", "data dependent", "item()", "not implemented",
+                                "notimplemented", "unbacked", "nonzero"))
+
+
+def auto_input(**kw) -> TensorSpec:
+    """Primary-input placeholder for a draft whose template the probe chooses."""
+    return TensorSpec(shape=[], **kw)

@@ -1,0 +1,25 @@
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+REFERENCE = SHARED / "reference"
+
+
+@pytest.fixture(scope="session")
+def harvested():
+    """One full harvest per test session (about 1-2 minutes on 2 cores)."""
+    from opforge.seeds.catalog import harvest
+
+    return harvest(progress=False)
+
+
+@pytest.fixture(scope="session")
+def catalog_path(harvested, tmp_path_factory):
+    from opforge.seeds.catalog import write_catalog
+
+    return write_catalog(harvested.ops, tmp_path_factory.mktemp("seeds") / "catalog.parquet")

@@ -1,0 +1,119 @@
+import json
+from collections import Counter
+
+import pandas as pd
+import pytest
+import yaml
+
+from opforge.seeds.catalog import read_catalog
+from opforge.seeds.probe import probe
+from opforge.seeds.seed_op import SeedOp, SkipRecord, TensorSpec
+from opforge.seeds.specs_loader import SpecError, load_spec_file
+from opforge.seeds.torch_candidates import torch_candidates
+
+from .conftest import REFERENCE
+
+
+def _draft(label):
+    for d in torch_candidates():
+        if d.label == label:
+            return d
+    raise KeyError(label)
+
+
+def test_probe_rejects_impossible_recipe():
+    # Conv2d needs a 4-D input whose channel dim equals in_channels; a 2-D template cannot work.
+    draft = SeedOp(label="nn.Conv2d", qualname="torch.nn.Conv2d", kind="module", templates=["NC"],
+                   init_args={"in_channels": "$C", "out_channels": "$K", "kernel_size": 3},
+                   inputs=[TensorSpec(shape=[])])
+    res = probe(draft)
+    assert isinstance(res, SkipRecord)
+    assert res.reason == "no_recipe"
+    assert "NC" in res.detail
+
+
+def test_probe_rejects_unknown_qualname():
+    res = probe(SeedOp(label="torch.nope", qualname="torch.no_such_function", kind="function",
+                       inputs=[TensorSpec(shape=[])]))
+    assert isinstance(res, SkipRecord) and res.reason in ("build_error", "no_recipe")
+
+
+@pytest.mark.parametrize("label", ["F.dropout", "torch.bernoulli", "nn.RReLU", "nn.Dropout"])
+def test_stochastic_ops_are_flagged(label):
+    res = probe(_draft(label))
+    assert isinstance(res, SeedOp), res
+    assert res.stochastic
+
+
+@pytest.mark.parametrize("label", ["nn.ReLU", "torch.cumsum", "nn.Conv2d", "F.gelu"])
+def test_deterministic_ops_are_not_flagged(label):
+    res = probe(_draft(label))
+    assert isinstance(res, SeedOp), res
+    assert not res.stochastic
+
+
+def test_yaml_entry_adds_op(tmp_path):
+    spec = tmp_path / "extra.yaml"
+    spec.write_text(yaml.safe_dump([{
+        "label": "torch.lerp", "qualname": "torch.lerp", "kind": "function", "templates": ["NCHW", "NC"],
+        "inputs": [{"shape": []}, {"shape": "like:0"}], "call_args": {"weight": 0.3},
+    }]))
+    drafts = load_spec_file(spec)
+    assert [d.label for d in drafts] == ["torch.lerp"]
+    op = probe(drafts[0])
+    assert isinstance(op, SeedOp)
+    assert op.templates == ["NCHW", "NC"]
+    assert op.source == "spec:extra.yaml"
+    assert op.output_shape == [2, 16, 12, 10]
+
+
+@pytest.mark.parametrize("entry, field", [
+    ({"label": "torch.x", "qualname": "torch.exp", "kind": "bogus"}, "kind"),
+    ({"label": "torch.x", "qualname": "torch.exp", "kind": "function", "inputs": [{"shape": ["Q"]}]}, "inputs.0.shape"),
+    ({"label": "torch.x", "qualname": "torch.exp", "kind": "function", "colour": 3}, "colour"),
+    ({"qualname": "torch.exp", "kind": "function"}, "label"),
+])
+def test_malformed_yaml_entry_names_file_entry_and_field(tmp_path, entry, field):
+    spec = tmp_path / "bad.yaml"
+    good = {"label": "torch.exp", "qualname": "torch.exp", "kind": "function"}
+    spec.write_text(yaml.safe_dump([good, entry]))
+    with pytest.raises(SpecError) as err:
+        load_spec_file(spec)
+    msg = str(err.value)
+    assert str(spec) in msg and "entry 1" in msg and f"'{field}'" in msg
+
+
+def test_malformed_yaml_document(tmp_path):
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("label: not-a-list\n")
+    with pytest.raises(SpecError, match="expected a list"):
+        load_spec_file(spec)
+
+
+def test_catalog_size_and_coverage(harvested):
+    counts = Counter(o.library for o in harvested.ops)
+    families = {o.family for o in harvested.ops if o.library == "transformers" and o.family != "activations"}
+    assert counts["torch"] >= 400
+    assert counts["transformers"] >= 100
+    assert len(families) >= 40
+    labels = {o.label for o in harvested.ops}
+    df = pd.read_parquet(REFERENCE / "cuda_agent_ops_6k.parquet")
+    ref = {x for o, s in zip(df.ops, df.data_source, strict=True) if s != "transformers" for x in json.loads(o)}
+    assert len(ref & labels) / len(ref) >= 0.85
+    assert all(o.label not in {s.label for s in harvested.skips} for o in harvested.ops)
+
+
+def test_catalog_round_trip_and_every_row_reprobes(catalog_path, harvested):
+    ops = read_catalog(catalog_path)
+    assert [o.label for o in ops] == [o.label for o in harvested.ops]
+    failures = []
+    for op in ops:
+        again = probe(op)
+        if not isinstance(again, SeedOp) or again.output_shape != op.output_shape:
+            failures.append((op.label, getattr(again, "reason", again.output_shape if isinstance(again, SeedOp) else None)))
+    assert not failures, failures[:10]
+
+
+def test_read_catalog_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="opforge seeds harvest"):
+        read_catalog(tmp_path / "nope.parquet")
