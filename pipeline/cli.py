@@ -63,5 +63,43 @@ def seeds_list(
                + "; per category: " + ", ".join(f"{k}={v}" for k, v in cats.most_common()))
 
 
+@app.command("compose")
+def compose_cmd(
+    seeds: Path = typer.Option(DEFAULT_CATALOG, help="Seed catalog Parquet (from `opforge seeds harvest`)."),
+    n: int = typer.Option(1000, help="Number of candidates."),
+    seed: int = typer.Option(0, help="Generator seed; the same seed gives byte-identical output."),
+    out: Path = typer.Option(Path("runs/candidates.parquet"), help="Candidates Parquet to write."),
+    op_mix: str = typer.Option("ops6k", help="ops6k | uniform | '1:0.2,2:0.3,...' (share of 1..5-op tasks)."),
+    device_profile: str = typer.Option("h100", help="Cost-model profile for sizing: h100, h200, cpu, test."),
+    transformers_share: float = typer.Option(0.012, help="Share of standalone transformers-module tasks."),
+    categories: str = typer.Option(None, help="Category weights for op choice, e.g. 'conv:2,gemm:2,loss:0'."),
+    workers: int = typer.Option(1, help="Processes (output does not depend on it)."),
+):
+    """Compose candidate fused tasks (KernelBench format) from the seed catalog."""
+    import time
+
+    from opforge.compose.composer import ComposeConfig, compose_to_parquet
+
+    weights = None
+    if categories:
+        try:
+            weights = {c: float(w) for c, w in (p.split(":") for p in categories.split(","))}
+        except ValueError:
+            typer.echo(f"error: bad --categories {categories!r}: use 'cat:weight,...'", err=True)
+            raise typer.Exit(2) from None
+    cfg = ComposeConfig(n=n, seed=seed, op_mix=op_mix, device_profile=device_profile,
+                        transformers_share=transformers_share, category_weights=weights)
+    t0 = time.perf_counter()
+    try:
+        df = compose_to_parquet(seeds, out, cfg, workers)
+    except (ValueError, FileNotFoundError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    mix = df.num_ops.value_counts(normalize=True).sort_index()
+    typer.echo(f"wrote {len(df)} candidates to {out} in {time.perf_counter() - t0:.1f} s; "
+               f"op counts: " + ", ".join(f"{k}: {v:.1%}" for k, v in mix.items())
+               + f"; DAG share: {(~df.pattern.isin(['chain', 'transformers'])).mean():.1%}")
+
+
 if __name__ == "__main__":
     app()

@@ -196,6 +196,10 @@ def _probe(draft: SeedOp) -> SeedOp:
         op = op.model_copy(update={"inputs": [
             s.model_copy(update={"values": values}) if s.dtype == "float32" and s.values == "normal" else s
             for s in op.inputs]})
+    if op.library == "torch" and meta_ok:
+        traced = _traced_labels(op)
+        if len(traced) != 1 or op.label not in traced[0]:
+            raise ProbeFailure("untraceable_label", f"a call of {op.label} traces as {traced}")
     in_shape = concrete_shape(op.inputs[0], PROBE_SIZES, []) if op.inputs else ()
     name = op.label.split(".")[-1]
     return op.model_copy(update={
@@ -208,6 +212,26 @@ def _probe(draft: SeedOp) -> SeedOp:
         "validated": "meta+cpu" if meta_ok else "cpu",
         "category": op.category or categorize(name, tuple(out_a.shape) == tuple(in_shape)),
     })
+
+
+class _CallOnce(torch.nn.Module):
+    def __init__(self, op: SeedOp, fn):
+        super().__init__()
+        self.op, self.fn = op, fn
+
+    def forward(self, *tensors):
+        return call_op(self.op, self.fn, list(tensors[:len(self.op.inputs)]),
+                       dict(zip(self.op.params, tensors[len(self.op.inputs):], strict=True)), PROBE_SIZES)
+
+
+def _traced_labels(op: SeedOp) -> list[tuple[str, ...]]:
+    """Labels the op tracer recovers from one ``meta`` call of ``op`` (it must find exactly ``op.label``:
+    the composer's ``ops`` column is checked against this tracer)."""
+    from opforge.task.trace import trace_ops
+
+    fn = build_callable(op, PROBE_SIZES, "meta")
+    tensors, params = make_inputs(op, PROBE_SIZES, "meta")
+    return [t.labels for t in trace_ops(_CallOnce(op, fn), [*tensors, *params.values()])]
 
 
 def _is_auto(op: SeedOp) -> bool:

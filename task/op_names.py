@@ -51,6 +51,9 @@ _OPERATORS = {
     "__getitem__": ("getitem", "[]"), "__setitem__": ("setitem", "[]="),
 }
 
+_METHOD_OPERATORS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "matmul": "@", "pow": "**", "neg": "-x",
+                     "remainder": "%", "floor_divide": "//", "rsub": "-"}
+
 # Calls that read metadata or move data without computing: never part of an op signature.
 NON_COMPUTE = frozenset({
     "size", "dim", "shape", "dtype", "device", "numel", "ndim", "ndimension", "is_contiguous",
@@ -113,6 +116,9 @@ def labels_for_function(func) -> tuple[str, ...]:
     name = function_name(func)
     if name in _OPERATORS:
         return (_OPERATORS[name][1],)
+    # torch reports ``a + b`` as ``Tensor.add`` (not ``__add__``): both spellings are possible
+    if name in _METHOD_OPERATORS:
+        return (f"Tensor.{name}", _METHOD_OPERATORS[name])
     return (f"Tensor.{name}",)
 
 

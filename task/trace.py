@@ -11,6 +11,7 @@ Runs on the ``meta`` device by default: no memory, no compute, shapes only.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -92,7 +93,8 @@ def trace_ops(model: torch.nn.Module, inputs: list) -> list[TracedOp]:
     h1 = torch.nn.modules.module.register_module_forward_pre_hook(lambda m, a: rec.push(m))
     h2 = torch.nn.modules.module.register_module_forward_hook(lambda m, a, o: rec.pop())
     try:
-        with torch.no_grad(), rec:
+        with torch.no_grad(), warnings.catch_warnings(), rec:
+            warnings.simplefilter("ignore")
             model(*inputs)
     finally:
         h1.remove()

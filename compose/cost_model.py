@@ -1,0 +1,88 @@
+"""Predict eager runtime of an ``OpGraph`` from FLOPs and bytes (roofline per op) and pick the batch size.
+
+FLOPs come from ``torch.utils.flop_counter.FlopCounterMode`` on ``meta`` tensors (GEMM, conv, attention
+formulas); bytes are each op's tensor inputs, parameters and output, read or written once. Per op the time
+is ``max(flops / (peak * eff), bytes / (bandwidth * eff)) + launch overhead``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from opforge.compose.device_profiles import DeviceProfile
+from opforge.compose.graph import RECURRENT_GATES, OpGraph
+
+
+@dataclass
+class Cost:
+    flops: float
+    bytes: float
+    n_ops: int
+    peak_bytes: float
+
+    def predict_ms(self, p: DeviceProfile) -> float:
+        compute = self.flops / (p.peak_flops * p.flop_efficiency)
+        memory = self.bytes / (p.bandwidth * p.bandwidth_efficiency)
+        return 1e3 * max(compute, memory) + self.n_ops * p.launch_overhead_ms
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def graph_cost(graph: OpGraph, sizes: dict[str, int] | None = None) -> Cost:
+    """FLOPs and bytes of one forward of ``graph`` at ``sizes`` (default: the graph's own)."""
+    counter = FlopCounterMode(display=False)
+    with counter:
+        vals = graph.run("meta", sizes, flop_counter=True)
+    flops = float(counter.get_total_flops())
+    total_bytes = 0
+    for n in graph.ops():
+        label = graph.g.nodes[n]["label"]
+        if label in RECURRENT_GATES:  # shape-only on meta: count the gate GEMMs here
+            x, init = vals[graph.args_of(n)[0]], graph.g.nodes[n]["init_args"]
+            h = init["hidden_size"]
+            flops += 2 * RECURRENT_GATES[label] * (init["input_size"] + h) * h * x.shape[0] * x.shape[1]
+        total_bytes += sum(_nbytes(vals[a]) for a in graph.args_of(n)) + _nbytes(vals[n])
+        total_bytes += sum(math.prod(s) * 4 for s, _, _ in graph.g.nodes[n]["params"].values())
+    peak = sum(_nbytes(v) for v in vals.values())
+    return Cost(flops=flops, bytes=float(total_bytes), n_ops=len(graph.ops()),
+                peak_bytes=float(peak))
+
+
+def _nice(n: float) -> int:
+    """Round to 2 significant binary digits (1, 2, 3, 4, 6, 8, 12, 16, ...)."""
+    if n <= 1:
+        return 1
+    e = 2 ** math.floor(math.log2(n))
+    return int(e if n < 1.25 * e else (1.5 * e if n < 1.75 * e else 2 * e))
+
+
+def choose_batch(graph: OpGraph, profile: DeviceProfile, batch_name: str = "batch_size") -> tuple[int, float]:
+    """Pick ``sizes[batch_name]`` so the predicted eager time is the window's log-midpoint, within the
+    profile's memory cap and ``max_batch``. Returns (batch, predicted ms); the graph's sizes are updated.
+    """
+    lo, hi = profile.window_ms
+    target = math.sqrt(max(lo, 1e-3) * hi)
+    if batch_name not in graph.sizes:
+        return 0, graph_cost(graph).predict_ms(profile)
+    n0 = graph.sizes[batch_name]
+    c0 = graph_cost(graph)
+    work0 = c0.predict_ms(profile) - c0.n_ops * profile.launch_overhead_ms
+    budget = target - c0.n_ops * profile.launch_overhead_ms
+    scale = budget / work0 if work0 > 0 and budget > 0 else 1.0
+    n = n0 * scale
+    if c0.peak_bytes > 0:
+        n = min(n, n0 * profile.memory_cap_bytes / c0.peak_bytes)
+    n = max(1, min(_nice(n), profile.max_batch))
+    sizes = {**graph.sizes, batch_name: n}
+    try:
+        c = graph_cost(graph, sizes)
+    except Exception:
+        return n0, c0.predict_ms(profile)
+    graph.sizes = sizes
+    return n, c.predict_ms(profile)
