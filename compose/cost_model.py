@@ -65,6 +65,8 @@ def _nice(n: float) -> int:
 def choose_batch(graph: OpGraph, profile: DeviceProfile, batch_name: str = "batch_size") -> tuple[int, float]:
     """Pick ``sizes[batch_name]`` so the predicted eager time is the window's log-midpoint, within the
     profile's memory cap and ``max_batch``. Returns (batch, predicted ms); the graph's sizes are updated.
+
+    Raises MemoryError when the graph exceeds the memory cap even at batch 1.
     """
     lo, hi = profile.window_ms
     target = math.sqrt(max(lo, 1e-3) * hi)
@@ -79,10 +81,17 @@ def choose_batch(graph: OpGraph, profile: DeviceProfile, batch_name: str = "batc
     if c0.peak_bytes > 0:
         n = min(n, n0 * profile.memory_cap_bytes / c0.peak_bytes)
     n = max(1, min(_nice(n), profile.max_batch))
-    sizes = {**graph.sizes, batch_name: n}
-    try:
-        c = graph_cost(graph, sizes)
-    except Exception:
-        return n0, c0.predict_ms(profile)
+    # memory may grow faster than linearly in the batch (cdist, outer, kron): halve until it fits
+    while True:
+        sizes = {**graph.sizes, batch_name: n}
+        try:
+            c = graph_cost(graph, sizes)
+        except Exception:
+            return n0, c0.predict_ms(profile)
+        if c.peak_bytes <= profile.memory_cap_bytes:
+            break
+        if n == 1:
+            raise MemoryError(f"{c.peak_bytes / 2**30:.1f} GiB at batch 1 exceeds the {profile.name} memory cap")
+        n = max(1, n // 2)
     graph.sizes = sizes
     return n, c.predict_ms(profile)

@@ -50,7 +50,8 @@ def render_graph(graph: OpGraph, docstring: str) -> str:
         for pname, (shape, dtype, values) in a["params"].items():
             attr = f"{pname}_{j}"
             fac = _factory(shape, dtype, values)
-            if dtype == "float32":
+            # running statistics are state, not trainable weights (torch refuses grads through them)
+            if dtype == "float32" and not pname.startswith("running_"):
                 init_lines.append(f"self.{attr} = nn.Parameter({fac})")
             else:
                 init_lines.append(f"self.register_buffer({attr!r}, {fac})")
