@@ -9,8 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-from tqdm import tqdm
-
 from opforge.compose.cost_model import choose_batch, graph_cost
 from opforge.compose.device_profiles import get_profile
 from opforge.compose.render import render_graph, render_transformers
@@ -18,6 +16,7 @@ from opforge.compose.sampler import Sampler, SamplingError, parse_op_mix
 from opforge.seeds.catalog import read_catalog
 from opforge.seeds.seed_op import SeedOp
 from opforge.task.identity import task_id_for
+from tqdm import tqdm
 
 GENERATOR = "opforge-compose/0.1"
 COLUMNS = ["task_id", "code", "ops", "data_source", "num_ops", "graph", "categories", "input_shapes",
@@ -88,7 +87,6 @@ def _candidate(i: int) -> dict:
 
 def _transformers_candidate(rng: random.Random, i: int) -> dict:
     import torch
-
     from opforge.task.source import load_task
 
     cfg, profile = _STATE["cfg"], _STATE["profile"]

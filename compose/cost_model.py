@@ -11,10 +11,9 @@ import math
 from dataclasses import dataclass
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
-
 from opforge.compose.device_profiles import DeviceProfile
 from opforge.compose.graph import RECURRENT_GATES, OpGraph
+from torch.utils.flop_counter import FlopCounterMode
 
 
 @dataclass

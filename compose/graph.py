@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 import torch
-
 from opforge.seeds.probe import build_callable, first_tensor, resolve_qualname
 from opforge.seeds.seed_op import SeedOp, TensorSpec
 from opforge.seeds.tensors import make_tensor

@@ -8,11 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from tqdm import tqdm
-
 from opforge.seeds.probe import probe
 from opforge.seeds.seed_op import SeedOp, SkipRecord
 from opforge.seeds.specs_loader import SPECS_DIR, load_specs
+from tqdm import tqdm
 
 
 @dataclass

@@ -17,7 +17,6 @@ import warnings
 from typing import Any
 
 import torch
-
 from opforge.seeds.categories import categorize
 from opforge.seeds.seed_op import PROBE_SIZES, TEMPLATES, SeedOp, SkipRecord, TensorSpec
 from opforge.seeds.tensors import concrete_shape, make_tensor, resolve_value

@@ -10,9 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from pydantic import ValidationError
-
 from opforge.seeds.seed_op import SeedOp
+from pydantic import ValidationError
 
 SPECS_DIR = Path(__file__).parent / "specs"
 

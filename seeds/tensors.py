@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-
 from opforge.seeds.seed_op import TEMPLATES, TensorSpec
 
 _DTYPES = {"float32": torch.float32, "int64": torch.int64, "bool": torch.bool}

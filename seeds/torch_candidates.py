@@ -9,11 +9,10 @@ from collections.abc import Iterator
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.overrides import get_ignored_functions, get_testing_overrides
-
 from opforge.seeds.arg_rules import FUNCTION_ARGS, MODULE_ARGS, SAME_SHAPE_ARGS, TENSOR_ARGS
 from opforge.seeds.probe import auto_input
 from opforge.seeds.seed_op import SeedOp, SkipRecord, TensorSpec
+from torch.overrides import get_ignored_functions, get_testing_overrides
 
 # Module classes that are containers or abstract bases, not operators.
 _NOT_OPS = {

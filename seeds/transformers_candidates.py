@@ -11,7 +11,6 @@ import pkgutil
 from collections.abc import Iterator
 
 import torch.nn as nn
-
 from opforge.seeds.seed_op import SeedOp, SkipRecord, TensorSpec
 
 # Class-name endings of the building blocks harvested from each modeling file.

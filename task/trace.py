@@ -15,8 +15,6 @@ import warnings
 from dataclasses import dataclass, field
 
 import torch
-from torch.overrides import TorchFunctionMode
-
 from opforge.task.op_names import (
     NON_COMPUTE,
     canonical_for_function,
@@ -26,6 +24,7 @@ from opforge.task.op_names import (
     module_label,
 )
 from opforge.task.source import LoadedTask
+from torch.overrides import TorchFunctionMode
 
 _CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
 

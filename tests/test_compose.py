@@ -3,12 +3,11 @@ import random
 
 import pytest
 import torch
-
 from opforge.compose.composer import ComposeConfig, compose
+from opforge.compose.device_profiles import get_profile
 from opforge.compose.graph import OpGraph
 from opforge.compose.labels import labels_match, recovered_labels
 from opforge.compose.sampler import Sampler, parse_op_mix
-from opforge.compose.device_profiles import get_profile
 from opforge.task.identity import task_id_for
 from opforge.task.source import load_task
 

@@ -4,7 +4,6 @@ from collections import Counter
 import pandas as pd
 import pytest
 import yaml
-
 from opforge.seeds.catalog import read_catalog
 from opforge.seeds.probe import probe
 from opforge.seeds.seed_op import SeedOp, SkipRecord, TensorSpec

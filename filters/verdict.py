@@ -1,0 +1,77 @@
+"""The filter contract (DESIGN.md §3): a filter scores a task (metrics) and a separate decision turns the
+metrics into a ``Verdict`` with a reason code, so thresholds can be re-tuned from stored metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+# Rejection reason codes, prefix-stable (a ``:detail`` suffix is allowed). Source: DESIGN.md §3.
+REASONS = (
+    "invalid_task", "stochastic", "eager_error", "compile_error", "compile_mismatch", "nondeterministic",
+    "degenerate_output", "non_finite", "runtime_out_of_window", "timeout", "crash", "oom", "duplicate",
+    "contaminated",
+)
+
+
+class Cost(StrEnum):
+    """Where a filter runs: ``static`` (source only), ``cpu`` (cheap execution), ``device`` (GPU / timing)."""
+
+    STATIC = "static"
+    CPU = "cpu"
+    DEVICE = "device"
+
+
+@dataclass
+class Verdict:
+    """Outcome of one filter on one task.
+
+    Attributes:
+        accepted: True when the task passes.
+        reason: None when accepted, else a code from ``REASONS`` optionally followed by ``:detail``.
+        filter: name of the filter that decided.
+        metrics: the scores the decision was made from (JSON-serialisable).
+    """
+
+    accepted: bool
+    filter: str
+    reason: str | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.accepted and self.reason is not None:
+            raise ValueError("an accepted verdict has no reason")
+        if not self.accepted:
+            if not self.reason or self.reason.split(":", 1)[0] not in REASONS:
+                raise ValueError(f"unknown reason code {self.reason!r}; known: {', '.join(REASONS)}")
+
+
+class Filter:
+    """Base class. Subclasses set ``name`` and ``cost`` and implement ``score`` (metrics) and ``decide``
+    (metrics -> Verdict). ``thresholds`` holds every number the decision uses."""
+
+    name: ClassVar[str] = "filter"
+    cost: ClassVar[Cost] = Cost.STATIC
+
+    def __init__(self, **thresholds):
+        self.thresholds = {**self.default_thresholds(), **thresholds}
+
+    @classmethod
+    def default_thresholds(cls) -> dict[str, Any]:
+        return {}
+
+    def score(self, code: str, task_id: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def decide(self, metrics: dict[str, Any]) -> Verdict:
+        raise NotImplementedError
+
+    def __call__(self, code: str, task_id: str = "<task>") -> Verdict:
+        return self.decide(self.score(code, task_id))
+
+    def accept(self, metrics: dict[str, Any]) -> Verdict:
+        return Verdict(True, self.name, None, metrics)
+
+    def reject(self, reason: str, metrics: dict[str, Any]) -> Verdict:
+        return Verdict(False, self.name, reason, metrics)
