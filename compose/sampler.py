@@ -12,6 +12,7 @@ Deterministic: everything is drawn from the ``random.Random`` passed in.
 from __future__ import annotations
 
 import random
+import re
 from collections import defaultdict
 
 from opforge.compose.device_profiles import DeviceProfile
@@ -25,6 +26,10 @@ SIZE_NAMES = {"N": "batch_size", "C": "channels", "K": "features", "L": "seq_len
 BASE_BATCH = 4
 PROBE_BATCH = 3  # second batch value used to tell batch-dependent dims apart
 REDUCERS = ("torch.mean", "torch.sum", "torch.amax", "torch.amin", "torch.logsumexp", "torch.std", "torch.var")
+
+# Ops returning one tensor per slice (the count grows with the input): at task sizes they build hundreds of
+# millions of view objects, so the composer leaves them out.
+VARIADIC_OUTPUT = re.compile(r"(^|\.)(split|unbind|tensor_split|hsplit|vsplit|dsplit|unsafe_split)(_copy)?$")
 
 OP_MIXES = {
     # CUDA-Agent-Ops-6K: share of rows with 1..5 ops (204/5026/457/168/74 of 5,929 torch rows).
@@ -62,7 +67,7 @@ class Sampler:
         self.profile = profile
         self.category_weights = category_weights or {}
         usable = [o for o in ops if o.library == "torch" and o.meta_ok and (allow_stochastic or not o.stochastic)
-                  and o.output_dtype == "float32" and o.inputs]
+                  and o.output_dtype == "float32" and o.inputs and not VARIADIC_OUTPUT.search(o.label)]
         self.by_label = {o.label: o for o in usable}
         # ops that may follow another op: float primary input with unconstrained values and a template
         self.chainable: dict[int, list[tuple[SeedOp, str]]] = defaultdict(list)
