@@ -112,6 +112,13 @@ def _meta_try(op: SeedOp) -> tuple[torch.Size, str]:
 def _cpu_run(op: SeedOp, values: str | None, seed: int = 0):
     torch.manual_seed(seed)
     fn = build_callable(op, PROBE_SIZES, "cpu")
+    if isinstance(fn, torch.nn.Module):
+        # parameters left uninitialised (torch.empty) make the op's output depend on stale memory
+        torch.manual_seed(seed)
+        twin = build_callable(op, PROBE_SIZES, "cpu")
+        for (k, a), b in zip(fn.state_dict().items(), twin.state_dict().values(), strict=True):
+            if a.is_floating_point() and not torch.equal(a.nan_to_num(), b.nan_to_num()):
+                raise ProbeFailure("uninitialized_state", f"{k} differs between two seeded builds")
     gen = torch.Generator().manual_seed(1234)
     tensors, params = make_inputs(op, PROBE_SIZES, "cpu", gen, values)
     with torch.no_grad():
