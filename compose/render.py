@@ -81,11 +81,22 @@ def render_graph(graph: OpGraph, docstring: str) -> str:
     used_sizes = [s for s in graph.sizes if any(s in g.nodes[i]["shape"] for i in inputs)]
     get_inputs = [f"{names[i]} = {_factory(g.nodes[i]['shape'], g.nodes[i]['dtype'], g.nodes[i]['values'])}"
                   for i in inputs]
+    return _task_source(
+        imports=["import torch.nn.functional as F"], docstring=docstring, init_lines=init_lines,
+        forward_args=[names[i] for i in inputs], forward_lines=fwd_lines,
+        constants=[f"{s} = {graph.sizes[s]}" for s in used_sizes],
+        input_lines=get_inputs, returned=", ".join(names[i] for i in inputs))
+
+
+def _task_source(imports: list[str], docstring: str, init_lines: list[str], forward_args: list[str],
+                 forward_lines: list[str], constants: list[str], input_lines: list[str], returned: str) -> str:
+    """The KernelBench layout shared by every rendered task: imports, ``Model``, size constants,
+    ``get_inputs()`` returning ``[returned]`` and an empty ``get_init_inputs()``."""
     ind = "        "
     return "\n".join([
         "import torch",
         "import torch.nn as nn",
-        "import torch.nn.functional as F",
+        *imports,
         "",
         "",
         "class Model(nn.Module):",
@@ -95,16 +106,16 @@ def render_graph(graph: OpGraph, docstring: str) -> str:
         "        super().__init__()",
         *[ind + line for line in init_lines],
         "",
-        f"    def forward(self, {', '.join(names[i] for i in inputs)}):",
-        *[ind + line for line in fwd_lines],
+        f"    def forward(self, {', '.join(forward_args)}):",
+        *[ind + line for line in forward_lines],
         "",
         "",
-        *[f"{s} = {graph.sizes[s]}" for s in used_sizes],
+        *constants,
         "",
         "",
         "def get_inputs():",
-        *["    " + line for line in get_inputs],
-        f"    return [{', '.join(names[i] for i in inputs)}]",
+        *["    " + line for line in input_lines],
+        f"    return [{returned}]",
         "",
         "",
         "def get_init_inputs():",
@@ -121,34 +132,9 @@ def render_transformers(seed: SeedOp, batch_size: int, docstring: str) -> str:
     shape = ["batch_size" if d == "N" else d for d in spec.shape]
     init = ", ".join(["config"] + [f"{k}={_literal(v)}" for k, v in seed.init_args.items()])
     out = "out" if seed.output_index is None else f"out[{seed.output_index}]"
-    return "\n".join([
-        "import torch",
-        "import torch.nn as nn",
-        f"from {cmod} import {ccls}",
-        f"from {mod} import {cls}",
-        "",
-        "",
-        "class Model(nn.Module):",
-        f'    """{docstring}"""',
-        "",
-        "    def __init__(self):",
-        "        super().__init__()",
-        f"        config = {ccls}({_kwargs(seed.config or {})})",
-        f"        self.block = {cls}({init})",
-        "",
-        "    def forward(self, x):",
-        "        out = self.block(x)",
-        f"        return {out}",
-        "",
-        "",
-        f"batch_size = {batch_size}",
-        "",
-        "",
-        "def get_inputs():",
-        f"    return [{_factory(shape, spec.dtype, spec.values)}]",
-        "",
-        "",
-        "def get_init_inputs():",
-        "    return []",
-        "",
-    ])
+    return _task_source(
+        imports=[f"from {cmod} import {ccls}", f"from {mod} import {cls}"], docstring=docstring,
+        init_lines=[f"config = {ccls}({_kwargs(seed.config or {})})", f"self.block = {cls}({init})"],
+        forward_args=["x"], forward_lines=["out = self.block(x)", f"return {out}"],
+        constants=[f"batch_size = {batch_size}"], input_lines=[],
+        returned=_factory(shape, spec.dtype, spec.values))

@@ -2,11 +2,7 @@
 # Set up a virtual environment (CPU torch) and run the test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m venv .venv
-. .venv/bin/activate
-python -m pip install -q --upgrade pip
-python -m pip install -q torch==2.13.0
-python -m pip install -q -e ".[dev]"
+. scripts/setup.sh
 ruff check .
 set +e
 python -m pytest -q -m "not gpu"

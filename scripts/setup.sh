@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Sourced by main.sh and test.sh: create .venv with the CPU torch build first, then opforge (editable).
+python3 -m venv .venv
+. .venv/bin/activate
+python -m pip install -q --upgrade pip
+python -m pip install -q torch==2.13.0
+python -m pip install -q -e ".[dev]"
