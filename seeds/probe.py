@@ -20,6 +20,7 @@ import torch
 from opforge.seeds.categories import categorize
 from opforge.seeds.seed_op import PROBE_SIZES, TEMPLATES, SeedOp, SkipRecord, TensorSpec
 from opforge.seeds.tensors import concrete_shape, make_tensor, resolve_value
+from torch.utils._python_dispatch import TorchDispatchMode
 
 
 class ProbeFailure(Exception):
@@ -109,16 +110,51 @@ def _meta_try(op: SeedOp) -> tuple[torch.Size, str]:
     return out.shape, idx
 
 
+_EMPTY_FACTORIES = {
+    torch.ops.aten.empty.memory_format,
+    torch.ops.aten.empty_strided.default,
+    torch.ops.aten.empty_like.default,
+    torch.ops.aten.new_empty.default,
+    torch.ops.aten.new_empty_strided.default,
+}
+
+
+class PoisonEmpty(TorchDispatchMode):
+    """Fill every floating tensor made by an ``empty`` factory with NaN.
+
+    A parameter built with ``torch.empty`` and never initialised (as the fused expert weights of many
+    transformers MoE blocks are, until ``PreTrainedModel._init_weights`` runs) then shows as NaN instead
+    of whatever the allocator handed back, which made the old "two builds agree" check pass by luck.
+    """
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in _EMPTY_FACTORIES and out.is_floating_point():
+            out.fill_(float("nan"))
+        return out
+
+
+def _check_initialised(op: SeedOp, seed: int) -> None:
+    """Raise ``uninitialized_state`` when a build leaves state at NaN-poisoned or unseeded values."""
+    torch.manual_seed(seed)
+    with PoisonEmpty():
+        fn = build_callable(op, PROBE_SIZES, "cpu")
+    torch.manual_seed(seed)
+    twin = build_callable(op, PROBE_SIZES, "cpu")
+    for (k, a), b in zip(fn.state_dict().items(), twin.state_dict().values(), strict=True):
+        if not a.is_floating_point():
+            continue
+        if bool(torch.isnan(a).any()) and not bool(torch.isnan(b).any()):
+            raise ProbeFailure("uninitialized_state", f"{k} is left as torch.empty memory by the constructor")
+        if not torch.equal(a.nan_to_num(), b.nan_to_num()):
+            raise ProbeFailure("uninitialized_state", f"{k} differs between two seeded builds")
+
+
 def _cpu_run(op: SeedOp, values: str | None, seed: int = 0):
     torch.manual_seed(seed)
     fn = build_callable(op, PROBE_SIZES, "cpu")
     if isinstance(fn, torch.nn.Module):
-        # parameters left uninitialised (torch.empty) make the op's output depend on stale memory
-        torch.manual_seed(seed)
-        twin = build_callable(op, PROBE_SIZES, "cpu")
-        for (k, a), b in zip(fn.state_dict().items(), twin.state_dict().values(), strict=True):
-            if a.is_floating_point() and not torch.equal(a.nan_to_num(), b.nan_to_num()):
-                raise ProbeFailure("uninitialized_state", f"{k} differs between two seeded builds")
+        _check_initialised(op, seed)
     gen = torch.Generator().manual_seed(1234)
     tensors, params = make_inputs(op, PROBE_SIZES, "cpu", gen, values)
     with torch.no_grad():

@@ -37,6 +37,18 @@ def test_probe_rejects_unknown_qualname():
     assert isinstance(res, SkipRecord) and res.reason in ("build_error", "no_recipe")
 
 
+@pytest.mark.parametrize(("name", "ok"), [("HalfInitialised", False), ("FullyInitialised", True)])
+def test_probe_rejects_parameters_left_as_empty_memory(name, ok):
+    res = probe(SeedOp(label=name, qualname=f"tests.probe_modules.{name}", kind="module", templates=["NC"],
+                       init_args={"in_features": "$C"}, inputs=[TensorSpec(shape=[])]))
+    # a custom module has no Ops-6K label, so the control stops later, at the label check
+    assert isinstance(res, SkipRecord)
+    if ok:
+        assert res.reason == "untraceable_label", res
+    else:
+        assert res.reason == "no_recipe" and "uninitialized_state" in res.detail and "shift" in res.detail
+
+
 @pytest.mark.parametrize("label", ["F.dropout", "torch.bernoulli", "nn.RReLU", "nn.Dropout"])
 def test_stochastic_ops_are_flagged(label):
     res = probe(_draft(label))
