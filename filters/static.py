@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from opforge.filters.verdict import Cost, Filter, Verdict
+from opforge.filters.verdict import Cost, Filter, TaskInput, Verdict
 from opforge.task.source import TaskFormatError, check_source
 
 # Calls that draw from the RNG. Names are matched on the last attribute of the call
@@ -16,6 +16,8 @@ RNG_CALLS = frozenset({
     "log_normal_", "cauchy_", "random_", "poisson", "rrelu", "rrelu_", "dropout", "dropout1d", "dropout2d",
     "dropout3d", "alpha_dropout", "feature_alpha_dropout", "gumbel_softmax", "fractional_max_pool2d",
     "fractional_max_pool3d", "empty", "empty_like", "empty_strided",
+    # re-seeding inside forward hides a random draw behind a fixed seed
+    "manual_seed", "seed",
 })
 # Random only when training; value = the function's default for ``training`` (torch.nn.functional:
 # dropout* default to True, rrelu to False).
@@ -73,10 +75,11 @@ class StaticFilter(Filter):
 
     name = "static"
     cost = Cost.STATIC
+    order = 0
 
-    def score(self, code: str, task_id: str) -> dict[str, Any]:
+    def score(self, task: TaskInput) -> dict[str, Any]:
         try:
-            tree = check_source(code, task_id)
+            tree = check_source(task.code, task.task_id)
         except TaskFormatError as exc:
             return {"valid": False, "error": str(exc), "rng_calls": []}
         return {"valid": True, "error": None, "rng_calls": rng_calls_in_forward(tree)}

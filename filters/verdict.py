@@ -47,28 +47,58 @@ class Verdict:
                 raise ValueError(f"unknown reason code {self.reason!r}; known: {', '.join(REASONS)}")
 
 
+@dataclass
+class TaskInput:
+    """What every filter sees: the task source and its id (execution filters get a ``TaskRun`` subclass
+    that also carries the built model, inputs and outputs)."""
+
+    code: str
+    task_id: str = "<task>"
+
+
+# name -> filter class, filled in by ``Filter.__init_subclass__``; the chain runs them by ``order``.
+REGISTRY: dict[str, type[Filter]] = {}
+
+
 class Filter:
-    """Base class. Subclasses set ``name`` and ``cost`` and implement ``score`` (metrics) and ``decide``
-    (metrics -> Verdict). ``thresholds`` holds every number the decision uses."""
+    """Base class. A subclass sets ``name``, ``cost`` and ``order`` (cheap filters first) and implements
+    ``score`` (task -> metrics) and ``decide`` (metrics -> Verdict). ``thresholds`` holds every number the
+    decision uses; subclasses list their defaults in ``default_thresholds``. Defining the class registers
+    it under ``name``."""
 
     name: ClassVar[str] = "filter"
     cost: ClassVar[Cost] = Cost.STATIC
+    order: ClassVar[int] = 0
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.name in REGISTRY and REGISTRY[cls.name] is not cls:
+            raise ValueError(f"two filters named {cls.name!r}: {REGISTRY[cls.name].__qualname__}, "
+                             f"{cls.__qualname__}")
+        REGISTRY[cls.name] = cls
 
     def __init__(self, **thresholds):
-        self.thresholds = {**self.default_thresholds(), **thresholds}
+        defaults = self.default_thresholds()
+        unknown = set(thresholds) - set(defaults)
+        if unknown:
+            raise ValueError(f"filter {self.name!r} has no threshold(s) {sorted(unknown)}; "
+                             f"known: {sorted(defaults)}")
+        self.thresholds = {**defaults, **thresholds}
 
     @classmethod
     def default_thresholds(cls) -> dict[str, Any]:
         return {}
 
-    def score(self, code: str, task_id: str) -> dict[str, Any]:
+    def score(self, task: TaskInput) -> dict[str, Any]:
         raise NotImplementedError
 
     def decide(self, metrics: dict[str, Any]) -> Verdict:
         raise NotImplementedError
 
-    def __call__(self, code: str, task_id: str = "<task>") -> Verdict:
-        return self.decide(self.score(code, task_id))
+    def __call__(self, task: TaskInput | str, task_id: str = "<task>") -> Verdict:
+        if isinstance(task, str):
+            task = TaskInput(task, task_id)
+        return self.decide(self.score(task))
 
     def accept(self, metrics: dict[str, Any]) -> Verdict:
         return Verdict(True, self.name, None, metrics)

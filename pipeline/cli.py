@@ -101,5 +101,56 @@ def compose_cmd(
                + f"; DAG share: {(~df.pattern.isin(['chain', 'transformers'])).mean():.1%}")
 
 
+
+def _names(value: str | None) -> list[str] | None:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+@app.command("filter")
+def filter_cmd(
+    input: Path = typer.Argument(..., help="Tasks: JSONL or Parquet with a `code` column (optional task_id, ops, "
+                                           "data_source)."),
+    out: Path = typer.Option(..., "--out", help="Run directory: ledger.jsonl, verdicts.parquet, funnel.json."),
+    device: str = typer.Option("cpu", help="cpu | cuda."),
+    workers: int = typer.Option(None, help="CPU: worker processes (default: cores). CUDA: sandboxes per GPU "
+                                           "(default 1)."),
+    scheduler: str = typer.Option(None, help="Address of an existing Dask scheduler to use instead."),
+    runtime_window_ms: tuple[float, float] = typer.Option(None, help="LO HI eager-median window in ms "
+                                                          "(default: 1 100 on cuda, off on cpu)."),
+    no_window: bool = typer.Option(False, "--no-window", help="Record runtimes only, on any device."),
+    only: str = typer.Option(None, help="Comma-separated filters to run (static always runs)."),
+    skip: str = typer.Option(None, help="Comma-separated filters to leave out."),
+    timeout_s: float = typer.Option(300.0, help="Per-task wall-clock limit in its sandbox, seconds."),
+    memory_gib: float = typer.Option(8.0, help="Per-sandbox memory guard, GiB."),
+    limit: int = typer.Option(None, help="Only the first N input rows."),
+):
+    """Verdict every input task with the filter chain; resumes from RUN_DIR's ledger when re-run."""
+    from opforge.filters.chain import FILTER_NAMES, FilterSettings
+    from opforge.filters.runtime import CUDA_WINDOW_MS
+    from opforge.pipeline.filter_run import InputError, format_funnel, run_filter
+
+    window = tuple(runtime_window_ms) if runtime_window_ms and runtime_window_ms[0] is not None else None
+    if window is None and device == "cuda" and not no_window:
+        window = CUDA_WINDOW_MS
+    if no_window:
+        window = None
+    try:
+        settings = FilterSettings(device=device, only=_names(only), skip=_names(skip) or [],
+                                  runtime_window_ms=window, timeout_s=timeout_s, memory_gib=memory_gib)
+        settings.names()
+    except ValueError as exc:
+        typer.echo(f"error: {exc} (filters: {', '.join(FILTER_NAMES)})", err=True)
+        raise typer.Exit(2) from None
+    try:
+        res = run_filter(input, out, settings, workers=workers, scheduler=scheduler, limit=limit)
+    except (InputError, RuntimeError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(format_funnel(res.funnel))
+    typer.echo(f"verdicts: {out / 'verdicts.parquet'}  funnel: {out / 'funnel.json'}  ledger: {out / 'ledger.jsonl'}")
+    if res.failures:
+        typer.echo(f"{len(res.failures)} task(s) lost their worker; recorded as crash: {res.failures[:3]}", err=True)
+
+
 if __name__ == "__main__":
     app()

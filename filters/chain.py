@@ -1,0 +1,130 @@
+"""The ordered filter chain and its settings.
+
+``FilterSettings`` is the one configuration object of the filter stage (pydantic; it travels to the
+workers). ``make_chain`` turns it into filter instances ordered by ``Filter.order`` (cheap first);
+``run_chain`` runs them on one task and stops at the first rejection.
+
+Adding a filter: write a ``Filter`` subclass with ``name``, ``cost``, ``order``, ``score`` and ``decide``
+in a module of this package and list the module in ``FILTER_MODULES``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+from opforge.filters.verdict import REGISTRY, Filter, TaskInput, Verdict
+from pydantic import BaseModel, Field, field_validator
+
+# Modules whose Filter subclasses make up the chain (importing a module registers its filters).
+FILTER_MODULES = ("static", "eager", "determinism", "degenerate", "runtime", "torch_compile")
+
+
+def load_filters() -> dict[str, type[Filter]]:
+    """Import the filter modules and return the registry (name -> class)."""
+    for mod in FILTER_MODULES:
+        importlib.import_module(f"opforge.filters.{mod}")
+    return dict(REGISTRY)
+
+
+class FilterSettings(BaseModel):
+    """Settings of one filter run. Units: ms for the window, seconds for the timeout, GiB for memory.
+
+    Attributes:
+        device: "cpu" or "cuda".
+        only / skip: filter names to run exclusively / to leave out (``static`` always runs).
+        runtime_window_ms: [lo, hi] eager-median window; None = off (the CPU default).
+        timeout_s: wall-clock limit per task in its sandbox child (everything: build, compile, timing).
+        memory_gib: memory guard per sandbox child: how much it may grow beyond its size after start
+            (resident size, checked by the parent; on CPU also an address-space cap in the child).
+        address_space_cap: apply the CPU address-space cap (off: only the resident-size watchdog).
+        cpu_threads: torch intra-op threads per CPU sandbox child (None = cores / workers).
+        thresholds: per-filter threshold overrides, e.g. ``{"determinism": {"max_drift": 0.05}}``.
+    """
+
+    device: str = "cpu"
+    only: list[str] | None = None
+    skip: list[str] = Field(default_factory=list)
+    runtime_window_ms: tuple[float, float] | None = None
+    timeout_s: float = 300.0
+    memory_gib: float = 8.0
+    address_space_cap: bool = True
+    cpu_threads: int | None = None
+    thresholds: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if v not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda', got {v!r}")
+        return v
+
+    @field_validator("runtime_window_ms")
+    @classmethod
+    def _window(cls, v):
+        if v is not None and not 0 <= v[0] < v[1]:
+            raise ValueError(f"runtime window must be 0 <= lo < hi (ms), got {list(v)}")
+        return v
+
+    def names(self) -> list[str]:
+        """Filter names that will run, in chain order. Raises ValueError on an unknown name."""
+        for n in [*(self.only or []), *self.skip]:
+            if n not in FILTER_NAMES:
+                raise ValueError(f"unknown filter {n!r}; known: {', '.join(FILTER_NAMES)}")
+        return [n for n in FILTER_NAMES if (self.only is None or n in self.only or n == "static")
+                and (n not in self.skip or n == "static")]
+
+    def fingerprint_fields(self) -> dict[str, Any]:
+        """What changes verdicts: chain, window, thresholds, memory guard (not timeout or threads)."""
+        return {"device": self.device, "filters": self.names(), "window": self.runtime_window_ms,
+                "thresholds": self.thresholds, "memory_gib": self.memory_gib}
+
+
+# Chain order (must match the classes' ``order``; a test checks it); kept literal so the client can
+# validate names without importing torch.
+FILTER_NAMES = ("static", "eager", "determinism", "degenerate", "runtime", "compile")
+
+
+def make_chain(settings: FilterSettings) -> list[Filter]:
+    """Instantiate the chosen filters in order, applying ``settings.thresholds`` and the runtime window."""
+    registry = load_filters()
+    chain = []
+    for name in settings.names():
+        overrides = dict(settings.thresholds.get(name, {}))
+        if name == "runtime" and settings.runtime_window_ms is not None:
+            overrides.setdefault("window_ms", list(settings.runtime_window_ms))
+        chain.append(registry[name](**overrides))
+    return sorted(chain, key=lambda f: f.order)
+
+
+def run_chain(task: TaskInput, chain: list[Filter],
+              on_stage: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run ``chain`` on one task; stop at the first rejection.
+
+    Returns a JSON-ready dict: ``accepted``, ``reason``, ``filter`` (the rejecting one, None when
+    accepted), ``metrics`` (filter name -> metrics of every filter that ran), ``seconds`` (filter name ->
+    wall seconds). ``on_stage(name)`` is called before each filter. An exception escaping a filter's ``score`` becomes its filter's rejection: ``oom`` for
+    out-of-memory, otherwise ``eager_error`` / ``compile_error`` by cost, with the exception type.
+    """
+    from opforge.filters.execution import is_oom
+
+    metrics: dict[str, Any] = {}
+    seconds: dict[str, float] = {}
+    for f in chain:
+        if on_stage is not None:
+            on_stage(f.name)
+        start = time.perf_counter()
+        try:
+            verdict = f.decide(f.score(task))
+        except Exception as exc:  # noqa: BLE001 - a filter's own crash on odd output is still a verdict
+            reason = "oom" if is_oom(exc) else \
+                f"{'compile_error' if f.name == 'compile' else 'eager_error'}:{type(exc).__name__}"
+            verdict = Verdict(False, f.name, reason, {"error": f"{type(exc).__name__}: {str(exc)[:300]}"})
+        seconds[f.name] = time.perf_counter() - start
+        metrics[f.name] = verdict.metrics
+        if not verdict.accepted:
+            return {"accepted": False, "reason": verdict.reason, "filter": f.name, "metrics": metrics,
+                    "seconds": seconds}
+    return {"accepted": True, "reason": None, "filter": None, "metrics": metrics, "seconds": seconds}

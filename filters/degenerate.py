@@ -1,0 +1,100 @@
+"""``degenerate_output`` filter: an output a kernel could fake without computing it.
+
+Per output tensor ``o`` (the ``eager`` filter's outputs) and ``o2`` (the outputs for a second input draw,
+``ALT_INPUT_SEED``), all at the evaluation tolerance atol = rtol = 1e-2 (KernelBench's default):
+
+* ``all_zeros``: ``torch.allclose(o, zeros)`` holds in either argument order, i.e. a kernel that returns
+  zeros would pass (KernelBench level 1 has such problems, e.g. outputs of order 1e-4).
+* ``constant``: every element equals the first one within the tolerance (only judged for numel > 1).
+* ``input_independent``: ``o2`` is allclose to ``o``; a kernel could return a stored answer.
+
+The task is rejected when *every* output is one of these (the whole answer could be faked); an output
+tuple with one trivial member (e.g. an RNN's final cell state that is all-zero) is kept.
+Metrics keep the per-output kinds plus ``zero_pass_fraction`` (share of elements an all-zeros answer
+would get right) so a stricter rule can be re-decided later without running anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from opforge.filters.execution import (
+    ALT_INPUT_SEED,
+    EVAL_ATOL,
+    EVAL_RTOL,
+    TaskRun,
+    chunks,
+    comparable,
+    tolerance_error,
+)
+from opforge.filters.verdict import Cost, Filter, Verdict
+
+
+def _zero_error(o: torch.Tensor) -> tuple[float, float]:
+    """(error of an all-zeros answer in tolerance units, share of elements it gets right).
+
+    The better of both argument orders: ``allclose(o, 0)`` needs ``|o| <= atol``, ``allclose(0, o)`` needs
+    ``|o| <= atol + rtol * |o|``; so the error is ``|o| / (atol + rtol * |o|)``.
+    """
+    if o.numel() == 0:
+        return 0.0, 1.0
+    worst, right = 0.0, 0
+    for a in chunks(comparable(o)):
+        a = a.abs()
+        err = a / (EVAL_ATOL + EVAL_RTOL * a)
+        worst = max(worst, float(err.max()))
+        right += int((err <= 1.0).sum())
+    return worst, right / comparable(o).numel()
+
+
+def _constant_error(o: torch.Tensor) -> float:
+    """Error, in tolerance units, of answering every element with the first one; inf for numel <= 1."""
+    if o.numel() <= 1:
+        return float("inf")
+    flat = comparable(o)
+    first = flat[:1]
+    return max(tolerance_error(part, first.expand_as(part)) for part in chunks(flat))
+
+
+class DegenerateFilter(Filter):
+    """Rejects ``degenerate_output:all_zeros`` / ``:constant`` / ``:input_independent`` (see module doc).
+
+    Metrics, one entry per output, errors in units of the evaluation tolerance: ``zero_err`` (an all-zeros
+    answer), ``const_err`` (a constant answer), ``input_err`` (the answer for the other input draw), and
+    ``zero_pass_fraction`` (0..1). The decision calls an output fakeable when an error is <= ``max_err``.
+    """
+
+    name = "degenerate"
+    cost = Cost.DEVICE
+    order = 30
+
+    @classmethod
+    def default_thresholds(cls) -> dict[str, Any]:
+        return {"max_err": 1.0}
+
+    def score(self, run: TaskRun) -> dict[str, Any]:
+        other = run.call(inputs=run.draw_inputs(ALT_INPUT_SEED))
+        m: dict[str, list] = {"zero_err": [], "zero_pass_fraction": [], "const_err": [], "input_err": []}
+        for i, o in enumerate(run.outputs):
+            zero_err, fraction = _zero_error(o)
+            m["zero_err"].append(zero_err)
+            m["zero_pass_fraction"].append(fraction)
+            m["const_err"].append(_constant_error(o))
+            m["input_err"].append(tolerance_error(o, other[i]) if i < len(other) else float("inf"))
+        return m
+
+    def kinds(self, m: dict[str, Any]) -> list[str | None]:
+        """Per output: the first fakeable kind ("all_zeros", "constant", "input_independent") or None."""
+        limit = self.thresholds["max_err"]
+        out = []
+        for z, c, e in zip(m["zero_err"], m["const_err"], m["input_err"], strict=True):
+            out.append("all_zeros" if z <= limit else "constant" if c <= limit
+                       else "input_independent" if e <= limit else None)
+        return out
+
+    def decide(self, m: dict[str, Any]) -> Verdict:
+        kinds = self.kinds(m)
+        if kinds and all(k is not None for k in kinds):
+            return self.reject(f"degenerate_output:{kinds[0]}", m)
+        return self.accept(m)

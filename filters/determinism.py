@@ -1,0 +1,59 @@
+"""``determinism`` filter: the same inputs give the same outputs, and randomness is not hidden by a seed.
+
+Three extra forward calls on the ``eager`` filter's model and inputs, compared with its outputs ``o``
+(all errors in units of the evaluation tolerance, see ``execution.tolerance_error``):
+
+* ``err_call``: call again *without* re-seeding. RNG use inside ``forward`` (``randn_like``, dropout in
+  training mode, ``bernoulli``...) changes the output here even when a fixed seed made the first call
+  reproducible.
+* ``err_reseed``: re-seed with ``CALL_SEED`` and call again: numeric run-to-run drift (atomics, split-K,
+  state mutated by ``forward``).
+* ``err_rebuild``: build a second model and draw inputs again from the same seeds: drift from a
+  constructor that does not follow ``torch.manual_seed`` (stale ``torch.empty`` memory, Python's
+  ``random``...).
+
+Decision: ``stochastic`` when ``err_call > 0`` and the difference goes away with the seed
+(``err_call > stochastic_ratio * err_reseed``); otherwise ``nondeterministic`` when ``err_reseed`` or
+``err_rebuild`` exceeds ``max_drift`` = 0.1, i.e. a tenth of the evaluation tolerance, so that the
+reference's own drift can never decide whether a candidate kernel passes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opforge.filters.execution import TaskRun, outputs_error
+from opforge.filters.verdict import Cost, Filter, Verdict
+
+
+class DeterminismFilter(Filter):
+    """Rejects ``stochastic:runtime`` and ``nondeterministic:reseed`` / ``nondeterministic:rebuild``.
+
+    Metrics: ``err_call``, ``err_reseed``, ``err_rebuild`` (floats in units of the evaluation tolerance;
+    ``inf`` when shapes change or NaNs appear on one side only).
+    """
+
+    name = "determinism"
+    cost = Cost.DEVICE
+    order = 20
+
+    @classmethod
+    def default_thresholds(cls) -> dict[str, Any]:
+        return {"stochastic_ratio": 10.0, "max_drift": 0.1}
+
+    def score(self, run: TaskRun) -> dict[str, Any]:
+        # one extra output set alive at a time: large tasks must not need 4x their output memory
+        m = {"err_call": outputs_error(run.outputs, run.call(seed=None))}
+        m["err_reseed"] = outputs_error(run.outputs, run.call())
+        m["err_rebuild"] = outputs_error(run.outputs, run.call(model=run.build_model(), inputs=run.draw_inputs()))
+        return m
+
+    def decide(self, m: dict[str, Any]) -> Verdict:
+        t = self.thresholds
+        if m["err_call"] > 0 and m["err_call"] > t["stochastic_ratio"] * m["err_reseed"]:
+            return self.reject("stochastic:runtime", m)
+        if m["err_reseed"] > t["max_drift"]:
+            return self.reject("nondeterministic:reseed", m)
+        if m["err_rebuild"] > t["max_drift"]:
+            return self.reject("nondeterministic:rebuild", m)
+        return self.accept(m)

@@ -1,0 +1,64 @@
+"""``eager`` filter: the task builds in ``eval()`` mode and its forward runs and returns finite tensors."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from opforge.filters.execution import CALL_SEED, TaskRun, is_oom
+from opforge.filters.verdict import Cost, Filter, Verdict
+
+
+class EagerFilter(Filter):
+    """Rejects ``eager_error:<ExceptionType>`` (import, build or forward raises, or no tensor comes back),
+    ``oom`` (the build or forward runs out of memory) and ``non_finite`` (an output holds NaN or Inf).
+
+    Side effect on ``TaskRun``: sets ``model`` (built after ``BUILD_SEED``, in ``eval()``), ``inputs``
+    (after ``INPUT_SEED``) and ``outputs`` (the call after ``CALL_SEED``), which later filters reuse.
+    Metrics: ``build_s``, ``first_call_s`` (seconds), ``outputs`` (shape and dtype of each output tensor),
+    ``params`` (parameter count), ``non_finite_fraction``, ``error``.
+    """
+
+    name = "eager"
+    cost = Cost.DEVICE
+    order = 10
+
+    @classmethod
+    def default_thresholds(cls) -> dict[str, Any]:
+        return {"max_non_finite_fraction": 0.0}
+
+    def score(self, run: TaskRun) -> dict[str, Any]:
+        m: dict[str, Any] = {"error": None, "oom": False}
+        try:
+            t = time.perf_counter()
+            run.model = run.build_model()
+            run.inputs = run.draw_inputs()
+            m["build_s"] = time.perf_counter() - t
+            t = time.perf_counter()
+            run.outputs = run.call(seed=CALL_SEED)
+            if run.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            m["first_call_s"] = time.perf_counter() - t
+        except Exception as exc:  # noqa: BLE001 - any failure of the task's code is a verdict
+            m["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            m["error_type"] = type(exc).__name__
+            m["oom"] = is_oom(exc)
+            return m
+        m["params"] = sum(p.numel() for p in run.model.parameters()) if isinstance(run.model, torch.nn.Module) \
+            else 0
+        m["outputs"] = [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")}
+                        for o in run.outputs]
+        total = sum(o.numel() for o in run.outputs)
+        bad = sum(int((~torch.isfinite(o)).sum()) for o in run.outputs if o.is_floating_point() or o.is_complex())
+        m["non_finite_fraction"] = bad / total if total else 0.0
+        return m
+
+    def decide(self, m: dict[str, Any]) -> Verdict:
+        if m["oom"]:
+            return self.reject("oom", m)
+        if m["error"] is not None:
+            return self.reject(f"eager_error:{m['error_type']}", m)
+        if m["non_finite_fraction"] > self.thresholds["max_non_finite_fraction"]:
+            return self.reject("non_finite", m)
+        return self.accept(m)

@@ -1,0 +1,157 @@
+"""What the execution filters share: the task being run (``TaskRun``), seeded builds, and output comparison.
+
+Seeds: the model is built after ``torch.manual_seed(BUILD_SEED)``, inputs are drawn after
+``torch.manual_seed(INPUT_SEED)`` (``ALT_INPUT_SEED`` for the second draw of the degenerate filter), and
+every forward call that is compared starts from ``torch.manual_seed(CALL_SEED)``.
+
+Tolerance: candidates are judged with ``torch.allclose(ref, out, atol=1e-2, rtol=1e-2)``, the default of
+KernelBench's ``eval_kernel_against_ref`` and of CUDA-Agent's verifier. ``tolerance_error`` expresses a
+difference in units of that tolerance: <= 1 means "allclose would pass".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from opforge.task.source import LoadedTask, load_task
+
+EVAL_ATOL = 1e-2
+EVAL_RTOL = 1e-2
+BUILD_SEED, INPUT_SEED, CALL_SEED, ALT_INPUT_SEED = 0, 1, 2, 3
+
+
+@dataclass
+class TaskRun:
+    """One task going through the filter chain inside a worker process.
+
+    Attributes:
+        code: the KernelBench-format source.
+        task_id: the id used in messages and the ledger.
+        device: "cpu" or "cuda" (the child's visible GPU).
+        task, model, inputs, outputs: filled in by the ``eager`` filter; later filters reuse them.
+            ``outputs`` is the flat list of output tensors of ``model(*inputs)`` after ``CALL_SEED``.
+    """
+
+    code: str
+    task_id: str = "<task>"
+    device: str = "cpu"
+    task: LoadedTask | None = None
+    model: Any = None
+    inputs: list[Any] = field(default_factory=list)
+    outputs: list[torch.Tensor] = field(default_factory=list)
+
+    def load(self) -> LoadedTask:
+        if self.task is None:
+            self.task = load_task(self.code, self.task_id)
+        return self.task
+
+    def build_model(self):
+        """``Model(*get_init_inputs())`` after ``BUILD_SEED``, moved to the device, in ``eval()`` mode."""
+        task = self.load()
+        torch.manual_seed(BUILD_SEED)
+        model = task.build()
+        if isinstance(model, torch.nn.Module):
+            model = model.to(self.device).eval()
+        return model
+
+    def draw_inputs(self, seed: int = INPUT_SEED) -> list[Any]:
+        """``get_inputs()`` after ``torch.manual_seed(seed)``, tensors moved to the device."""
+        torch.manual_seed(seed)
+        return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in self.load().inputs()]
+
+    def call(self, model=None, inputs=None, seed: int | None = CALL_SEED) -> list[torch.Tensor]:
+        """Flat output tensors of ``model(*inputs)`` under ``no_grad``; ``seed=None`` keeps the RNG state.
+
+        Raises:
+            TypeError: the forward returned no tensor.
+        """
+        model = self.model if model is None else model
+        inputs = self.inputs if inputs is None else inputs
+        if seed is not None:
+            torch.manual_seed(seed)
+        with torch.no_grad():
+            out = model(*inputs)
+        flat = flatten_tensors(out)
+        if not flat:
+            raise TypeError(f"forward returned {type(out).__name__} with no tensor in it")
+        return flat
+
+
+def flatten_tensors(obj: Any) -> list[torch.Tensor]:
+    """Tensors found in ``obj`` (a tensor, or nested tuples / lists / dicts of them), depth-first."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for item in obj for t in flatten_tensors(item)]
+    if isinstance(obj, dict):
+        return [t for item in obj.values() for t in flatten_tensors(item)]
+    return []
+
+
+CHUNK_ELEMENTS = 1 << 22  # comparisons run over 4M-element slices so a 4 GB output needs no 8 GB copy
+
+
+def comparable(t: torch.Tensor) -> torch.Tensor:
+    """A flat real view/copy of ``t`` for comparisons: complex as (re, im) pairs; bool and int as float64;
+    reduced-precision floats as float32."""
+    t = t.detach()
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    flat = t.reshape(-1)
+    if flat.dtype in (torch.float32, torch.float64):
+        return flat
+    if flat.is_floating_point():
+        return flat.float()
+    return flat.to(torch.float64)
+
+
+def chunks(flat: torch.Tensor):
+    """Consecutive slices of at most ``CHUNK_ELEMENTS`` of a flat tensor (views, no copies)."""
+    for i in range(0, flat.numel(), CHUNK_ELEMENTS):
+        yield flat[i:i + CHUNK_ELEMENTS]
+
+
+def tolerance_error(ref: torch.Tensor, out: torch.Tensor, atol: float = EVAL_ATOL,
+                    rtol: float = EVAL_RTOL) -> float:
+    """``max |out - ref| / (atol + rtol * |ref|)`` over all elements, as a float.
+
+    0 means identical values; <= 1 means ``torch.allclose(out, ref, rtol, atol)`` holds. NaN on one side
+    and not the other, a shape mismatch or mismatched infinities give ``inf``. Works slice by slice, so
+    extra memory stays near ``CHUNK_ELEMENTS`` elements whatever the output size.
+    """
+    if ref.shape != out.shape:
+        return float("inf")
+    worst = 0.0
+    for a, b in zip(chunks(comparable(ref)), chunks(comparable(out).to(ref.device)), strict=True):
+        nan_a, nan_b = torch.isnan(a), torch.isnan(b)
+        if not torch.equal(nan_a, nan_b):
+            return float("inf")
+        inf_a, inf_b = torch.isinf(a), torch.isinf(b)
+        if inf_a.any() or inf_b.any():
+            if not torch.equal(a[inf_a | inf_b], b[inf_a | inf_b]):
+                return float("inf")
+            keep = ~(nan_a | inf_a)
+            a, b = a[keep], b[keep]
+        elif nan_a.any():
+            a, b = a[~nan_a], b[~nan_a]
+        if a.numel():
+            worst = max(worst, float(((a - b).abs() / (atol + rtol * a.abs())).max()))
+    return worst
+
+
+def outputs_error(ref: list[torch.Tensor], out: list[torch.Tensor], atol: float = EVAL_ATOL,
+                  rtol: float = EVAL_RTOL) -> float:
+    """The largest ``tolerance_error`` over paired outputs; ``inf`` when the counts differ."""
+    if len(ref) != len(out):
+        return float("inf")
+    return max((tolerance_error(r, o, atol, rtol) for r, o in zip(ref, out, strict=True)), default=0.0)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True for out-of-memory errors on CPU (``MemoryError``, allocator refusal) or CUDA."""
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)

@@ -1,0 +1,55 @@
+"""``runtime`` filter: the eager forward's median time lies inside the runtime window.
+
+Default window 1-100 ms on CUDA (the default named in opforge issue #4 and ../shared/DESIGN.md).
+On CPU the window is off by default and the time is recorded as a flag (``in_window``): CPU times say
+little about GPU times. Timing method: ``filters.timing.time_call``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opforge.filters.execution import TaskRun
+from opforge.filters.timing import time_call
+from opforge.filters.verdict import Cost, Filter, Verdict
+
+CUDA_WINDOW_MS = (1.0, 100.0)
+
+
+class RuntimeFilter(Filter):
+    """Rejects ``runtime_out_of_window:too_fast`` / ``:too_slow`` when ``window_ms`` is set.
+
+    Thresholds: ``window_ms`` ([lo, hi] in ms, or None = record only), ``budget_s`` (timing budget per task,
+    seconds). Metrics: ``eager_ms`` (median, ms), ``min_ms``, ``max_ms``, ``trials``, ``method``,
+    ``in_window`` (bool, or None without a window).
+    """
+
+    name = "runtime"
+    cost = Cost.DEVICE
+    order = 40
+
+    @classmethod
+    def default_thresholds(cls) -> dict[str, Any]:
+        return {"window_ms": None, "budget_s": 0.5}
+
+    def score(self, run: TaskRun) -> dict[str, Any]:
+        model, inputs = run.model, run.inputs
+        # record-only (no window): one trial is enough for a flag; with a window, at least three
+        trials = 1 if self.thresholds["window_ms"] is None else 3
+        timing = time_call(lambda: run.call(model, inputs, seed=None), run.device,
+                           budget_s=self.thresholds["budget_s"], min_trials=trials)
+        m = timing.as_dict()
+        m["eager_ms"] = m.pop("median_ms")
+        return m
+
+    def decide(self, m: dict[str, Any]) -> Verdict:
+        window = self.thresholds["window_ms"]
+        if window is None:
+            return self.accept({**m, "in_window": None})
+        lo, hi = window
+        m = {**m, "in_window": lo <= m["eager_ms"] <= hi}
+        if m["eager_ms"] < lo:
+            return self.reject("runtime_out_of_window:too_fast", m)
+        if m["eager_ms"] > hi:
+            return self.reject("runtime_out_of_window:too_slow", m)
+        return self.accept(m)

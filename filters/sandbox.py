@@ -1,0 +1,232 @@
+"""Run the filter chain in a reusable child process with a hard timeout and a memory guard.
+
+The parent (a Dask worker thread, a test, a benchmark) never imports torch for this: the child is a plain
+``python -m opforge.filters.sandbox_child`` process started with ``subprocess`` (Dask runs workers as
+daemonic processes, which ``multiprocessing`` forbids from having children). Requests go over the child's
+stdin, results come back over a dedicated pipe, so whatever a task prints cannot corrupt the protocol;
+the child's stdout / stderr go to ``log_path`` (or nowhere).
+
+Outcomes the child cannot report itself become verdicts here:
+
+* ``timeout`` - no result within ``timeout_s``; the child's whole process group is killed;
+* ``crash:<SIGNAL>`` or ``crash:exit<code>`` - the child died (``os.abort()``, a segfault in a kernel...);
+* ``oom`` - the child's resident memory (with its own children) grew by more than ``memory_gib`` over its
+  size when it reported ready (checked every ``poll_s``); on CPU the child also caps its address space at
+  the same margin, so most allocations fail *inside* the task and come back as an ``oom`` verdict from
+  the filter itself, without losing the child.
+
+A child is reused across tasks (importing torch takes seconds) and replaced after any of the above.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import psutil
+
+_HEADER = struct.Struct("!Q")
+
+
+def send_message(stream: BinaryIO, obj: Any) -> None:
+    """Write one length-prefixed pickle to ``stream`` and flush it."""
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def read_exact(fd: int, n: int) -> bytes:
+    """Read exactly ``n`` bytes from ``fd``. Raises EOFError when the writer is gone first."""
+    chunks, need = [], n
+    while need:
+        chunk = os.read(fd, min(need, 1 << 20))
+        if not chunk:
+            raise EOFError("pipe closed")
+        chunks.append(chunk)
+        need -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_message(fd: int) -> Any:
+    """Read one length-prefixed pickle from ``fd`` (blocking). Raises EOFError on a closed pipe."""
+    (n,) = _HEADER.unpack(read_exact(fd, _HEADER.size))
+    return pickle.loads(read_exact(fd, n))
+
+
+class SandboxError(RuntimeError):
+    """The child could not be started (it died or did not report ready within ``start_timeout_s``)."""
+
+
+class Sandbox:
+    """One child process that runs ``filters.chain.run_chain`` on tasks, one at a time.
+
+    Args:
+        settings: a ``FilterSettings`` as a dict (``model_dump()``), passed to the child.
+        env: extra environment for the child (e.g. ``CUDA_VISIBLE_DEVICES``).
+        log_path: file that receives the child's stdout and stderr (appended); None discards them.
+        start_timeout_s: limit for importing torch and building the chain in a fresh child.
+        poll_s: how often the parent checks the child's memory and liveness while it works.
+
+    Attributes:
+        starts: how many children were started (1 + replacements).
+        start_seconds: total seconds spent starting children.
+    """
+
+    def __init__(self, settings: dict[str, Any], env: dict[str, str] | None = None,
+                 log_path: str | Path | None = None, start_timeout_s: float = 300.0, poll_s: float = 0.2):
+        self.settings = settings
+        self.env = env or {}
+        self.log_path = Path(log_path) if log_path else None
+        self.start_timeout_s = start_timeout_s
+        self.poll_s = poll_s
+        self.proc: subprocess.Popen | None = None
+        self._rfd: int | None = None
+        self.starts = 0
+        self.start_seconds = 0.0
+        self.child_info: dict[str, Any] = {}
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> float:
+        """Start a child if none is alive; return the seconds it took (0.0 when one was alive)."""
+        if self.proc is not None and self.proc.poll() is None:
+            return 0.0
+        self._reap()
+        t0 = time.perf_counter()
+        rfd, wfd = os.pipe()
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "opforge.filters.sandbox_child", str(wfd)],
+                stdin=subprocess.PIPE, stdout=out, stderr=out, pass_fds=(wfd,),
+                env={**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+        finally:
+            os.close(wfd)
+            if out is not subprocess.DEVNULL:
+                out.close()
+        self._rfd = rfd
+        send_message(self.proc.stdin, ("settings", self.settings))
+        msg = self._wait(self.start_timeout_s)
+        if not (isinstance(msg, tuple) and msg[0] == "ready"):
+            failure = msg if isinstance(msg, dict) else {"reason": str(msg)}
+            self.close()
+            raise SandboxError(f"sandbox child did not start: {failure}")
+        self.child_info = msg[1]
+        self.starts += 1
+        seconds = time.perf_counter() - t0
+        self.start_seconds += seconds
+        return seconds
+
+    def close(self) -> None:
+        """Stop the child (its whole process group) and release the pipe."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                send_message(self.proc.stdin, ("stop",))
+                self.proc.wait(timeout=2)
+            except (OSError, subprocess.TimeoutExpired, ValueError):
+                pass
+        self._kill()
+        self._reap()
+
+    def __enter__(self) -> Sandbox:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- work ------------------------------------------------------------------------------------
+    def run(self, task_id: str, code: str, timeout_s: float) -> dict[str, Any]:
+        """Verdict of the filter chain on one task, as ``run_chain``'s dict plus ``start_s`` (seconds spent
+        starting a child for this task). Never raises for anything the task does."""
+        start_s = self.start()
+        try:
+            send_message(self.proc.stdin, ("task", task_id, code))
+        except (BrokenPipeError, OSError):
+            result = self._failure("crash", "send")
+        else:
+            result = self._wait(timeout_s)
+        if not isinstance(result, dict):  # a stray protocol message: treat as a crash of the child
+            result = self._failure("crash:protocol", "")
+        result["start_s"] = start_s
+        return result
+
+    def _wait(self, timeout_s: float) -> Any:
+        """Next non-progress message from the child, or a failure verdict (timeout / crash / oom)."""
+        deadline = time.monotonic() + timeout_s
+        stage = ""
+        margin = self.settings.get("memory_gib", 0) * 2**30
+        limit = self.child_info.get("rss", 0) + margin if margin else 0
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return self._failure("timeout", stage)
+            ready, _, _ = select.select([self._rfd], [], [], min(self.poll_s, left))
+            if ready:
+                try:
+                    msg = read_message(self._rfd)
+                except (EOFError, OSError, pickle.UnpicklingError):
+                    return self._failure(self._death_reason(), stage)
+                if isinstance(msg, tuple) and msg[0] == "stage":
+                    stage = msg[1]
+                    continue
+                return msg
+            if self.proc.poll() is not None:
+                return self._failure(self._death_reason(), stage)
+            if limit and self._rss() > limit:
+                return self._failure("oom", stage)
+
+    def _rss(self) -> int:
+        try:
+            p = psutil.Process(self.proc.pid)
+            return sum(q.memory_info().rss for q in [p, *p.children(recursive=True)])
+        except psutil.Error:
+            return 0
+
+    def _death_reason(self) -> str:
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return "crash:hung_after_eof"
+        if code < 0:
+            try:
+                return f"crash:{signal.Signals(-code).name}"
+            except ValueError:
+                return f"crash:signal{-code}"
+        return f"crash:exit{code}"
+
+    def _failure(self, reason: str, stage: str) -> dict[str, Any]:
+        self._kill()
+        self._reap()
+        return {"accepted": False, "reason": reason, "filter": stage or None,
+                "metrics": {stage or "sandbox": {"error": reason}}, "seconds": {}}
+
+    def _kill(self) -> None:
+        """SIGKILL the child's process group (the child and e.g. compiler workers it started)."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            if self.proc.poll() is None:
+                self.proc.kill()
+        self.proc.wait()
+
+    def _reap(self) -> None:
+        if self._rfd is not None:
+            os.close(self._rfd)
+            self._rfd = None
+        if self.proc is not None:
+            if self.proc.stdin:
+                try:
+                    self.proc.stdin.close()
+                except OSError:
+                    pass
+            self.proc = None

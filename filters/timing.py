@@ -1,0 +1,106 @@
+"""Wall-clock timing of one forward call, on CUDA or CPU.
+
+Method (recorded with every measurement in ``Timing.method``):
+
+* CUDA: warm-up calls, then per trial an L2 flush (zeroing a buffer twice the size of the device's L2, the
+  approach of ``triton.testing.do_bench``), a CUDA event pair around the call only, and the median over
+  the trials (KernelBench's ``time_execution_with_cuda_event`` also uses event pairs; it reports the mean).
+* CPU: warm-up calls, ``time.perf_counter`` around each call, median.
+
+The number of trials adapts to the call's cost: as many as fit ``budget_s`` after warm-up, clamped to
+``[min_trials, max_trials]``, so a 0.05 ms op gets 100 trials and a 500 ms op gets 3. Warm-up stops early
+once it has used half the budget (a 5 s call is warmed up once).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+
+@dataclass
+class Timing:
+    """One measurement. ``median_ms`` / ``min_ms`` / ``max_ms`` in milliseconds."""
+
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    trials: int
+    method: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+_FLUSH: dict[int, torch.Tensor] = {}
+
+
+def _l2_flush_buffer(device: torch.device) -> torch.Tensor:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _FLUSH:
+        l2 = getattr(torch.cuda.get_device_properties(index), "L2_cache_size", 0) or 64 * 2**20
+        _FLUSH[index] = torch.empty(2 * l2 // 4, dtype=torch.int32, device=device)
+    return _FLUSH[index]
+
+
+def time_call(fn: Callable[[], object], device: str | torch.device = "cpu", *, warmup: int = 3,
+              min_trials: int = 3, max_trials: int = 100, budget_s: float = 0.5) -> Timing:
+    """Median wall time of ``fn()`` in ms on ``device`` ("cpu" or "cuda[:i]"); see the module docstring.
+
+    ``fn`` takes no arguments (close over the model and inputs). Exceptions from ``fn`` propagate.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        return _time_cuda(fn, device, warmup, min_trials, max_trials, budget_s)
+    return _time_cpu(fn, warmup, min_trials, max_trials, budget_s)
+
+
+def _trials(estimate_s: float, min_trials: int, max_trials: int, budget_s: float) -> int:
+    if estimate_s <= 0:
+        return max_trials
+    return int(max(min_trials, min(max_trials, budget_s / estimate_s)))
+
+
+def _warm_up(fn, warmup: int, budget_s: float, sync=lambda: None) -> float:
+    """Call ``fn`` up to ``warmup`` times (at least once, stopping after ``budget_s / 2``); seconds per call."""
+    sync()
+    t0 = time.perf_counter()
+    calls = 0
+    while calls < max(warmup, 1):
+        fn()
+        calls += 1
+        sync()
+        if time.perf_counter() - t0 > budget_s / 2:
+            break
+    return (time.perf_counter() - t0) / calls
+
+
+def _time_cpu(fn, warmup, min_trials, max_trials, budget_s) -> Timing:
+    estimate = _warm_up(fn, warmup, budget_s)
+    times = []
+    for _ in range(_trials(estimate, min_trials, max_trials, budget_s)):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e3)
+    return Timing(statistics.median(times), min(times), max(times), len(times), "cpu:perf_counter:median")
+
+
+def _time_cuda(fn, device, warmup, min_trials, max_trials, budget_s) -> Timing:
+    flush = _l2_flush_buffer(device)
+    with torch.cuda.device(device):
+        estimate = _warm_up(fn, warmup, budget_s, torch.cuda.synchronize)
+        n = _trials(estimate, min_trials, max_trials, budget_s)
+        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+        for start, end in pairs:
+            flush.zero_()
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+    times = [s.elapsed_time(e) for s, e in pairs]
+    return Timing(statistics.median(times), min(times), max(times), len(times),
+                  "cuda:events:l2_flush:median")

@@ -1,0 +1,68 @@
+"""``compile`` filter: the model runs under ``torch.compile`` (Inductor) and agrees with eager.
+
+Each task starts from ``torch._dynamo.reset()`` so a worker that is reused across tasks neither hits
+Dynamo's recompile limits nor keeps earlier tasks' graphs alive. The compiled model gets the ``eager``
+filter's inputs after the same ``CALL_SEED`` and must be allclose to the eager outputs at the evaluation
+tolerance (atol = rtol = 1e-2).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from opforge.filters.execution import TaskRun, is_oom, outputs_error
+from opforge.filters.timing import time_call
+from opforge.filters.verdict import Cost, Filter, Verdict
+
+
+class CompileFilter(Filter):
+    """Rejects ``compile_error:<ExceptionType>``, ``oom`` and ``compile_mismatch``.
+
+    Thresholds: ``backend`` (default "inductor"), ``mode`` (None = default), ``max_err`` (1.0 = the
+    evaluation tolerance), ``time_compiled`` (also time the compiled model; None = on CUDA only).
+    Metrics: ``compile_s`` (first compiled call, seconds), ``err_compile`` (tolerance units),
+    ``compile_ms`` (median compiled runtime, ms, when timed), ``error``.
+    """
+
+    name = "compile"
+    cost = Cost.DEVICE
+    order = 50
+
+    @classmethod
+    def default_thresholds(cls) -> dict[str, Any]:
+        return {"backend": "inductor", "mode": None, "max_err": 1.0, "time_compiled": None}
+
+    def score(self, run: TaskRun) -> dict[str, Any]:
+        t = self.thresholds
+        m: dict[str, Any] = {"error": None, "oom": False}
+        torch._dynamo.reset()
+        try:
+            compiled = torch.compile(run.model, backend=t["backend"], mode=t["mode"])
+            start = time.perf_counter()
+            out = run.call(model=compiled)
+            if run.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            m["compile_s"] = time.perf_counter() - start
+            m["err_compile"] = outputs_error(run.outputs, out)
+            timed = run.device.startswith("cuda") if t["time_compiled"] is None else t["time_compiled"]
+            if timed:
+                inputs = run.inputs
+                m["compile_ms"] = time_call(lambda: run.call(compiled, inputs, seed=None), run.device).median_ms
+        except Exception as exc:  # noqa: BLE001 - any compiler failure is a verdict
+            m["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            m["error_type"] = type(exc).__name__
+            m["oom"] = is_oom(exc)
+        finally:
+            torch._dynamo.reset()
+        return m
+
+    def decide(self, m: dict[str, Any]) -> Verdict:
+        if m["oom"]:
+            return self.reject("oom", m)
+        if m["error"] is not None:
+            return self.reject(f"compile_error:{m['error_type']}", m)
+        if m["err_compile"] > self.thresholds["max_err"]:
+            return self.reject("compile_mismatch", m)
+        return self.accept(m)

@@ -1,0 +1,70 @@
+"""The Dask cluster a run executes on; the client process never touches CUDA.
+
+* ``device="cpu"``: an embedded ``LocalCluster`` of ``workers`` single-thread worker processes.
+* ``device="cuda"``: a ``SpecCluster`` with one worker process per GPU, each started by a ``Nanny`` with
+  ``CUDA_VISIBLE_DEVICES`` set to its GPU and ``workers`` threads (= sandbox children sharing that GPU).
+  GPUs are counted with ``nvidia-smi``, never through torch.
+* ``scheduler="tcp://host:port"``: join an existing cluster; its workers are used as they are (start them
+  with ``CUDA_VISIBLE_DEVICES`` pinned, e.g. ``dask cuda worker``).
+
+Dask's own memory management is off (``memory_limit=0``): the sandbox's memory guard is per task.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from distributed import Client, LocalCluster, Nanny, Scheduler, SpecCluster
+from opforge.pipeline.ledger import gpu_names
+
+
+@dataclass
+class ClusterHandle:
+    """A connected client and, for embedded clusters, the cluster to close afterwards."""
+
+    client: Client
+    cluster: object | None
+    description: str
+    slots: int  # tasks that can run at once
+
+    def close(self) -> None:
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+def default_workers(device: str) -> int:
+    """CPU: one worker per core (at least 1). CUDA: one sandbox per GPU."""
+    return max(1, os.cpu_count() or 1) if device == "cpu" else 1
+
+
+def open_cluster(device: str, workers: int | None = None, scheduler: str | None = None) -> ClusterHandle:
+    """Start or join the cluster for ``device``; see the module docstring.
+
+    Raises:
+        RuntimeError: ``device="cuda"`` without a visible GPU (per ``nvidia-smi``), or no workers.
+    """
+    quiet = {"silence_logs": logging.ERROR, "dashboard_address": None}
+    if scheduler:
+        client = Client(scheduler, timeout="60s")
+        nthreads = client.nthreads()
+        if not nthreads:
+            raise RuntimeError(f"scheduler {scheduler} has no workers")
+        return ClusterHandle(client, None, f"scheduler {scheduler} ({len(nthreads)} workers)",
+                             sum(nthreads.values()))
+    workers = workers or default_workers(device)
+    if device == "cpu":
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, memory_limit=0, **quiet)
+        return ClusterHandle(Client(cluster), cluster, f"LocalCluster cpu x{workers}", workers)
+    gpus = gpu_names()
+    if not gpus:
+        raise RuntimeError("--device cuda: nvidia-smi lists no GPU")
+    specs = {f"gpu{i}": {"cls": Nanny, "options": {"nthreads": workers, "memory_limit": 0,
+                                                    "env": {"CUDA_VISIBLE_DEVICES": str(i)}}}
+             for i in range(len(gpus))}
+    cluster = SpecCluster(workers=specs, scheduler={"cls": Scheduler, "options": {"dashboard_address": None}},
+                          silence_logs=logging.ERROR)
+    return ClusterHandle(Client(cluster), cluster, f"{len(gpus)} x {gpus[0]}, {workers} sandbox(es) each",
+                         len(gpus) * workers)

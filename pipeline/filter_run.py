@@ -1,0 +1,274 @@
+"""``opforge filter``: verdict every task of an input file on a Dask cluster, resumably.
+
+Input: JSONL or Parquet with a ``code`` column and optional ``task_id`` (kept as given), ``ops``,
+``data_source``; other columns are ignored. Rows with the same ``task_id`` are run once and share the
+verdict. Output in ``RUN_DIR``: ``ledger.jsonl`` (appended as results arrive; what makes a re-run resume),
+``verdicts.parquet`` (one row per input row, input order) and ``funnel.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow.parquet as pq
+from distributed import as_completed, get_worker
+from opforge.filters.chain import FILTER_NAMES, FilterSettings
+from opforge.filters.sandbox import Sandbox
+from opforge.pipeline.cluster import ClusterHandle, open_cluster
+from opforge.pipeline.ledger import Ledger, environment, fingerprint
+from opforge.task.identity import task_id_for
+from tqdm.auto import tqdm
+
+
+class InputError(ValueError):
+    """The filter input cannot be read; the message names the file and, where known, the line or column."""
+
+
+def read_tasks(path: str | Path) -> pd.DataFrame:
+    """Read tasks from ``.jsonl`` / ``.json`` (one object per line) or ``.parquet``.
+
+    Returns a frame with ``row`` (input position), ``task_id`` (given, else ``task_id_for(code)``),
+    ``code`` and, when present, ``ops`` and ``data_source``. A ``code`` that is not a string stays as it
+    is: the ``static`` filter turns it into an ``invalid_task`` verdict naming the row.
+
+    Raises:
+        InputError: missing file, unknown extension, a line that is not JSON, or no ``code`` column.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.suffix == ".parquet":
+        try:
+            df = pq.read_table(path).to_pandas()
+        except Exception as exc:  # noqa: BLE001 - re-raised with the file named
+            raise InputError(f"{path}: not a readable Parquet file ({exc})") from None
+    elif path.suffix in (".jsonl", ".json"):
+        rows = []
+        with open(path, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise InputError(f"{path}:{n}: not a JSON object ({exc.msg})") from None
+                if not isinstance(obj, dict):
+                    raise InputError(f"{path}:{n}: expected a JSON object, got {type(obj).__name__}")
+                rows.append(obj)
+        df = pd.DataFrame(rows)
+    else:
+        raise InputError(f"{path}: expected .jsonl, .json or .parquet")
+    if "code" not in df.columns:
+        raise InputError(f"{path}: no 'code' column (columns: {', '.join(map(str, df.columns)) or 'none'})")
+    keep = [c for c in ("task_id", "code", "ops", "data_source") if c in df.columns]
+    df = df[keep].copy()
+    given = df["task_id"] if "task_id" in df.columns else pd.Series([None] * len(df), index=df.index)
+    df["task_id"] = [str(t) if isinstance(t, str) and t else
+                     (task_id_for(c) if isinstance(c, str) else f"row{i}")
+                     for i, (t, c) in enumerate(zip(given, df["code"], strict=True))]
+    df.insert(0, "row", range(len(df)))
+    return df.reset_index(drop=True)
+
+
+# -- worker side --------------------------------------------------------------------------------------
+_SANDBOXES: dict[tuple[int, str], Sandbox] = {}
+_LOCK = threading.Lock()
+
+
+def _sandbox(settings_json: str, log_dir: str | None) -> Sandbox:
+    key = (threading.get_ident(), settings_json)
+    with _LOCK:
+        box = _SANDBOXES.get(key)
+        if box is None:
+            for k in [k for k in _SANDBOXES if k[0] == key[0]]:  # settings changed: replace this thread's
+                _SANDBOXES.pop(k).close()
+            log = Path(log_dir) / f"sandbox-{threading.get_ident()}.log" if log_dir else None
+            box = _SANDBOXES[key] = Sandbox(json.loads(settings_json), log_path=log)
+    return box
+
+
+def verdict_task(task_id: str, code: Any, settings_json: str, log_dir: str | None = None) -> dict[str, Any]:
+    """Dask task: run the filter chain on one task in this worker thread's sandbox child.
+
+    Returns the ``run_chain`` dict plus ``task_id``, ``worker`` and ``start_s``.
+    """
+    box = _sandbox(settings_json, log_dir)
+    timeout = json.loads(settings_json)["timeout_s"]
+    code = code if isinstance(code, str) else ""
+    result = box.run(task_id, code, timeout_s=timeout)
+    try:
+        worker = get_worker().name
+    except ValueError:
+        worker = "local"
+    return {**result, "task_id": task_id, "worker": str(worker)}
+
+
+# -- client side --------------------------------------------------------------------------------------
+@dataclass
+class FilterRunResult:
+    """Summary of one ``opforge filter`` run (also written to ``funnel.json``)."""
+
+    verdicts: pd.DataFrame
+    funnel: dict[str, Any]
+    run_dir: Path
+    skipped_done: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+def _progress_postfix(counts: Counter) -> dict[str, Any]:
+    rejected = {k: v for k, v in counts.items() if k != "accepted"}
+    top = ", ".join(f"{k}={v}" for k, v in Counter(rejected).most_common(3))
+    return {"ok": counts.get("accepted", 0), "rej": sum(rejected.values()), "top": top}
+
+
+def run_filter(input_path: str | Path, run_dir: str | Path, settings: FilterSettings, *,
+               workers: int | None = None, scheduler: str | None = None, progress: bool = True,
+               limit: int | None = None, handle: ClusterHandle | None = None) -> FilterRunResult:
+    """Verdict every task of ``input_path`` into ``run_dir`` (see the module docstring).
+
+    Args:
+        settings: filter chain settings (device, window, timeout...).
+        workers / scheduler: cluster shape, see ``pipeline.cluster.open_cluster``.
+        limit: only the first ``limit`` input rows (for smoke runs).
+        handle: an already open cluster to use (then not closed here).
+
+    Raises:
+        InputError: unreadable input. ValueError: bad settings.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tasks = read_tasks(input_path)
+    if limit is not None:
+        tasks = tasks.head(limit)
+    env = environment(settings.device)
+    fp = fingerprint(env, settings.fingerprint_fields())
+    ledger = Ledger(run_dir / "ledger.jsonl", fp)
+    unique = tasks.drop_duplicates("task_id")
+    todo = unique[~unique["task_id"].isin(ledger.done)]
+    skipped = len(unique) - len(todo)
+    t0 = time.perf_counter()
+    failures: list[str] = []
+    if len(todo):
+        own = handle is None
+        handle = handle or open_cluster(settings.device, workers, scheduler)
+        try:
+            _drive(handle, todo, settings, ledger, run_dir, progress, failures)
+        finally:
+            ledger.close()
+            if own:
+                handle.close()
+    wall = time.perf_counter() - t0
+    verdicts = _verdict_table(tasks, ledger)
+    funnel = _funnel(tasks, verdicts, ledger, wall, len(todo), skipped, settings, env, fp)
+    verdicts.to_parquet(run_dir / "verdicts.parquet", index=False)
+    (run_dir / "funnel.json").write_text(json.dumps(funnel, indent=2, sort_keys=True))
+    return FilterRunResult(verdicts, funnel, run_dir, skipped, failures)
+
+
+def _drive(handle: ClusterHandle, todo: pd.DataFrame, settings: FilterSettings, ledger: Ledger,
+           run_dir: Path, progress: bool, failures: list[str]) -> None:
+    settings_json = settings.model_dump_json()
+    log_dir = run_dir / "logs"
+    log_dir.mkdir(exist_ok=True)
+    window = max(4, 4 * handle.slots)  # futures in flight: keeps workers busy, bounds client memory
+    rows = iter(todo[["task_id", "code"]].itertuples(index=False))
+    counts: Counter = Counter()
+    bar = tqdm(total=len(todo), desc="filter", unit="task", disable=not progress, dynamic_ncols=True)
+
+    task_of: dict[str, str] = {}
+
+    def submit():
+        for task_id, code in rows:
+            future = handle.client.submit(verdict_task, task_id, code, settings_json, str(log_dir),
+                                          key=f"verdict-{task_id}-{ledger.fingerprint}", pure=False)
+            task_of[future.key] = task_id
+            return future
+        return None
+
+    pending = as_completed([f for f in (submit() for _ in range(window)) if f is not None])
+    for future in pending:
+        try:
+            result = future.result()
+        except Exception as exc:  # noqa: BLE001 - a lost worker (KilledWorker...) is this task's crash
+            task_id = task_of[future.key]
+            failures.append(f"{task_id}: {type(exc).__name__}: {exc}")
+            result = {"task_id": task_id, "accepted": False, "reason": f"crash:{type(exc).__name__}",
+                      "filter": None, "metrics": {}, "seconds": {}, "worker": None, "start_s": 0.0}
+        ledger.append(result)
+        counts["accepted" if result["accepted"] else result["reason"].split(":")[0]] += 1
+        bar.update(1)
+        bar.set_postfix(_progress_postfix(counts), refresh=False)
+        nxt = submit()
+        if nxt is not None:
+            pending.add(nxt)
+    bar.close()
+
+
+def _verdict_table(tasks: pd.DataFrame, ledger: Ledger) -> pd.DataFrame:
+    recs = []
+    for row, task_id in zip(tasks["row"], tasks["task_id"], strict=True):
+        rec = ledger.done.get(task_id)
+        if rec is None:
+            continue
+        metrics = rec.get("metrics", {})
+        recs.append({
+            "row": int(row), "task_id": task_id, "accepted": bool(rec["accepted"]), "reason": rec["reason"],
+            "filter": rec["filter"], "metrics": json.dumps(metrics, sort_keys=True),
+            "eager_ms": _num(metrics.get("runtime", {}).get("eager_ms")),
+            "compile_s": _num(metrics.get("compile", {}).get("compile_s")),
+            "compile_ms": _num(metrics.get("compile", {}).get("compile_ms")),
+            "seconds": float(sum(rec.get("seconds", {}).values())), "worker": rec.get("worker"),
+        })
+    return pd.DataFrame(recs, columns=["row", "task_id", "accepted", "reason", "filter", "metrics", "eager_ms",
+                                       "compile_s", "compile_ms", "seconds", "worker"])
+
+
+def _num(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def _funnel(tasks, verdicts, ledger, wall, ran, skipped, settings, env, fp) -> dict[str, Any]:
+    recs = [ledger.done[t] for t in dict.fromkeys(tasks["task_id"]) if t in ledger.done]
+    by_filter = {}
+    for name in FILTER_NAMES:
+        secs = [r["seconds"][name] for r in recs if name in r.get("seconds", {})]
+        by_filter[name] = {"ran": len(secs), "rejected": sum(1 for r in recs if r["filter"] == name and
+                                                             not r["accepted"]),
+                           "seconds_total": round(sum(secs), 3),
+                           "seconds_mean": round(sum(secs) / len(secs), 4) if secs else None}
+    reasons = Counter(r["reason"] for r in recs if not r["accepted"])
+    start_total = sum(r.get("start_s", 0.0) for r in recs)
+    return {
+        "input_rows": len(tasks), "unique_tasks": int(tasks["task_id"].nunique()),
+        "verdicted_rows": len(verdicts), "accepted_tasks": sum(1 for r in recs if r["accepted"]),
+        "rejected_tasks": sum(1 for r in recs if not r["accepted"]),
+        "accepted_rows": int(verdicts["accepted"].sum()) if len(verdicts) else 0,
+        "by_reason": dict(Counter(r.split(":")[0] for r in reasons.elements()).most_common()),
+        "by_reason_detail": dict(reasons.most_common()),
+        "by_filter": by_filter, "sandbox_start_s_total": round(start_total, 3),
+        "ran_this_time": ran, "resumed_from_ledger": skipped, "wall_s": round(wall, 3),
+        "tasks_per_min": round(60 * ran / wall, 2) if ran and wall else None,
+        "truncated_ledger_lines": ledger.truncated_lines,
+        "fingerprint": fp, "environment": env, "settings": json.loads(settings.model_dump_json()),
+    }
+
+
+def format_funnel(f: dict[str, Any]) -> str:
+    """Human-readable funnel table for the terminal."""
+    lines = [f"input rows {f['input_rows']}  unique tasks {f['unique_tasks']}  accepted {f['accepted_tasks']}"
+             f"  rejected {f['rejected_tasks']}  (resumed {f['resumed_from_ledger']}, ran {f['ran_this_time']}"
+             f" in {f['wall_s']:.1f} s, {f['tasks_per_min'] or 0:.1f} tasks/min)"]
+    lines.append(f"{'filter':<12}{'ran':>8}{'rejected':>10}{'total s':>11}{'mean s':>9}")
+    for name, d in f["by_filter"].items():
+        mean = f"{d['seconds_mean']:.3f}" if d["seconds_mean"] is not None else "-"
+        lines.append(f"{name:<12}{d['ran']:>8}{d['rejected']:>10}{d['seconds_total']:>11.1f}{mean:>9}")
+    lines.append("rejections by reason:")
+    lines += [f"  {k:<40}{v:>7}" for k, v in f["by_reason_detail"].items()]
+    return "\n".join(lines)

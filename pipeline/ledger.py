@@ -1,0 +1,128 @@
+"""The verdict ledger: one JSON line per finished task, appended as results arrive.
+
+``RUN_DIR/ledger.jsonl`` is the run's source of truth. A record is keyed by ``task_id`` and the
+environment ``fingerprint``; a re-started run reads the ledger, skips every task already verdicted under the
+same fingerprint and appends the rest, so a killed run loses at most the tasks that were in flight. A
+line cut short by a kill is ignored when read (and reported), never fatal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+# Bump when a filter's logic changes in a way that changes verdicts, so old ledgers are not reused.
+FILTER_LOGIC_VERSION = 1
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` with non-finite floats turned into the strings "inf", "-inf" and "nan" (strict JSON)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def gpu_names() -> list[str]:
+    """GPU model names from ``nvidia-smi`` (empty when there is none). Never initialises CUDA here."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def environment(device: str) -> dict[str, Any]:
+    """What the verdicts depend on besides the task: library versions, Python, machine, device model."""
+    env = {"torch": _version("torch"), "transformers": _version("transformers"), "triton": _version("triton"),
+           "python": platform.python_version(), "machine": platform.machine(), "device": device,
+           "filter_logic": FILTER_LOGIC_VERSION}
+    if device == "cuda":
+        names = gpu_names()
+        env["gpu"] = names[0] if names else None
+    return env
+
+
+def fingerprint(env: dict[str, Any], settings_fields: dict[str, Any]) -> str:
+    """16 hex digits of SHA-256 over the environment and the verdict-relevant settings."""
+    blob = json.dumps({"env": env, "settings": settings_fields}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class Ledger:
+    """Append-only JSONL of verdict records in ``path``.
+
+    Each record holds at least ``task_id``, ``fingerprint``, ``accepted``, ``reason``, ``filter``,
+    ``metrics``, ``seconds``. ``done`` maps task_id -> record for this fingerprint.
+    """
+
+    def __init__(self, path: str | Path, fingerprint: str):
+        self.path = Path(path)
+        self.fingerprint = fingerprint
+        self.done: dict[str, dict[str, Any]] = {}
+        self.truncated_lines = 0
+        self.other_fingerprints = 0
+        self._load()
+        self._fh = None
+
+    def _load(self) -> None:
+        if not self.path.exists():
+            return
+        with open(self.path, encoding="utf-8") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    self.truncated_lines += 1  # a write cut by a kill
+                    continue
+                if rec.get("fingerprint") != self.fingerprint:
+                    self.other_fingerprints += 1
+                    continue
+                self.done.setdefault(rec["task_id"], rec)
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Write one record (one line, flushed and fsynced) unless its task is already in the ledger."""
+        if record["task_id"] in self.done:
+            return
+        record = json_safe({**record, "fingerprint": self.fingerprint})
+        if self._fh is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._repair_tail()
+            self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open across appends
+        self._fh.write(json.dumps(record, sort_keys=True) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self.done[record["task_id"]] = record
+
+    def _repair_tail(self) -> None:
+        """Terminate a line cut short by a kill so the next record starts on its own line."""
+        if self.path.exists() and self.path.stat().st_size:
+            with open(self.path, "rb+") as fh:
+                fh.seek(-1, os.SEEK_END)
+                if fh.read(1) != b"\n":
+                    fh.write(b"\n")
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None

@@ -1,0 +1,117 @@
+"""Each execution filter, in-process: one task per reason code and a positive control per filter."""
+
+import math
+
+import pytest
+import torch
+from opforge.filters.chain import FILTER_NAMES, FilterSettings, load_filters, make_chain, run_chain
+from opforge.filters.execution import TaskRun, tolerance_error
+from opforge.filters.timing import time_call
+
+from .filter_tasks import BAD, GOOD, TUPLE_WITH_ZERO_MEMBER
+
+
+def _chain(**kw):
+    return make_chain(FilterSettings(**kw))
+
+
+@pytest.fixture(scope="module")
+def no_compile():
+    return _chain(skip=["compile"])
+
+
+def test_registry_matches_chain_order():
+    registry = load_filters()
+    assert set(FILTER_NAMES) <= set(registry)
+    assert sorted(FILTER_NAMES, key=lambda n: registry[n].order) == list(FILTER_NAMES)
+
+
+def test_settings_reject_unknown_filter_and_bad_window():
+    with pytest.raises(ValueError, match="unknown filter 'eagr'"):
+        FilterSettings(only=["eagr"]).names()
+    with pytest.raises(ValueError, match="runtime window"):
+        FilterSettings(runtime_window_ms=(5.0, 1.0))
+    assert FilterSettings(skip=["static", "compile"]).names()[0] == "static"  # static always runs
+
+
+def test_positive_control_passes_every_filter_including_compile():
+    res = run_chain(TaskRun(GOOD, "good"), _chain())
+    assert res["accepted"], res
+    assert list(res["metrics"]) == list(FILTER_NAMES)
+    m = res["metrics"]
+    assert m["determinism"] == {"err_call": 0.0, "err_reseed": 0.0, "err_rebuild": 0.0}
+    assert m["compile"]["err_compile"] <= 1.0 and m["compile"]["compile_s"] > 0
+    assert m["runtime"]["eager_ms"] > 0 and m["runtime"]["in_window"] is None
+    assert m["eager"]["outputs"] == [{"shape": [16, 32], "dtype": "float32"}]
+
+
+@pytest.mark.parametrize("reason", [r for r in BAD if not r.startswith("compile")])
+def test_each_reason_is_detected(reason, no_compile):
+    res = run_chain(TaskRun(BAD[reason], reason), no_compile)
+    assert not res["accepted"], res
+    assert res["reason"].startswith(reason), res["reason"]
+
+
+@pytest.mark.parametrize("reason", ["compile_mismatch", "compile_error"])
+def test_compile_reasons(reason):
+    res = run_chain(TaskRun(BAD[reason], reason), _chain())
+    assert res["reason"].startswith(reason), res
+    assert res["filter"] == "compile"
+    if reason == "compile_mismatch":
+        assert res["metrics"]["compile"]["err_compile"] > 1.0
+
+
+def test_a_tuple_with_one_trivial_member_is_kept(no_compile):
+    res = run_chain(TaskRun(TUPLE_WITH_ZERO_MEMBER, "t"), no_compile)
+    assert res["accepted"], res
+    kinds = res["metrics"]["degenerate"]
+    assert kinds["zero_err"][1] == 0.0 and kinds["zero_err"][0] > 1.0
+
+
+def test_stochastic_is_caught_although_the_first_call_is_seeded(no_compile):
+    res = run_chain(TaskRun(BAD["stochastic"], "s"), no_compile)
+    d = res["metrics"]["determinism"]
+    assert d["err_call"] > 0 and d["err_reseed"] == 0.0  # reproducible under the seed, random without it
+
+
+@pytest.mark.parametrize(("window", "reason"), [((1e4, 2e4), "runtime_out_of_window:too_fast"),
+                                                 ((0.0, 1e-6), "runtime_out_of_window:too_slow")])
+def test_runtime_window(window, reason):
+    res = run_chain(TaskRun(GOOD, "w"), _chain(skip=["compile"], runtime_window_ms=window))
+    assert res["reason"] == reason
+    assert res["metrics"]["runtime"]["in_window"] is False
+
+
+def test_runtime_window_positive_control():
+    res = run_chain(TaskRun(GOOD, "w"), _chain(skip=["compile"], runtime_window_ms=(0.0, 1e4)))
+    assert res["accepted"] and res["metrics"]["runtime"]["in_window"] is True
+
+
+def test_static_rejection_stops_the_chain(no_compile):
+    res = run_chain(TaskRun("import torch\n", "empty"), no_compile)
+    assert res["reason"] == "invalid_task" and list(res["metrics"]) == ["static"]
+
+
+def test_oom_inside_the_task_is_its_own_reason(no_compile):
+    code = GOOD.replace("return torch.relu(self.lin(x)) * 2.0", "raise MemoryError('simulated')")
+    assert run_chain(TaskRun(code, "m"), no_compile)["reason"] == "oom"
+
+
+def test_tolerance_error_matches_allclose():
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(1000, generator=g)
+    for scale in (1e-4, 5e-3, 2e-2, 1.0):
+        out = ref + scale * torch.randn(1000, generator=g)
+        assert (tolerance_error(ref, out) <= 1.0) == torch.allclose(out, ref, rtol=1e-2, atol=1e-2)
+    nan = ref.clone()
+    nan[3] = float("nan")
+    assert math.isinf(tolerance_error(ref, nan))
+    assert tolerance_error(nan, nan.clone()) == 0.0
+    assert math.isinf(tolerance_error(ref, ref[:10]))
+    assert tolerance_error(torch.tensor([True, False]), torch.tensor([True, False])) == 0.0
+
+
+def test_time_call_counts_trials_and_reports_ms():
+    t = time_call(lambda: torch.randn(64, 64) @ torch.randn(64, 64), "cpu", budget_s=0.05)
+    assert 3 <= t.trials <= 100 and 0 < t.min_ms <= t.median_ms <= t.max_ms
+    assert t.method.startswith("cpu:")

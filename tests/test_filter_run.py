@@ -1,0 +1,149 @@
+"""Sandboxed, Dask-distributed ``opforge filter`` runs: fault tolerance, resume, input errors, CLI."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+from opforge.filters.chain import FilterSettings
+from opforge.filters.sandbox import Sandbox
+from opforge.pipeline.filter_run import InputError, read_tasks, run_filter
+from opforge.pipeline.ledger import Ledger
+
+from .filter_tasks import GOOD, task
+
+HANG = task("        import time\n        time.sleep(600)\n        return x")
+ABORT = task("        import os\n        os.abort()")
+TERABYTE = task("        return torch.ones(2**40, 1024, dtype=torch.uint8)")
+# slow to build (get_init_inputs sleeps), fast to run: a run of these is long enough to be killed
+SLOW = [task(f"        return self.lin(x) + {i}.0", init_inputs="(__import__('time').sleep(1.0), [32])[1]")
+        for i in range(8)]
+
+
+def _write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_sandbox_survives_hang_abort_and_terabyte_allocation():
+    settings = FilterSettings(skip=["compile"], memory_gib=4).model_dump()
+    with Sandbox(settings) as box:
+        first_pid = box.proc.pid
+        outcomes = {name: box.run(name, code, timeout_s=10) for name, code in
+                    [("good1", GOOD), ("hang", HANG), ("good2", GOOD), ("abort", ABORT), ("tera", TERABYTE),
+                     ("good3", GOOD)]}
+        assert box.starts == 3  # the first child, then one after the hang and one after the abort
+        assert box.proc.pid != first_pid
+    assert outcomes["hang"]["reason"] == "timeout" and outcomes["hang"]["filter"] == "eager"
+    assert outcomes["abort"]["reason"] == "crash:SIGABRT"
+    assert outcomes["tera"]["reason"] == "oom"
+    for name in ("good1", "good2", "good3"):
+        assert outcomes[name]["accepted"], outcomes[name]
+
+
+def test_memory_watchdog_kills_a_child_over_its_resident_limit():
+    # CUDA children have no address-space cap; the parent's resident-size watchdog must stop this one
+    code = task("        import time\n        big = torch.ones(1200 * 2**20, dtype=torch.uint8)\n"
+                "        time.sleep(60)\n        return x + big[0]")
+    settings = FilterSettings(skip=["compile"], memory_gib=0.5, address_space_cap=False).model_dump()
+    with Sandbox(settings) as box:
+        assert "address_space_limit" not in box.child_info
+        t0 = time.monotonic()
+        res = box.run("big", code, timeout_s=50)
+        assert time.monotonic() - t0 < 40
+        assert res["reason"] == "oom" and res["filter"] == "eager", res
+        assert box.run("good", GOOD, timeout_s=30)["accepted"]
+
+
+def test_filter_run_gives_every_task_its_own_verdict(tmp_path):
+    rows = [{"code": GOOD, "task_id": "good"}, {"code": HANG, "task_id": "hang"},
+            {"code": ABORT, "task_id": "abort"}, {"code": TERABYTE, "task_id": "tera"},
+            {"code": GOOD.replace("* 2.0", "* 3.0")}, {"code": 42, "task_id": "not-code"},
+            {"code": GOOD, "task_id": "good"}]
+    src = _write_jsonl(tmp_path / "tasks.jsonl", rows)
+    res = run_filter(src, tmp_path / "run", FilterSettings(skip=["compile"], timeout_s=15, memory_gib=4),
+                     workers=2, progress=False)
+    v = res.verdicts.set_index("row")
+    assert len(v) == len(rows)
+    assert v.loc[1, "reason"] == "timeout" and v.loc[2, "reason"] == "crash:SIGABRT"
+    assert v.loc[3, "reason"] == "oom" and v.loc[5, "reason"] == "invalid_task"
+    assert v.loc[0, "accepted"] and v.loc[4, "accepted"] and v.loc[6, "accepted"]
+    assert v.loc[4, "task_id"] != "good" and len(v.loc[4, "task_id"]) == 16  # computed content hash
+    f = res.funnel
+    assert f["input_rows"] == 7 and f["unique_tasks"] == 6 and f["accepted_tasks"] == 2
+    assert f["by_reason"] == {"timeout": 1, "crash": 1, "oom": 1, "invalid_task": 1}
+    assert json.loads((tmp_path / "run" / "funnel.json").read_text())["unique_tasks"] == 6
+    assert len(pd.read_parquet(tmp_path / "run" / "verdicts.parquet")) == 7
+    # a second run resumes everything from the ledger and runs nothing
+    again = run_filter(src, tmp_path / "run", FilterSettings(skip=["compile"], timeout_s=15, memory_gib=4),
+                       workers=2, progress=False)
+    assert again.funnel["ran_this_time"] == 0 and again.funnel["resumed_from_ledger"] == 6
+    assert again.verdicts["reason"].fillna("").tolist() == res.verdicts["reason"].fillna("").tolist()
+
+
+def test_killed_filter_command_resumes_and_verdicts_each_task_once(tmp_path):
+    src = _write_jsonl(tmp_path / "slow.jsonl", [{"code": c, "task_id": f"slow{i}"} for i, c in enumerate(SLOW)])
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "opforge.pipeline.cli", "filter", str(src), "--out", str(run_dir),
+           "--only", "eager", "--workers", "1", "--timeout-s", "60"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    ledger = run_dir / "ledger.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if ledger.exists() and len(ledger.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done_before = len(ledger.read_text().splitlines())
+    assert 2 <= done_before < len(SLOW)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    ids = [json.loads(line)["task_id"] for line in ledger.read_text().splitlines()]
+    assert sorted(ids) == sorted(f"slow{i}" for i in range(len(SLOW)))  # every task exactly once
+    funnel = json.loads((run_dir / "funnel.json").read_text())
+    assert funnel["resumed_from_ledger"] == done_before and funnel["accepted_tasks"] == len(SLOW)
+
+
+def test_ledger_ignores_a_line_cut_by_a_kill(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    led = Ledger(path, "fp")
+    led.append({"task_id": "a", "accepted": True, "reason": None, "filter": None, "metrics": {"x": float("inf")}})
+    led.close()
+    with open(path, "a") as fh:
+        fh.write('{"task_id": "b", "accep')
+    again = Ledger(path, "fp")
+    assert list(again.done) == ["a"] and again.truncated_lines == 1
+    assert again.done["a"]["metrics"]["x"] == "inf"
+    again.append({"task_id": "c", "accepted": False, "reason": "oom", "filter": "eager", "metrics": {}})
+    again.close()
+    assert list(Ledger(path, "fp").done) == ["a", "c"]
+    assert Ledger(path, "other-fingerprint").done == {}
+
+
+@pytest.mark.parametrize(("content", "suffix", "message"), [
+    ('{"code": "x"}\nnot json\n', ".jsonl", r"tasks.jsonl:2: not a JSON object"),
+    ('{"source": "x"}\n', ".jsonl", "no 'code' column"),
+    ("a,b\n", ".csv", "expected .jsonl"),
+])
+def test_bad_input_names_file_and_line(tmp_path, content, suffix, message):
+    path = tmp_path / f"tasks{suffix}"
+    path.write_text(content)
+    with pytest.raises(InputError, match=message):
+        read_tasks(path)
+
+
+def test_missing_input_file(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        read_tasks(tmp_path / "nope.parquet")
+
+
+def test_cli_reports_bad_filter_name(tmp_path):
+    src = _write_jsonl(tmp_path / "t.jsonl", [{"code": GOOD}])
+    out = subprocess.run([sys.executable, "-m", "opforge.pipeline.cli", "filter", str(src), "--out",
+                          str(tmp_path / "r"), "--skip", "compil"], capture_output=True, text=True)
+    assert out.returncode == 2 and "unknown filter 'compil'" in out.stderr
