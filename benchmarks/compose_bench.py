@@ -12,11 +12,10 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import torch
 from opforge.compose.composer import ComposeConfig, compose
 from opforge.compose.labels import labels_match
+from opforge.filters.runtime import measure_eager_ms
 from opforge.seeds.catalog import read_catalog
-from opforge.task.source import load_task
 
 REF = Path(__file__).resolve().parents[2] / "shared" / "reference" / "cuda_agent_ops_6k.parquet"
 
@@ -61,14 +60,7 @@ def main():
     times = []
     for r in cpu.itertuples():
         try:
-            task = load_task(r.code, r.task_id)
-            torch.manual_seed(0)
-            m, x = task.build().eval(), task.inputs()
-            with torch.no_grad():
-                m(*x)
-                t = time.perf_counter()
-                m(*x)
-                times.append((time.perf_counter() - t) * 1e3)
+            times.append(measure_eager_ms(r.code, r.task_id))
         except Exception:
             times.append(float("nan"))
     s = pd.Series(times)

@@ -16,6 +16,17 @@ from opforge.filters.verdict import Cost, Filter, Verdict
 CUDA_WINDOW_MS = (1.0, 100.0)
 
 
+def measure_eager_ms(code: str, task_id: str = "<task>", device: str = "cpu", budget_s: float = 0.2) -> float:
+    """Median eager forward time of a task in ms (seeded build in ``eval()``, ``no_grad``), in-process.
+
+    For quick measurements outside a filter run (composer sizing checks, benchmarks). Raises whatever the
+    task raises (``TaskFormatError`` for a malformed source).
+    """
+    run = TaskRun(code, task_id, device)
+    run.model, run.inputs = run.build_model(), run.draw_inputs()
+    return time_call(lambda: run.call(seed=None), device, budget_s=budget_s).median_ms
+
+
 class RuntimeFilter(Filter):
     """Rejects ``runtime_out_of_window:too_fast`` / ``:too_slow`` when ``window_ms`` is set.
 

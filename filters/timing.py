@@ -14,9 +14,13 @@ once it has used half the budget (a 5 s call is warmed up once).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import statistics
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
 import torch
@@ -47,15 +51,39 @@ def _l2_flush_buffer(device: torch.device) -> torch.Tensor:
     return _FLUSH[index]
 
 
+@contextlib.contextmanager
+def exclusive_gpu(device: torch.device) -> Iterator[None]:
+    """Hold an exclusive lock on the physical GPU behind ``device`` while timing on it.
+
+    Several sandboxes share one GPU so that compilation (CPU) overlaps GPU work; only timing must have the
+    GPU to itself. The lock is an ``flock`` on ``$TMPDIR/opforge-gpu-<id>.lock``, where ``<id>`` is the
+    device's entry in ``CUDA_VISIBLE_DEVICES`` (the physical GPU), so it works across processes.
+    """
+    index = device.index or 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    ids = [v.strip() for v in visible.split(",") if v.strip()]
+    gpu = ids[index] if index < len(ids) else str(index)
+    path = os.path.join(tempfile.gettempdir(), f"opforge-gpu-{gpu}.lock")
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def time_call(fn: Callable[[], object], device: str | torch.device = "cpu", *, warmup: int = 3,
               min_trials: int = 3, max_trials: int = 100, budget_s: float = 0.5) -> Timing:
     """Median wall time of ``fn()`` in ms on ``device`` ("cpu" or "cuda[:i]"); see the module docstring.
+
+    On CUDA the whole measurement (warm-up included) holds ``exclusive_gpu``.
 
     ``fn`` takes no arguments (close over the model and inputs). Exceptions from ``fn`` propagate.
     """
     device = torch.device(device)
     if device.type == "cuda":
-        return _time_cuda(fn, device, warmup, min_trials, max_trials, budget_s)
+        with exclusive_gpu(device):
+            return _time_cuda(fn, device, warmup, min_trials, max_trials, budget_s)
     return _time_cpu(fn, warmup, min_trials, max_trials, budget_s)
 
 

@@ -8,6 +8,7 @@ from opforge.compose.device_profiles import get_profile
 from opforge.compose.graph import OpGraph
 from opforge.compose.labels import labels_match, recovered_labels
 from opforge.compose.sampler import Sampler, parse_op_mix
+from opforge.filters.runtime import measure_eager_ms
 from opforge.task.identity import task_id_for
 from opforge.task.source import load_task
 
@@ -101,19 +102,7 @@ def test_sampler_excludes_stochastic_ops(harvested):
 def test_cpu_profile_sizes_land_in_window_often(harvested):
     """Sizing on CPU: share of candidates whose measured eager time is inside 1-100 ms (reported, and
     required to beat a coin flip)."""
-    import time
-
     df = compose(harvested.ops, ComposeConfig(n=30, seed=4, device_profile="cpu", transformers_share=0),
                  progress=False)
-    inside = 0
-    for r in df.itertuples():
-        task = load_task(r.code, r.task_id)
-        torch.manual_seed(0)
-        model, inputs = task.build().eval(), task.inputs()
-        with torch.no_grad():
-            model(*inputs)
-            t0 = time.perf_counter()
-            model(*inputs)
-            ms = (time.perf_counter() - t0) * 1e3
-        inside += 1.0 <= ms <= 100.0
+    inside = sum(1.0 <= measure_eager_ms(r.code, r.task_id, budget_s=0.05) <= 100.0 for r in df.itertuples())
     assert inside / len(df) >= 0.5
