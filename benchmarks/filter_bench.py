@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -37,6 +38,8 @@ def main():
     p.add_argument("--work", default="runs/bench/filter")
     p.add_argument("--timeout-s", type=float, default=120.0)
     p.add_argument("--out", default="benchmarks/results/filter_bench.json")
+    p.add_argument("--warm-cache", action="store_true",
+                   help="keep Inductor's on-disk cache between configurations (default: a fresh one each)")
     args = p.parse_args()
 
     tasks = Path(args.tasks)
@@ -49,13 +52,17 @@ def main():
     for workers in args.workers:
         run_dir = Path(args.work) / f"{args.device}-w{workers}"
         shutil.rmtree(run_dir, ignore_errors=True)
+        if not args.warm_cache:  # workers and their sandboxes inherit this: every configuration starts cold
+            cache = Path(args.work) / f"inductor-cache-{args.device}-w{workers}"
+            shutil.rmtree(cache, ignore_errors=True)
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache.resolve())
         settings = FilterSettings(device=args.device, timeout_s=args.timeout_s,
                                   runtime_window_ms=(1.0, 100.0) if args.device == "cuda" else None)
         t0 = time.perf_counter()
         res = run_filter(tasks, run_dir, settings, workers=workers, progress=True)
         wall = time.perf_counter() - t0
         f = res.funnel
-        row = {"device": args.device, "workers": workers, "wall_s_including_cluster_start": round(wall, 1),
+        row = {"device": args.device, "workers": workers, "inductor_cache": "warm" if args.warm_cache else "cold", "wall_s_including_cluster_start": round(wall, 1),
                "tasks": f["unique_tasks"], "tasks_per_min": round(60 * f["unique_tasks"] / wall, 1),
                "accepted": f["accepted_tasks"], "by_reason": f["by_reason"],
                "sandbox_start_s_total": f["sandbox_start_s_total"],

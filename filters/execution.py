@@ -154,4 +154,6 @@ def is_oom(exc: BaseException) -> bool:
     if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
         return True
     text = str(exc)
-    return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
+    return isinstance(exc, RuntimeError) and any(
+        s in text for s in ("can't allocate memory", "out of memory", "CUBLAS_STATUS_ALLOC_FAILED",
+                            "CUFFT_ALLOC_FAILED", "CUSOLVER_STATUS_ALLOC_FAILED"))

@@ -43,6 +43,7 @@ def _apply(settings: dict) -> dict:
     else:
         if not torch.cuda.is_available():
             raise RuntimeError("device 'cuda' asked for, but torch.cuda.is_available() is False")
+        torch.empty(1, device="cuda")  # create the CUDA context now, so the memory baseline includes it
         info["gpu"] = torch.cuda.get_device_name(0)
         info["visible"] = os.environ.get("CUDA_VISIBLE_DEVICES")
         # pinned precision (DESIGN.md §4): no TF32 unless the run says otherwise
@@ -97,7 +98,39 @@ def main() -> None:
 
         result = run_chain(run, chain, on_stage=stage)
         del run
+        if settings["device"] == "cuda":
+            result = _retry_oom_alone(result, task_id, code, chain, stage)
         send_message(out, result)
+
+
+def _release_gpu_memory() -> None:
+    """Hand cached blocks back to the driver: sandboxes share the GPU, and one task's cache must not
+    make the next task of another sandbox run out of memory."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def _retry_oom_alone(result: dict, task_id: str, code: str, chain, stage) -> dict:
+    """An ``oom`` on a shared GPU may be the neighbours' fault: run the task once more holding the GPU's
+    exclusive lock (no other sandbox times meanwhile) after freeing this child's cache."""
+    import torch
+    from opforge.filters.chain import run_chain
+    from opforge.filters.execution import TaskRun
+    from opforge.filters.timing import exclusive_gpu
+
+    _release_gpu_memory()
+    if result["reason"] != "oom":
+        return result
+    with exclusive_gpu(torch.device("cuda")):
+        _release_gpu_memory()
+        again = run_chain(TaskRun(code=code, task_id=task_id, device="cuda"), chain, on_stage=stage)
+    _release_gpu_memory()
+    again["retried_alone"] = True
+    return again
 
 
 if __name__ == "__main__":

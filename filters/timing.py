@@ -41,6 +41,7 @@ class Timing:
 
 
 _FLUSH: dict[int, torch.Tensor] = {}
+_HELD: dict[int, bool] = {}
 
 
 def _l2_flush_buffer(device: torch.device) -> torch.Tensor:
@@ -58,17 +59,23 @@ def exclusive_gpu(device: torch.device) -> Iterator[None]:
     Several sandboxes share one GPU so that compilation (CPU) overlaps GPU work; only timing must have the
     GPU to itself. The lock is an ``flock`` on ``$TMPDIR/opforge-gpu-<id>.lock``, where ``<id>`` is the
     device's entry in ``CUDA_VISIBLE_DEVICES`` (the physical GPU), so it works across processes.
+    Re-entrant within a process (a task re-run alone holds it while its own timing asks again).
     """
     index = device.index or 0
+    if _HELD.get(index):
+        yield
+        return
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     ids = [v.strip() for v in visible.split(",") if v.strip()]
     gpu = ids[index] if index < len(ids) else str(index)
     path = os.path.join(tempfile.gettempdir(), f"opforge-gpu-{gpu}.lock")
     with open(path, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
+        _HELD[index] = True
         try:
             yield
         finally:
+            _HELD[index] = False
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
