@@ -48,10 +48,12 @@ class TaskRun:
         return self.task
 
     def build_model(self):
-        """``Model(*get_init_inputs())`` after ``BUILD_SEED``, moved to the device, in ``eval()`` mode."""
+        """``Model(*get_init_inputs())`` after ``BUILD_SEED``, built under ``torch.device(device)`` (so a GPU
+        initialises its own parameters), moved there, in ``eval()`` mode."""
         task = self.load()
         torch.manual_seed(BUILD_SEED)
-        model = task.build()
+        with torch.device(self.device):  # parameters are created (and initialised) on the device
+            model = task.build()
         if isinstance(model, torch.nn.Module):
             model = model.to(self.device).eval()
         return model
@@ -59,7 +61,9 @@ class TaskRun:
     def draw_inputs(self, seed: int = INPUT_SEED) -> list[Any]:
         """``get_inputs()`` after ``torch.manual_seed(seed)``, tensors moved to the device."""
         torch.manual_seed(seed)
-        return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in self.load().inputs()]
+        with torch.device(self.device):  # drawn on the device: no host copy of GB-sized inputs
+            inputs = self.load().inputs()
+        return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in inputs]
 
     def call(self, model=None, inputs=None, seed: int | None = CALL_SEED) -> list[torch.Tensor]:
         """Flat output tensors of ``model(*inputs)`` under ``no_grad``; ``seed=None`` keeps the RNG state.
