@@ -76,6 +76,8 @@ def main() -> None:
         kind, settings = read_message(inp)
     except EOFError:
         return
+    if kind != "settings":
+        raise SystemExit(f"sandbox child: expected the settings message first, got {kind!r}")
     info = _apply(settings)
 
     from opforge.filters.chain import FilterSettings, make_chain, run_chain

@@ -9,6 +9,7 @@ verdict. Output in ``RUN_DIR``: ``ledger.jsonl`` (appended as results arrive; wh
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections import Counter
@@ -158,6 +159,9 @@ def run_filter(input_path: str | Path, run_dir: str | Path, settings: FilterSett
     if len(todo):
         own = handle is None
         handle = handle or open_cluster(settings.device, workers, scheduler)
+        if settings.device == "cpu" and settings.cpu_threads is None:
+            # share this machine's cores among the sandboxes (an external cluster's machines may differ)
+            settings = settings.model_copy(update={"cpu_threads": max(1, (os.cpu_count() or 1) // handle.slots)})
         try:
             _drive(handle, todo, settings, ledger, run_dir, progress, failures)
         finally:

@@ -115,3 +115,26 @@ def test_time_call_counts_trials_and_reports_ms():
     t = time_call(lambda: torch.randn(64, 64) @ torch.randn(64, 64), "cpu", budget_s=0.05)
     assert 3 <= t.trials <= 100 and 0 < t.min_ms <= t.median_ms <= t.max_ms
     assert t.method.startswith("cpu:")
+
+
+def test_gpu_timing_lock_is_exclusive_across_processes_and_reentrant(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from opforge.filters.timing import exclusive_gpu
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    probe = ("import fcntl, sys; fh = open(sys.argv[1], 'a')\n"
+             "try:\n    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')\n"
+             "except BlockingIOError:\n    print('held')")
+    lock = tmp_path / "opforge-gpu-5.lock"
+    with exclusive_gpu(torch.device("cuda", 0)):
+        with exclusive_gpu(torch.device("cuda", 0)):  # a re-run alone times under the lock it holds
+            inner = subprocess.run([sys.executable, "-c", probe, str(lock)], capture_output=True, text=True)
+        assert inner.stdout.strip() == "held"
+    after = subprocess.run([sys.executable, "-c", probe, str(lock)], capture_output=True, text=True)
+    assert after.stdout.strip() == "free"
