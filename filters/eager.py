@@ -6,12 +6,29 @@ import time
 from typing import Any
 
 import torch
-from opforge.filters.execution import CALL_SEED, TaskRun, is_oom
+from opforge.filters.execution import BUILD_SEED, CALL_SEED, TaskRun, is_oom
 from opforge.filters.verdict import Cost, Filter, Verdict
 
 
+def unregistered_tensors(model) -> list[str]:
+    """Names of tensor attributes with ``ndim > 0`` that are neither parameters nor buffers, on ``model``
+    and its submodules. ``.to(device)`` does not move them, so such a task fails on the GPU when built on
+    the CPU and moved (KernelBench's ``Model(*get_init_inputs()).cuda()``); 0-dim tensors are fine, torch
+    accepts CPU scalars next to CUDA tensors."""
+    if not isinstance(model, torch.nn.Module):
+        return []
+    found = []
+    for prefix, mod in model.named_modules():
+        for name, value in vars(mod).items():
+            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter) and value.ndim > 0:
+                found.append(f"{prefix}.{name}" if prefix else name)
+    return found
+
+
 class EagerFilter(Filter):
-    """Rejects ``eager_error:<ExceptionType>`` (import, build or forward raises, or no tensor comes back),
+    """Rejects ``eager_error:<ExceptionType>`` (import, build or forward raises, or no tensor comes back;
+    ``eager_error:unregistered_tensor`` on a GPU when a tensor attribute that ``.to(device)`` does not move
+    breaks the task built KernelBench's way, on the CPU then moved),
     ``oom`` (the build or forward runs out of memory) and ``non_finite`` (an output holds NaN or Inf).
 
     Side effect on ``TaskRun``: sets ``model`` (built after ``BUILD_SEED``, in ``eval()``), ``inputs``
@@ -45,6 +62,22 @@ class EagerFilter(Filter):
             m["error_type"] = type(exc).__name__
             m["oom"] = is_oom(exc)
             return m
+        stray = unregistered_tensors(run.model) if run.device != "cpu" else []
+        if stray:
+            # KernelBench-style consumers run ``Model(*init).cuda()``, which leaves these on the CPU: try
+            # that way too, and reject only if it breaks (rotary caches kept as plain attributes are fine)
+            m["unregistered_tensors"] = stray[:5]
+            try:
+                torch.manual_seed(BUILD_SEED)
+                moved = run.load().build().to(run.device).eval()
+                run.call(model=moved)
+                del moved
+            except Exception as exc:  # noqa: BLE001 - the task's failure is the verdict
+                m["error"] = (f"built on the CPU and moved, it fails ({type(exc).__name__}: {str(exc)[:200]}); "
+                              f"tensor attribute(s) {', '.join(stray[:3])} are neither parameters nor buffers")
+                m["error_type"] = "unregistered_tensor"
+                m["oom"] = is_oom(exc)
+                return m
         m["params"] = sum(p.numel() for p in run.model.parameters()) if isinstance(run.model, torch.nn.Module) \
             else 0
         m["outputs"] = [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")}

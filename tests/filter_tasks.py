@@ -34,6 +34,8 @@ GOOD = task("        return torch.relu(self.lin(x)) * 2.0")
 BAD = {
     # reason prefix -> task
     "eager_error": task("        return self.lin(x.view(-1, 7))"),
+    "eager_error:unregistered_tensor": task("        return self.lin(x) * self.scale",
+                                            init="        self.scale = torch.full((32,), 2.0)"),
     "non_finite": task("        return torch.log(self.lin(x) - 100.0)"),
     "stochastic": task('        noise = getattr(torch, "randn" + "_like")(x)\n        return self.lin(x) + noise'),
     "nondeterministic:reseed": task("        self.calls += 1\n        return self.lin(x) * self.calls",

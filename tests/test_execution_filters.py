@@ -45,7 +45,7 @@ def test_positive_control_passes_every_filter_including_compile():
     assert m["eager"]["outputs"] == [{"shape": [16, 32], "dtype": "float32"}]
 
 
-@pytest.mark.parametrize("reason", [r for r in BAD if not r.startswith("compile")])
+@pytest.mark.parametrize("reason", [r for r in BAD if not r.startswith(("compile", "eager_error:unregistered"))])
 def test_each_reason_is_detected(reason, no_compile):
     res = run_chain(TaskRun(BAD[reason], reason), no_compile)
     assert not res["accepted"], res
@@ -138,3 +138,20 @@ def test_gpu_timing_lock_is_exclusive_across_processes_and_reentrant(tmp_path, m
         assert inner.stdout.strip() == "held"
     after = subprocess.run([sys.executable, "-c", probe, str(lock)], capture_output=True, text=True)
     assert after.stdout.strip() == "free"
+
+
+def test_unregistered_tensor_attributes_are_listed():
+    from opforge.filters.eager import unregistered_tensors
+
+    run = TaskRun(BAD["eager_error:unregistered_tensor"], "u")
+    assert unregistered_tensors(run.build_model()) == ["scale"]
+    assert unregistered_tensors(TaskRun(GOOD, "g").build_model()) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_unregistered_tensor_breaks_the_task_on_the_gpu():
+    res = run_chain(TaskRun(BAD["eager_error:unregistered_tensor"], "u", "cuda"), _chain(device="cuda",
+                                                                                       skip=["compile"]))
+    assert res["reason"] == "eager_error:unregistered_tensor", res
+    assert run_chain(TaskRun(GOOD, "g", "cuda"), _chain(device="cuda", skip=["compile"]))["accepted"]
