@@ -88,10 +88,9 @@ class EagerFilter(Filter):
         return m
 
     def decide(self, m: dict[str, Any]) -> Verdict:
-        if m["oom"]:
-            return self.reject("oom", m)
-        if m["error"] is not None:
-            return self.reject(f"eager_error:{m['error_type']}", m)
+        failed = self.reject_failure(m, "eager_error")
+        if failed is not None:
+            return failed
         if m["non_finite_fraction"] > self.thresholds["max_non_finite_fraction"]:
             return self.reject("non_finite", m)
         return self.accept(m)

@@ -59,10 +59,9 @@ class CompileFilter(Filter):
         return m
 
     def decide(self, m: dict[str, Any]) -> Verdict:
-        if m["oom"]:
-            return self.reject("oom", m)
-        if m["error"] is not None:
-            return self.reject(f"compile_error:{m['error_type']}", m)
+        failed = self.reject_failure(m, "compile_error")
+        if failed is not None:
+            return failed
         if m["err_compile"] > self.thresholds["max_err"]:
             return self.reject("compile_mismatch", m)
         return self.accept(m)

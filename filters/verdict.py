@@ -100,6 +100,15 @@ class Filter:
             task = TaskInput(task, task_id)
         return self.decide(self.score(task))
 
+    def reject_failure(self, metrics: dict[str, Any], prefix: str) -> Verdict | None:
+        """For metrics that record a caught exception (keys ``oom``, ``error``, ``error_type``): ``oom`` or
+        ``<prefix>:<error_type>``; None when nothing failed."""
+        if metrics.get("oom"):
+            return self.reject("oom", metrics)
+        if metrics.get("error") is not None:
+            return self.reject(f"{prefix}:{metrics['error_type']}", metrics)
+        return None
+
     def accept(self, metrics: dict[str, Any]) -> Verdict:
         return Verdict(True, self.name, None, metrics)
 
