@@ -105,8 +105,9 @@ def run_chain(task: TaskInput, chain: list[Filter],
 
     Returns a JSON-ready dict: ``accepted``, ``reason``, ``filter`` (the rejecting one, None when
     accepted), ``metrics`` (filter name -> metrics of every filter that ran), ``seconds`` (filter name ->
-    wall seconds). ``on_stage(name)`` is called before each filter. An exception escaping a filter's ``score`` becomes its filter's rejection: ``oom`` for
-    out-of-memory, otherwise ``eager_error`` / ``compile_error`` by cost, with the exception type.
+    wall seconds). ``on_stage(name)`` is called before each filter. An exception escaping a filter's
+    ``score`` becomes its rejection: ``oom`` for out-of-memory, otherwise ``compile_error:<Exc>`` in the
+    ``compile`` filter and ``eager_error:<Exc>`` in any other.
     """
     from opforge.filters.execution import is_oom
 

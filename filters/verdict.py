@@ -49,8 +49,8 @@ class Verdict:
 
 @dataclass
 class TaskInput:
-    """What every filter sees: the task source and its id (execution filters get a ``TaskRun`` subclass
-    that also carries the built model, inputs and outputs)."""
+    """What every filter sees: the task source and its id. Execution filters get a
+    ``filters.execution.TaskRun``, which has the same two fields plus the built model, inputs and outputs."""
 
     code: str
     task_id: str = "<task>"
