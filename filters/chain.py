@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from opforge.filters.verdict import REGISTRY, Filter, TaskInput, Verdict
+from opforge.filters.verdict import REGISTRY, Filter, TaskInput
 from pydantic import BaseModel, Field, field_validator
 
 # Modules whose Filter subclasses make up the chain (importing a module registers its filters).
@@ -109,7 +109,7 @@ def run_chain(task: TaskInput, chain: list[Filter],
     ``score`` becomes its rejection: ``oom`` for out-of-memory, otherwise ``compile_error:<Exc>`` in the
     ``compile`` filter and ``eager_error:<Exc>`` in any other.
     """
-    from opforge.filters.execution import is_oom
+    from opforge.filters.execution import failure_metrics
 
     metrics: dict[str, Any] = {}
     seconds: dict[str, float] = {}
@@ -120,9 +120,8 @@ def run_chain(task: TaskInput, chain: list[Filter],
         try:
             verdict = f.decide(f.score(task))
         except Exception as exc:  # noqa: BLE001 - a filter's own crash on odd output is still a verdict
-            reason = "oom" if is_oom(exc) else \
-                f"{'compile_error' if f.name == 'compile' else 'eager_error'}:{type(exc).__name__}"
-            verdict = Verdict(False, f.name, reason, {"error": f"{type(exc).__name__}: {str(exc)[:300]}"})
+            verdict = f.reject_failure(failure_metrics(exc),
+                                       "compile_error" if f.name == "compile" else "eager_error")
         seconds[f.name] = time.perf_counter() - start
         metrics[f.name] = verdict.metrics
         if not verdict.accepted:

@@ -39,13 +39,14 @@ def _zero_error(o: torch.Tensor) -> tuple[float, float]:
     """
     if o.numel() == 0:
         return 0.0, 1.0
+    flat = comparable(o)
     worst, right = 0.0, 0
-    for a in chunks(comparable(o)):
+    for a in chunks(flat):
         a = a.abs()
         err = a / (EVAL_ATOL + EVAL_RTOL * a)
         worst = max(worst, float(err.max()))
         right += int((err <= 1.0).sum())
-    return worst, right / comparable(o).numel()
+    return worst, right / flat.numel()
 
 
 def _constant_error(o: torch.Tensor) -> float:

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 import torch
-from opforge.filters.execution import BUILD_SEED, CALL_SEED, TaskRun, is_oom
+from opforge.filters.execution import BUILD_SEED, CALL_SEED, TaskRun, failure_metrics
 from opforge.filters.verdict import Cost, Filter, Verdict
 
 
@@ -58,10 +58,7 @@ class EagerFilter(Filter):
                 torch.cuda.synchronize()
             m["first_call_s"] = time.perf_counter() - t
         except Exception as exc:  # noqa: BLE001 - any failure of the task's code is a verdict
-            m["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-            m["error_type"] = type(exc).__name__
-            m["oom"] = is_oom(exc)
-            return m
+            return {**m, **failure_metrics(exc)}
         stray = unregistered_tensors(run.model) if run.device != "cpu" else []
         if stray:
             # KernelBench-style consumers run ``Model(*init).cuda()``, which leaves these on the CPU: try
@@ -73,11 +70,10 @@ class EagerFilter(Filter):
                 run.call(model=moved)
                 del moved
             except Exception as exc:  # noqa: BLE001 - the task's failure is the verdict
-                m["error"] = (f"built on the CPU and moved, it fails ({type(exc).__name__}: {str(exc)[:200]}); "
-                              f"tensor attribute(s) {', '.join(stray[:3])} are neither parameters nor buffers")
-                m["error_type"] = "unregistered_tensor"
-                m["oom"] = is_oom(exc)
-                return m
+                failed = failure_metrics(exc, limit=200)
+                return {**m, **failed, "error_type": "unregistered_tensor",
+                        "error": f"built on the CPU and moved, it fails ({failed['error']}); tensor "
+                                 f"attribute(s) {', '.join(stray[:3])} are neither parameters nor buffers"}
         m["params"] = sum(p.numel() for p in run.model.parameters()) if isinstance(run.model, torch.nn.Module) \
             else 0
         m["outputs"] = [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")}

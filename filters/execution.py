@@ -153,6 +153,13 @@ def outputs_error(ref: list[torch.Tensor], out: list[torch.Tensor], atol: float 
     return max((tolerance_error(r, o, atol, rtol) for r, o in zip(ref, out, strict=True)), default=0.0)
 
 
+def failure_metrics(exc: BaseException, limit: int = 300) -> dict[str, Any]:
+    """Metrics of a caught exception, as ``Filter.reject_failure`` reads them: ``error`` ("Type: message",
+    cut to ``limit`` characters), ``error_type`` and ``oom`` (``is_oom``)."""
+    return {"error": f"{type(exc).__name__}: {str(exc)[:limit]}", "error_type": type(exc).__name__,
+            "oom": is_oom(exc)}
+
+
 def is_oom(exc: BaseException) -> bool:
     """True for out-of-memory errors on CPU (``MemoryError``, allocator refusal) or CUDA."""
     if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):

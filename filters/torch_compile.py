@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 import torch
-from opforge.filters.execution import TaskRun, is_oom, outputs_error
+from opforge.filters.execution import TaskRun, failure_metrics, outputs_error
 from opforge.filters.timing import time_call
 from opforge.filters.verdict import Cost, Filter, Verdict
 
@@ -51,9 +51,7 @@ class CompileFilter(Filter):
                 inputs = run.inputs
                 m["compile_ms"] = time_call(lambda: run.call(compiled, inputs, seed=None), run.device).median_ms
         except Exception as exc:  # noqa: BLE001 - any compiler failure is a verdict
-            m["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-            m["error_type"] = type(exc).__name__
-            m["oom"] = is_oom(exc)
+            m.update(failure_metrics(exc))
         finally:
             torch._dynamo.reset()
         return m

@@ -101,9 +101,8 @@ def verdict_task(task_id: str, code: Any, settings_json: str, log_dir: str | Non
     Returns the ``run_chain`` dict plus ``task_id``, ``worker`` and ``start_s``.
     """
     box = _sandbox(settings_json, log_dir)
-    timeout = json.loads(settings_json)["timeout_s"]
     code = code if isinstance(code, str) else ""
-    result = box.run(task_id, code, timeout_s=timeout)
+    result = box.run(task_id, code, timeout_s=box.settings["timeout_s"])
     try:
         worker = get_worker().name
     except ValueError:

@@ -79,7 +79,6 @@ class Ledger:
         self.fingerprint = fingerprint
         self.done: dict[str, dict[str, Any]] = {}
         self.truncated_lines = 0
-        self.other_fingerprints = 0
         self._load()
         self._fh = None
 
@@ -95,10 +94,8 @@ class Ledger:
                 except json.JSONDecodeError:
                     self.truncated_lines += 1  # a write cut by a kill
                     continue
-                if rec.get("fingerprint") != self.fingerprint:
-                    self.other_fingerprints += 1
-                    continue
-                self.done.setdefault(rec["task_id"], rec)
+                if rec.get("fingerprint") == self.fingerprint:
+                    self.done.setdefault(rec["task_id"], rec)
 
     def append(self, record: dict[str, Any]) -> None:
         """Write one record (one line, flushed and fsynced) unless its task is already in the ledger."""
