@@ -112,6 +112,7 @@ class Sandbox:
             if out is not subprocess.DEVNULL:
                 out.close()
         self._rfd = rfd
+        self.child_info = {}  # no memory baseline until the new child reports ready
         send_message(self.proc.stdin, ("settings", self.settings))
         msg = self._wait(self.start_timeout_s)
         if not (isinstance(msg, tuple) and msg[0] == "ready"):
@@ -163,7 +164,8 @@ class Sandbox:
         deadline = time.monotonic() + timeout_s
         stage = ""
         margin = self.settings.get("memory_gib", 0) * 2**30
-        limit = self.child_info.get("rss", 0) + margin if margin else 0
+        # the guard is relative to the child's size at start; while it starts, only the timeout applies
+        limit = self.child_info["rss"] + margin if margin and "rss" in self.child_info else 0
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
