@@ -19,7 +19,8 @@ from opforge.filters.verdict import REGISTRY, Filter, TaskInput
 from pydantic import BaseModel, Field, field_validator
 
 # Modules whose Filter subclasses make up the chain (importing a module registers its filters).
-FILTER_MODULES = ("static", "eager", "determinism", "degenerate", "runtime", "torch_compile")
+FILTER_MODULES = ("duplicate", "static", "contamination", "eager", "determinism", "degenerate", "runtime",
+                  "torch_compile")
 
 
 def load_filters() -> dict[str, type[Filter]]:
@@ -42,6 +43,11 @@ class FilterSettings(BaseModel):
         address_space_cap: apply the CPU address-space cap (off: only the resident-size watchdog).
         cpu_threads: torch intra-op threads per CPU sandbox child (None = cores / workers).
         thresholds: per-filter threshold overrides, e.g. ``{"determinism": {"max_drift": 0.05}}``.
+        kernelbench: where the contamination filter's KernelBench problems come from (a .jsonl/.parquet
+            path or ``hub:REPO@REVISION``; None = ``filters.kernelbench.default_reference()``).
+        kernelbench_levels: KernelBench levels to compare with (default 1–3).
+        kernelbench_index: path of the built index the sandboxes load (set by the run, not by users).
+        kernelbench_identity: source hash, levels and version of that index (part of the fingerprint).
     """
 
     device: str = "cpu"
@@ -53,6 +59,10 @@ class FilterSettings(BaseModel):
     address_space_cap: bool = True
     cpu_threads: int | None = None
     thresholds: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    kernelbench: str | None = None
+    kernelbench_levels: tuple[int, ...] = (1, 2, 3)
+    kernelbench_index: str | None = None
+    kernelbench_identity: dict[str, Any] | None = None
 
     @field_validator("device")
     @classmethod
@@ -77,26 +87,49 @@ class FilterSettings(BaseModel):
                 and (n not in self.skip or n == "static")]
 
     def fingerprint_fields(self) -> dict[str, Any]:
-        """What changes verdicts: chain, window, thresholds, memory guard (not timeout or threads)."""
-        return {"device": self.device, "filters": self.names(), "window": self.runtime_window_ms,
-                "thresholds": self.thresholds, "memory_gib": self.memory_gib}
+        """What changes verdicts: chain, window, thresholds, memory guard, KernelBench reference (not
+        timeout or threads)."""
+        fields = {"device": self.device, "filters": self.names(), "window": self.runtime_window_ms,
+                  "thresholds": self.thresholds, "memory_gib": self.memory_gib}
+        if "contamination" in self.names():
+            fields["kernelbench"] = self.kernelbench_identity
+        return fields
+
+    def corpus_names(self) -> list[str]:
+        """Filters of this run that score the whole input on the client (``duplicate``)."""
+        return [n for n in self.names() if n in CORPUS_FILTERS]
 
 
 # Chain order (must match the classes' ``order``; a test checks it); kept literal so the client can
 # validate names without importing torch.
-FILTER_NAMES = ("static", "eager", "determinism", "degenerate", "runtime", "compile")
+FILTER_NAMES = ("duplicate", "static", "contamination", "eager", "determinism", "degenerate", "runtime",
+                "compile")
+# Filters that score the whole input at once on the client (``corpus = True``), before dispatch.
+CORPUS_FILTERS = ("duplicate",)
 
 
 def make_chain(settings: FilterSettings) -> list[Filter]:
-    """Instantiate the chosen filters in order, applying ``settings.thresholds`` and the runtime window."""
+    """Instantiate the chosen per-task filters in order (corpus filters excluded), applying
+    ``settings.thresholds``, the runtime window and the KernelBench index."""
     registry = load_filters()
     chain = []
     for name in settings.names():
+        if name in CORPUS_FILTERS:
+            continue
         overrides = dict(settings.thresholds.get(name, {}))
         if name == "runtime" and settings.runtime_window_ms is not None:
             overrides.setdefault("window_ms", list(settings.runtime_window_ms))
+        if name == "contamination":
+            chain.append(registry[name](index=settings.kernelbench_index, **overrides))
+            continue
         chain.append(registry[name](**overrides))
     return sorted(chain, key=lambda f: f.order)
+
+
+def make_corpus_filters(settings: FilterSettings) -> list[Filter]:
+    """Instantiate the chosen corpus filters (run on the client over the whole input)."""
+    registry = load_filters()
+    return [registry[n](**settings.thresholds.get(n, {})) for n in settings.corpus_names()]
 
 
 def run_chain(task: TaskInput, chain: list[Filter],

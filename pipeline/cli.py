@@ -123,9 +123,14 @@ def filter_cmd(
     timeout_s: float = typer.Option(300.0, help="Per-task wall-clock limit in its sandbox, seconds."),
     memory_gib: float = typer.Option(8.0, help="Per-sandbox memory guard, GiB."),
     limit: int = typer.Option(None, help="Only the first N input rows."),
+    kernelbench: str = typer.Option(None, help="KernelBench problems for the contamination filter: a .jsonl/"
+                                               ".parquet path or hub:REPO@REVISION (default: "
+                                               "$OPFORGE_KERNELBENCH, ../shared/reference, the Hub)."),
+    kernelbench_levels: str = typer.Option("1,2,3", help="KernelBench levels to compare with, e.g. 1,2,3,4."),
 ):
     """Verdict every input task with the filter chain; resumes from RUN_DIR's ledger when re-run."""
     from opforge.filters.chain import FILTER_NAMES, FilterSettings
+    from opforge.filters.kernelbench import ReferenceLoadError
     from opforge.filters.runtime import CUDA_WINDOW_MS
     from opforge.pipeline.filter_run import InputError, format_funnel, run_filter
 
@@ -135,14 +140,19 @@ def filter_cmd(
     if no_window:
         window = None
     try:
+        levels = tuple(int(v) for v in _names(kernelbench_levels) or [])
         settings = FilterSettings(device=device, only=_names(only), skip=_names(skip) or [],
-                                  runtime_window_ms=window, timeout_s=timeout_s, memory_gib=memory_gib)
+                                  runtime_window_ms=window, timeout_s=timeout_s, memory_gib=memory_gib,
+                                  kernelbench=kernelbench, kernelbench_levels=levels)
         settings.names()
     except ValueError as exc:
         typer.echo(f"error: {exc} (filters: {', '.join(FILTER_NAMES)})", err=True)
         raise typer.Exit(2) from None
     try:
         res = run_filter(input, out, settings, workers=workers, scheduler=scheduler, limit=limit)
+    except ReferenceLoadError as exc:
+        typer.echo(f"error: {exc} (or leave the contamination filter out: --skip contamination)", err=True)
+        raise typer.Exit(2) from None
     except (InputError, RuntimeError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

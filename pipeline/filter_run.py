@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 from distributed import as_completed, get_worker
-from opforge.filters.chain import FILTER_NAMES, FilterSettings
+from opforge.filters.chain import FILTER_NAMES, FilterSettings, make_corpus_filters
 from opforge.filters.sandbox import Sandbox
 from opforge.pipeline.cluster import ClusterHandle, open_cluster
 from opforge.pipeline.ledger import Ledger, environment, fingerprint
@@ -147,10 +147,17 @@ def run_filter(input_path: str | Path, run_dir: str | Path, settings: FilterSett
     tasks = read_tasks(input_path)
     if limit is not None:
         tasks = tasks.head(limit)
+    corpus, corpus_stats = _corpus_verdicts(tasks, settings, progress)
+    if "contamination" in settings.names() and settings.kernelbench_index is None:
+        from opforge.filters.kernelbench import index_for_run
+
+        path, index = index_for_run(run_dir, settings.kernelbench, settings.kernelbench_levels, progress)
+        settings = settings.model_copy(update={"kernelbench_index": str(path.resolve()),
+                                               "kernelbench_identity": index.identity()})
     env = environment(settings.device)
     fp = fingerprint(env, settings.fingerprint_fields())
     ledger = Ledger(run_dir / "ledger.jsonl", fp)
-    unique = tasks.drop_duplicates("task_id")
+    unique = tasks[~tasks["row"].isin(corpus)].drop_duplicates("task_id")
     todo = unique[~unique["task_id"].isin(ledger.done)]
     skipped = len(unique) - len(todo)
     t0 = time.perf_counter()
@@ -168,8 +175,8 @@ def run_filter(input_path: str | Path, run_dir: str | Path, settings: FilterSett
             if own:
                 handle.close()
     wall = time.perf_counter() - t0
-    verdicts = _verdict_table(tasks, ledger)
-    funnel = _funnel(tasks, verdicts, ledger, wall, len(todo), skipped, settings, env, fp)
+    verdicts = _verdict_table(tasks, ledger, corpus)
+    funnel = _funnel(tasks, verdicts, ledger, corpus, corpus_stats, wall, len(todo), skipped, settings, env, fp)
     verdicts.to_parquet(run_dir / "verdicts.parquet", index=False)
     (run_dir / "funnel.json").write_text(json.dumps(funnel, indent=2, sort_keys=True))
     return FilterRunResult(verdicts, funnel, run_dir, skipped, failures)
@@ -214,38 +221,71 @@ def _drive(handle: ClusterHandle, todo: pd.DataFrame, settings: FilterSettings, 
     bar.close()
 
 
-def _verdict_table(tasks: pd.DataFrame, ledger: Ledger) -> pd.DataFrame:
+def _corpus_verdicts(tasks: pd.DataFrame, settings: FilterSettings, progress: bool
+                     ) -> tuple[dict[int, dict], dict[str, dict]]:
+    """Run the corpus filters (``duplicate``) over all rows on the client. Returns (row -> record of each
+    rejected row, in the ledger's record shape; filter name -> {"ran": rows, "seconds": total}).
+    Deterministic in the input, so recomputed on every (re-)run."""
+    out: dict[int, dict] = {}
+    stats: dict[str, dict] = {}
+    for f in make_corpus_filters(settings):
+        t0 = time.perf_counter()
+        live = tasks[~tasks["row"].isin(out)]
+        verdicts = f.run_corpus(list(live["code"]), progress=progress)
+        stats[f.name] = {"ran": len(live), "seconds": time.perf_counter() - t0}
+        per_row = stats[f.name]["seconds"] / max(1, len(live))
+        for row, v in zip(live["row"], verdicts, strict=True):
+            if not v.accepted:
+                metrics = dict(v.metrics)
+                if "duplicate_of" in metrics:  # position among the live rows -> input row number
+                    metrics["duplicate_of"] = int(live["row"].iloc[metrics["duplicate_of"]])
+                out[int(row)] = {"accepted": False, "reason": v.reason, "filter": f.name,
+                                 "metrics": {f.name: metrics}, "seconds": {f.name: per_row}, "worker": "client"}
+    return out, stats
+
+
+def _verdict_table(tasks: pd.DataFrame, ledger: Ledger, corpus: dict[int, dict]) -> pd.DataFrame:
     recs = []
     for row, task_id in zip(tasks["row"], tasks["task_id"], strict=True):
-        rec = ledger.done.get(task_id)
+        rec = corpus.get(int(row)) or ledger.done.get(task_id)
         if rec is None:
             continue
         metrics = rec.get("metrics", {})
+        kb = metrics.get("contamination", {})
         recs.append({
             "row": int(row), "task_id": task_id, "accepted": bool(rec["accepted"]), "reason": rec["reason"],
             "filter": rec["filter"], "metrics": json.dumps(metrics, sort_keys=True),
             "eager_ms": _num(metrics.get("runtime", {}).get("eager_ms")),
             "compile_s": _num(metrics.get("compile", {}).get("compile_s")),
             "compile_ms": _num(metrics.get("compile", {}).get("compile_ms")),
+            "kernelbench_nearest": kb.get("kernelbench_nearest"),
+            "kernelbench_similarity": _num(kb.get("kernelbench_similarity")),
             "seconds": float(sum(rec.get("seconds", {}).values())), "worker": rec.get("worker"),
         })
     return pd.DataFrame(recs, columns=["row", "task_id", "accepted", "reason", "filter", "metrics", "eager_ms",
-                                       "compile_s", "compile_ms", "seconds", "worker"])
+                                       "compile_s", "compile_ms", "kernelbench_nearest",
+                                       "kernelbench_similarity", "seconds", "worker"])
 
 
 def _num(v) -> float | None:
     return float(v) if isinstance(v, (int, float)) else None
 
 
-def _funnel(tasks, verdicts, ledger, wall, ran, skipped, settings, env, fp) -> dict[str, Any]:
-    recs = [ledger.done[t] for t in dict.fromkeys(tasks["task_id"]) if t in ledger.done]
+def _funnel(tasks, verdicts, ledger, corpus, corpus_stats, wall, ran, skipped, settings, env, fp
+            ) -> dict[str, Any]:
+    """Counts per task: each corpus-rejected row is one task, then each distinct task_id of the rest."""
+    live = tasks[~tasks["row"].isin(corpus)]
+    recs = list(corpus.values()) + [ledger.done[t] for t in dict.fromkeys(live["task_id"]) if t in ledger.done]
     by_filter = {}
     for name in FILTER_NAMES:
         secs = [r["seconds"][name] for r in recs if name in r.get("seconds", {})]
-        by_filter[name] = {"ran": len(secs), "rejected": sum(1 for r in recs if r["filter"] == name and
-                                                             not r["accepted"]),
-                           "seconds_total": round(sum(secs), 3),
-                           "seconds_mean": round(sum(secs) / len(secs), 4) if secs else None}
+        n, total = len(secs), sum(secs)
+        if name in corpus_stats:  # scored once over all rows on the client
+            n, total = corpus_stats[name]["ran"], corpus_stats[name]["seconds"]
+        by_filter[name] = {"ran": n, "rejected": sum(1 for r in recs if r["filter"] == name and
+                                                     not r["accepted"]),
+                           "seconds_total": round(total, 3),
+                           "seconds_mean": round(total / n, 4) if n else None}
     reasons = Counter(r["reason"] for r in recs if not r["accepted"])
     start_total = sum(r.get("start_s", 0.0) for r in recs)
     return {

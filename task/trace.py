@@ -27,6 +27,25 @@ from opforge.task.source import LoadedTask
 from torch.overrides import TorchFunctionMode
 
 _CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
+# Recurrent kernels whose meta implementation unrolls every time step in Python (seconds per call).
+_RNN_FUNCS = frozenset({"lstm", "gru", "rnn_tanh", "rnn_relu"})
+
+
+def _meta_rnn_result(name: str, args: tuple):
+    """Outputs of ``torch.lstm/gru/rnn_*`` on meta tensors from shapes alone, or None to run the real op.
+
+    Handles the padded-input form ``(input, hx, params, has_biases, num_layers, dropout, train,
+    bidirectional, batch_first)``: output is ``input.shape[:-1] + (D * H_out,)`` (D = 2 if bidirectional),
+    hidden states keep the shape of ``hx`` (torch.nn.LSTM / GRU / RNN documentation, "Outputs").
+    """
+    if len(args) != 9 or not isinstance(args[0], torch.Tensor) or not args[0].is_meta:
+        return None
+    inp, hx, bidirectional = args[0], args[1], bool(args[7])
+    first = hx[0] if isinstance(hx, (list, tuple)) else hx
+    out = inp.new_empty((*inp.shape[:-1], first.shape[-1] * (2 if bidirectional else 1)))
+    if isinstance(hx, (list, tuple)):
+        return (out, *(torch.empty_like(h) for h in hx))
+    return out, torch.empty_like(hx)
 
 
 @dataclass
@@ -79,6 +98,10 @@ class _Recorder(TorchFunctionMode):
                 owner.canonical.add(canonical)
             else:
                 self.ops.append(TracedOp(labels=labels_for_function(func), canonical={canonical}))
+        if name in _RNN_FUNCS and not kwargs:
+            shortcut = _meta_rnn_result(name, args)
+            if shortcut is not None:
+                return shortcut
         return func(*args, **kwargs)
 
 
