@@ -12,10 +12,11 @@ Tiers (each tier's score is stored in the metrics, so thresholds can be re-decid
    difflib's ``ratio``; CUDA-Agent rejected AST similarity above 0.9 (arXiv 2602.24286).
 3. ``minhash``: Jaccard similarity (MinHash estimate, datasketch) of 5-token shingles of the whole source.
 
-Tiers 2 and 3 also require the task to compute most of the problem's ops (``coverage`` = share of the
-problem's op signature found in the task's): two tiny programs differing only in their one op
-(``torch.relu(x)`` vs ``torch.erf(x)``) are structurally 95 % alike but pose different problems, while a
-copy with an extra no-op or one op respelt (``x * sigmoid(x)`` for ``silu``) keeps its coverage.
+Tiers 2 and 3 also require the task and the problem to compute mostly the same ops (``op_overlap`` =
+Jaccard similarity of the two op signatures): two tiny programs differing only in their one op
+(``torch.relu(x)`` vs ``torch.erf(x)``, overlap 0) are structurally 95 % alike but pose different
+problems, and a KernelBench level-1 convolution with one epilogue op added (overlap 0.5) is a new
+level-2-style fusion; a copy of a 3+-op problem with one op added (overlap >= 0.75) is not new.
 
 Every verdict records ``kernelbench_nearest`` (``L<level>/<name>``) and ``kernelbench_similarity`` (the
 tier-2 structural similarity to it): the problem matched by the strongest tier, else the structurally
@@ -30,6 +31,7 @@ import numpy as np
 from opforge.filters.kernelbench import (
     KernelBenchIndex,
     TaskFeatures,
+    cached_index,
     load_index,
     task_features,
     traced_signature,
@@ -38,11 +40,13 @@ from opforge.filters.verdict import Cost, Filter, TaskInput, Verdict
 
 TIERS = ("exact", "op_signature", "structure", "minhash")
 TOP_K = 8  # candidates per similarity tier kept in the metrics (re-deciding looks only at these)
+RECORD_MIN = 0.7  # similarity above which every problem sharing half its ops is also kept
 
 
-def coverage(task_sig: frozenset[str], problem_sig: frozenset[str]) -> float:
-    """Share of the problem's ops that the task also computes (0..1; 0 for an empty problem signature)."""
-    return len(task_sig & problem_sig) / len(problem_sig) if problem_sig else 0.0
+def op_overlap(task_sig: frozenset[str], problem_sig: frozenset[str]) -> float:
+    """Jaccard similarity of two op signatures, |a ∩ b| / |a ∪ b| (0..1; 0 when both are empty)."""
+    union = task_sig | problem_sig
+    return len(task_sig & problem_sig) / len(union) if union else 0.0
 
 
 def _signatures(f: TaskFeatures, p: TaskFeatures) -> tuple[frozenset[str], frozenset[str]]:
@@ -56,7 +60,7 @@ def compare(index: KernelBenchIndex, f: TaskFeatures) -> dict[str, Any]:
     """Score one task's features against every problem of ``index`` (threshold-free).
 
     Returns: ``exact`` (problem name or None), ``signature_matches`` (names with an equal op set),
-    ``structure_top`` / ``minhash_top`` (up to ``TOP_K`` of [name, similarity, coverage], best first),
+    ``structure_top`` / ``minhash_top`` (up to ``TOP_K`` of [name, similarity, op_overlap], best first),
     ``kernelbench_nearest`` and ``kernelbench_similarity``.
     """
     from rapidfuzz.distance import Indel
@@ -68,10 +72,15 @@ def compare(index: KernelBenchIndex, f: TaskFeatures) -> dict[str, Any]:
     exact = index.by_exact.get(f.exact_key)
     sig_matches = [i for i in range(n) if f.signature and _eq_sig(f, index.features[i])]
 
+    overlaps = np.array([op_overlap(*_signatures(f, p)) for p in index.features])
+
     def top(scores: np.ndarray) -> list[list]:
-        order = np.argsort(-scores, kind="stable")[:TOP_K]
-        return [[index.problems[i], round(float(scores[i]), 4),
-                 round(coverage(*_signatures(f, index.features[i])), 4)] for i in order]
+        # the TOP_K most similar, plus every close candidate that shares most ops (so re-deciding at any
+        # structure_min >= RECORD_MIN and overlap_min >= 0.5 sees every problem that could match)
+        best = set(np.argsort(-scores, kind="stable")[:TOP_K].tolist())
+        best |= set(np.flatnonzero((scores >= RECORD_MIN) & (overlaps >= 0.5)).tolist())
+        order = sorted(best, key=lambda i: (-scores[i], i))[:4 * TOP_K]
+        return [[index.problems[i], round(float(scores[i]), 4), round(float(overlaps[i]), 4)] for i in order]
 
     if exact is not None:
         nearest = exact
@@ -99,11 +108,13 @@ class ContaminationFilter(Filter):
     Thresholds (defaults chosen on the disguise suite and Ops-6K, see ``benchmarks/README.md``):
         structure_min: tier-2 similarity at or above which a task is a copy (0.9, CUDA-Agent's value).
         minhash_min: tier-3 Jaccard estimate at or above which a task is a copy.
-        coverage_min: share of the problem's ops a tier-2/3 match must compute.
+        overlap_min: op-signature Jaccard similarity a tier-2/3 match must reach.
         tiers: the tiers that may reject.
 
     Args:
-        index: a ``KernelBenchIndex`` or the path of a saved one (``filters.kernelbench.save_index``).
+        index: a ``KernelBenchIndex``, the path of a saved one (``filters.kernelbench.save_index``), or None
+            for the default reference's cached index (``filters.kernelbench.cached_index``), built on first
+            use.
     """
 
     name, cost, order = "contamination", Cost.CPU, 5
@@ -118,14 +129,14 @@ class ContaminationFilter(Filter):
     @property
     def index(self) -> KernelBenchIndex:
         if self._index is None:
-            raise ValueError("contamination filter has no KernelBench index (settings.kernelbench_index)")
+            self._index = cached_index()[1]
         if not isinstance(self._index, KernelBenchIndex):
             self._index = load_index(self._index)
         return self._index
 
     @classmethod
     def default_thresholds(cls) -> dict[str, Any]:
-        return {"structure_min": 0.9, "minhash_min": 0.8, "coverage_min": 0.75, "tiers": list(TIERS)}
+        return {"structure_min": 0.9, "minhash_min": 0.8, "overlap_min": 0.75, "tiers": list(TIERS)}
 
     def score(self, task: TaskInput) -> dict[str, Any]:
         traced, err = traced_signature(task.code, task.task_id)
@@ -142,6 +153,6 @@ class ContaminationFilter(Filter):
             return self.reject("contaminated:op_signature", m)
         for tier, key, lo in (("structure", "structure_top", t["structure_min"]),
                               ("minhash", "minhash_top", t["minhash_min"])):
-            if tier in tiers and any(s >= lo and c >= t["coverage_min"] for _, s, c in m[key]):
+            if tier in tiers and any(s >= lo and o >= t["overlap_min"] for _, s, o in m[key]):
                 return self.reject(f"contaminated:{tier}", m)
         return self.accept(m)

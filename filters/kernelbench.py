@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import pickle
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -173,7 +174,9 @@ def traced_signature(code: str, name: str = "<task>") -> tuple[frozenset[str] | 
     from opforge.task.trace import op_signature, trace_task
 
     try:
-        sig = op_signature(trace_task(load_task(code, name), device="meta"))
+        with warnings.catch_warnings():  # building reference models warns (nested tensors...): not ours
+            warnings.simplefilter("ignore")
+            sig = op_signature(trace_task(load_task(code, name), device="meta"))
     except Exception as exc:  # noqa: BLE001 - any failure means "use the static signature"
         return None, f"{type(exc).__name__}: {str(exc)[:200]}"
     return (sig or None), None
@@ -292,17 +295,15 @@ def cache_dir() -> Path:
     return Path(os.environ.get("OPFORGE_CACHE") or Path.home() / ".cache" / "opforge")
 
 
-def index_for_run(run_dir: str | Path, source: str | Path | None = None,
-                  levels: tuple[int, ...] = DEFAULT_LEVELS, progress: bool = True) -> tuple[Path, KernelBenchIndex]:
-    """The index a run's sandboxes load: built once per machine (cached under ``cache_dir()``, keyed by
-    source, levels, torch version and ``INDEX_VERSION``; ~60 s for L1–3 on 2 cores, mostly tracing the
-    level-3 RNNs on ``meta``) and copied to ``RUN_DIR/kernelbench_index.pkl``.
+def cached_index(source: str | Path | None = None, levels: tuple[int, ...] = DEFAULT_LEVELS,
+                 progress: bool = False) -> tuple[Path, KernelBenchIndex]:
+    """The index of ``source`` at ``levels``, built once per machine and kept under ``cache_dir()``, keyed
+    by source (path, size and mtime), levels, torch version and ``INDEX_VERSION`` (~10 s to build for
+    L1–3 on one core). Returns (path of the saved index, index).
 
     Raises:
         ReferenceLoadError: the reference cannot be loaded (see ``load_problems``).
     """
-    import shutil
-
     import torch
 
     want = str(source or default_reference())
@@ -312,13 +313,26 @@ def index_for_run(run_dir: str | Path, source: str | Path | None = None,
         stamp = [st.st_size, st.st_mtime_ns]
     key = hashlib.sha256(json.dumps([want, stamp, sorted(levels), torch.__version__, INDEX_VERSION]).encode()
                          ).hexdigest()
-    cached = cache_dir() / "kernelbench" / f"index-{key[:16]}.pkl"
-    try:
-        index = ensure_index(cached, want, levels, progress)
-    except OSError:  # read-only home: build into the run directory only
-        index = build_index(want, levels, progress)
-        cached = save_index(index, Path(run_dir) / "kernelbench_index.pkl")
+    path = cache_dir() / "kernelbench" / f"index-{key[:16]}.pkl"
+    return path, ensure_index(path, want, levels, progress)
+
+
+def index_for_run(run_dir: str | Path, source: str | Path | None = None,
+                  levels: tuple[int, ...] = DEFAULT_LEVELS, progress: bool = True) -> tuple[Path, KernelBenchIndex]:
+    """The index a run's sandboxes load: ``cached_index`` copied to ``RUN_DIR/kernelbench_index.pkl`` (so a
+    run directory is self-contained and workers of an external cluster read it beside the ledger).
+
+    Raises:
+        ReferenceLoadError: the reference cannot be loaded (see ``load_problems``).
+    """
+    import shutil
+
     target = Path(run_dir) / "kernelbench_index.pkl"
+    try:
+        cached, index = cached_index(source, levels, progress)
+    except OSError:  # no writable cache: build into the run directory only
+        index = build_index(source, levels, progress)
+        return save_index(index, target), index
     if cached.resolve() != target.resolve():
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(cached, target)

@@ -186,6 +186,20 @@ def combined(code: str) -> str:
     return reformat(respell(rename(resize(strip_docs(code)))))
 
 
+class _ExtraOp(ast.NodeTransformer):
+    def visit_FunctionDef(self, node):
+        if node.name == "forward" and isinstance(node.body[-1], ast.Return) and node.body[-1].value is not None:
+            node.body[-1].value = ast.BinOp(node.body[-1].value, ast.Mult(), ast.Constant(1.0))
+        return node
+
+
+def extra_op(code: str) -> str:
+    """The forward's result multiplied by 1.0: same values, one more op in the signature (not in
+    ``DISGUISES``: it changes the op set, which tier 1 does not claim to see through)."""
+    tree = _ExtraOp().visit(ast.parse(code))
+    return ast.unparse(ast.fix_missing_locations(tree))
+
+
 DISGUISES = {"rename": rename, "resize": resize, "reformat": reformat, "respell": respell,
              "strip_docs": strip_docs, "combined": combined}
 

@@ -30,7 +30,7 @@ def _write_jsonl(path, rows):
 
 
 def test_sandbox_survives_hang_abort_and_terabyte_allocation():
-    settings = FilterSettings(skip=["compile"], memory_gib=4).model_dump()
+    settings = FilterSettings(skip=["compile", "contamination"], memory_gib=4).model_dump()
     with Sandbox(settings) as box:
         first_pid = box.proc.pid
         outcomes = {name: box.run(name, code, timeout_s=10) for name, code in
@@ -49,7 +49,7 @@ def test_memory_watchdog_kills_a_child_over_its_resident_limit():
     # CUDA children have no address-space cap; the parent's resident-size watchdog must stop this one
     code = task("        import time\n        big = torch.ones(1200 * 2**20, dtype=torch.uint8)\n"
                 "        time.sleep(60)\n        return x + big[0]")
-    settings = FilterSettings(skip=["compile"], memory_gib=0.5, address_space_cap=False).model_dump()
+    settings = FilterSettings(skip=["compile", "contamination"], memory_gib=0.5, address_space_cap=False).model_dump()
     with Sandbox(settings) as box:
         assert "address_space_limit" not in box.child_info
         t0 = time.monotonic()
@@ -65,8 +65,9 @@ def test_filter_run_gives_every_task_its_own_verdict(tmp_path):
             {"code": GOOD.replace("* 2.0", "* 3.0")}, {"code": 42, "task_id": "not-code"},
             {"code": GOOD, "task_id": "good"}]
     src = _write_jsonl(tmp_path / "tasks.jsonl", rows)
-    res = run_filter(src, tmp_path / "run", FilterSettings(skip=["compile"], timeout_s=15, memory_gib=4),
-                     workers=2, progress=False)
+    # duplicate / contamination are tested in test_contamination.py; here rows 0 and 6 share a verdict
+    settings = FilterSettings(skip=["compile", "duplicate", "contamination"], timeout_s=15, memory_gib=4)
+    res = run_filter(src, tmp_path / "run", settings, workers=2, progress=False)
     v = res.verdicts.set_index("row")
     assert len(v) == len(rows)
     assert v.loc[1, "reason"] == "timeout" and v.loc[2, "reason"] == "crash:SIGABRT"
@@ -79,8 +80,7 @@ def test_filter_run_gives_every_task_its_own_verdict(tmp_path):
     assert json.loads((tmp_path / "run" / "funnel.json").read_text())["unique_tasks"] == 6
     assert len(pd.read_parquet(tmp_path / "run" / "verdicts.parquet")) == 7
     # a second run resumes everything from the ledger and runs nothing
-    again = run_filter(src, tmp_path / "run", FilterSettings(skip=["compile"], timeout_s=15, memory_gib=4),
-                       workers=2, progress=False)
+    again = run_filter(src, tmp_path / "run", settings, workers=2, progress=False)
     assert again.funnel["ran_this_time"] == 0 and again.funnel["resumed_from_ledger"] == 6
     assert again.verdicts["reason"].fillna("").tolist() == res.verdicts["reason"].fillna("").tolist()
 
