@@ -162,5 +162,75 @@ def filter_cmd(
         typer.echo(f"{len(res.failures)} task(s) lost their worker; recorded as crash: {res.failures[:3]}", err=True)
 
 
+@app.command("run")
+def run_cmd(
+    target: int = typer.Option(None, help="Tasks to publish (N). Default 100."),
+    out: Path = typer.Option(None, "--out", help="Run directory (default runs/default)."),
+    device: str = typer.Option(None, help="cpu | cuda (default cpu)."),
+    workers: int = typer.Option(None, help="CPU: worker processes (default: cores). CUDA: sandboxes per GPU."),
+    scheduler: str = typer.Option(None, help="Address of an existing Dask scheduler."),
+    seed: int = typer.Option(None, help="Run seed (composition and selection). Default 0."),
+    op_mix: str = typer.Option(None, help="ops6k | uniform | '1:0.2,2:0.3,...' (composition and selection quota)."),
+    runtime_window_ms: tuple[float, float] = typer.Option(None, help="LO HI eager window in ms (default: 1 100 "
+                                                          "on cuda, off on cpu)."),
+    no_window: bool = typer.Option(None, "--no-window", help="Record runtimes only."),
+    device_profile: str = typer.Option(None, help="Composer cost-model profile (default: cpu / h100)."),
+    round_size: int = typer.Option(None, help="Candidates per compose round (default 1.5 x target)."),
+    candidate_budget: int = typer.Option(None, help="Most candidates in all (default 20 x target)."),
+    skip: str = typer.Option(None, help="Comma-separated filters to leave out (e.g. compile)."),
+    timeout_s: float = typer.Option(None, help="Per-task limit in its sandbox, seconds (default 300)."),
+    kernelbench: str = typer.Option(None, help="KernelBench reference (path or hub:REPO@REVISION)."),
+    seeds_catalog: Path = typer.Option(None, help="Reuse this seed catalog instead of harvesting."),
+    repo_id: str = typer.Option(None, help="Hub id shown in the card's loading example."),
+    config: Path = typer.Option(None, "--config", help="YAML file with any of these options (the command "
+                                                       "line wins)."),
+):
+    """Harvest -> compose -> filter -> select -> Hub folder (RUN_DIR/hf), resumable at every stage."""
+    from opforge.filters.kernelbench import ReferenceLoadError
+    from opforge.pipeline.filter_run import InputError
+    from opforge.pipeline.run import run_pipeline
+    from opforge.pipeline.run_config import ConfigError, load_config
+
+    window = tuple(runtime_window_ms) if runtime_window_ms and runtime_window_ms[0] is not None else None
+    overrides = {"target": target, "out": out, "device": device, "workers": workers, "scheduler": scheduler,
+                 "seed": seed, "op_mix": op_mix, "runtime_window_ms": window, "no_window": no_window,
+                 "device_profile": device_profile, "round_size": round_size, "candidate_budget": candidate_budget,
+                 "skip_filters": _names(skip), "timeout_s": timeout_s, "kernelbench": kernelbench,
+                 "seeds_catalog": seeds_catalog, "repo_id": repo_id}
+    try:
+        cfg = load_config(config, overrides)
+        res = run_pipeline(cfg)
+    except (ConfigError, InputError, ReferenceLoadError, ValueError, RuntimeError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"{res.stop_reason}; {res.accepted} of {res.candidates} candidates accepted "
+               f"({res.accepted / max(1, res.candidates):.1%} yield); {res.selected} selected")
+    typer.echo("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in res.seconds.items()))
+    typer.echo(f"Hub folder: {res.hf_dir}  (load: datasets.load_dataset('{res.hf_dir}', split='train'); "
+               f"upload: opforge publish {res.run_dir} --repo-id ORG/NAME)")
+    if res.selected < cfg.target:
+        raise typer.Exit(1)
+
+
+@app.command("publish")
+def publish_cmd(
+    run_dir: Path = typer.Argument(..., help="Run directory holding hf/ (from `opforge run`)."),
+    repo_id: str = typer.Option(..., "--repo-id", help="Dataset repo on the Hub, ORG/NAME."),
+    private: bool = typer.Option(False, "--private", help="Create the repo private."),
+    revision: str = typer.Option(None, help="Branch to commit to (default main)."),
+    tag: str = typer.Option(None, help="Tag to create on the commit, e.g. v1.0."),
+):
+    """Validate RUN_DIR/hf with `datasets` and upload it to the Hub in one commit (token from HF_TOKEN / login)."""
+    from opforge.pipeline.publish import PublishError, publish
+
+    try:
+        res = publish(run_dir, repo_id, private=private, revision=revision, tag=tag)
+    except PublishError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"published {res.files} files to {res.repo_id} (commit {res.commit}"
+               + (f", tag {res.tag}" if res.tag else "") + f"): {res.url}")
+
+
 if __name__ == "__main__":
     app()

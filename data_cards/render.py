@@ -1,0 +1,50 @@
+"""Render the dataset card (``README.md`` of the Hub folder) from the template in this package."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+TEMPLATE = Path(__file__).with_name("card.md.j2")
+
+
+def size_category(n: int) -> str:
+    """The Hub's ``size_categories`` bucket for ``n`` rows (``n<1K``, ``1K<n<10K``, ...)."""
+    for limit, label in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"),
+                         (1_000_000, "100K<n<1M")):
+        if n < limit:
+            return label
+    return "1M<n<10M"
+
+
+def front_matter(*, pretty_name: str, license: str, features: list[dict], n_rows: int, num_bytes: int,
+                 data_glob: str, tags: list[str]) -> str:
+    """YAML front matter: ``configs`` (one default config, a ``train`` split from ``data_glob``),
+    ``dataset_info`` (features and the split's size), ``license``, ``task_categories``, ``size_categories``,
+    ``pretty_name`` and ``tags``."""
+    meta: dict[str, Any] = {
+        "license": license,
+        "pretty_name": pretty_name,
+        "task_categories": ["text-generation"],
+        "size_categories": [size_category(n_rows)],
+        "tags": tags,
+        "configs": [{"config_name": "default", "data_files": [{"split": "train", "path": data_glob}]}],
+        "dataset_info": {"features": features,
+                         "splits": [{"name": "train", "num_bytes": num_bytes, "num_examples": n_rows}]},
+    }
+    return yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).strip()
+
+
+def render_card(context: dict[str, Any]) -> str:
+    """The card text; ``context`` supplies every name the template uses (see pipeline/hub_folder.py).
+
+    Raises:
+        jinja2.UndefinedError: a name the template needs is missing from ``context``.
+    """
+    import jinja2
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             trim_blocks=False, lstrip_blocks=False)
+    return env.from_string(TEMPLATE.read_text(encoding="utf-8")).render(**context)

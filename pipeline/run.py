@@ -1,0 +1,255 @@
+"""``opforge run``: harvest -> compose -> filter -> select -> Hub folder, in one resumable run directory.
+
+Run directory::
+
+    config.yaml                  the resolved configuration (a re-run must match its identity fields)
+    seeds/catalog.parquet        seed catalog (harvested once, or copied from ``seeds_catalog``)
+    candidates/round-NNNN.parquet  composed candidates, ``round_size`` per round, candidate indices
+                                 ``NNNN * round_size ...`` (so a round is the same whenever it is composed)
+    candidates.parquet           all rounds so far (the filter stage's input)
+    filter/                      ledger.jsonl, verdicts.parquet, funnel.json (see ``opforge filter``)
+    selection.json               what selection chose and why
+    hf/                          the Hub folder (see ``pipeline.hub_folder``)
+    run.json                     stages, timings, stop reason
+
+Every stage skips what is already on disk: finished rounds are not recomposed, verdicts in the ledger are not
+recomputed, so re-running the same command after an interruption finishes the work and redoes nothing
+finished. Selection and the Hub folder are rebuilt at the end of every run (seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from opforge.pipeline.run_config import IDENTITY_FIELDS, ConfigError, RunConfig, save_config
+
+
+@dataclass
+class RunResult:
+    """Outcome of ``run_pipeline``: the Hub folder, how many tasks it holds and why composing stopped."""
+
+    run_dir: Path
+    hf_dir: Path
+    selected: int
+    accepted: int
+    candidates: int
+    stop_reason: str
+    seconds: dict[str, float]
+
+
+def _check_same_run(cfg: RunConfig, run_dir: Path) -> None:
+    import yaml
+
+    path = run_dir / "config.yaml"
+    if not path.exists():
+        return
+    old = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    new = cfg.model_dump(mode="json")
+    diff = [f for f in IDENTITY_FIELDS if old.get(f) != new.get(f)]
+    if diff:
+        raise ConfigError(f"{path}: this run directory holds a run with other {', '.join(diff)} "
+                          f"({', '.join(f'{f}={old.get(f)!r}' for f in diff)}); use another --out")
+
+
+def _harvest(cfg: RunConfig, run_dir: Path) -> Path:
+    catalog = run_dir / "seeds" / "catalog.parquet"
+    if catalog.exists():
+        return catalog
+    catalog.parent.mkdir(parents=True, exist_ok=True)
+    if cfg.seeds_catalog is not None:
+        if not Path(cfg.seeds_catalog).is_file():
+            raise ConfigError(f"seeds_catalog: {cfg.seeds_catalog}: no such file")
+        shutil.copyfile(cfg.seeds_catalog, catalog)
+        return catalog
+    from opforge.seeds.catalog import harvest, write_catalog, write_skip_report
+    from opforge.seeds.specs_loader import SPECS_DIR
+
+    res = harvest(SPECS_DIR)
+    tmp = catalog.with_suffix(".tmp.parquet")
+    write_catalog(res.ops, tmp)
+    write_skip_report(res.skips, catalog.with_name("catalog_skipped.csv"))
+    tmp.replace(catalog)  # the catalog appears only once complete
+    return catalog
+
+
+def _compose_round(cfg: RunConfig, catalog: Path, k: int, run_dir: Path) -> Path:
+    from opforge.compose.composer import ComposeConfig, compose
+    from opforge.seeds.catalog import read_catalog
+
+    path = run_dir / "candidates" / f"round-{k:04d}.parquet"
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ccfg = ComposeConfig(n=cfg.round_size, seed=cfg.seed, op_mix=cfg.op_mix, device_profile=cfg.device_profile,
+                         transformers_share=cfg.transformers_share, start_index=k * cfg.round_size)
+    df = compose(read_catalog(catalog), ccfg)
+    tmp = path.with_suffix(".tmp.parquet")
+    df.to_parquet(tmp, index=False)
+    tmp.replace(path)
+    return path
+
+
+def _filter_settings(cfg: RunConfig):
+    from opforge.filters.chain import FilterSettings
+
+    return FilterSettings(device=cfg.device, skip=list(cfg.skip_filters), runtime_window_ms=cfg.runtime_window_ms,
+                          timeout_s=cfg.timeout_s, memory_gib=cfg.memory_gib, kernelbench=cfg.kernelbench,
+                          kernelbench_levels=tuple(cfg.kernelbench_levels))
+
+
+def accepted_pool(candidates: pd.DataFrame, verdicts: pd.DataFrame) -> pd.DataFrame:
+    """Accepted candidates joined with their measurements (one row per task_id, first occurrence)."""
+    v = verdicts[verdicts["accepted"]].drop_duplicates("task_id")
+    cols = ["task_id", "eager_ms", "compile_ms", "kernelbench_nearest", "kernelbench_similarity"]
+    pool = candidates.drop_duplicates("task_id").merge(v[cols], on="task_id", how="inner")
+    return pool.sort_values("candidate_index", kind="stable").reset_index(drop=True)
+
+
+def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
+    """Run (or resume) the whole pipeline described by ``cfg``; see the module docstring.
+
+    Raises:
+        ConfigError: the run directory holds another run, or a bad option.
+        ValueError / InputError / ReferenceLoadError: from the stages, with the file or option named.
+    """
+    from opforge.compose.sampler import parse_op_mix
+    from opforge.pipeline.cluster import open_cluster
+    from opforge.pipeline.filter_run import run_filter
+    from opforge.pipeline.select import bucket_shares, select_tasks
+
+    cfg = cfg.resolved()
+    run_dir = Path(cfg.out)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _check_same_run(cfg, run_dir)
+    save_config(cfg, run_dir / "config.yaml")
+    settings = _filter_settings(cfg)
+    settings.names()  # unknown filter names fail here, before any work
+    shares = bucket_shares(parse_op_mix(cfg.op_mix), cfg.transformers_share)
+    seconds: dict[str, float] = {}
+
+    t0 = time.perf_counter()
+    catalog = _harvest(cfg, run_dir)
+    seconds["harvest"] = time.perf_counter() - t0
+
+    handle = None
+    rounds: list[Path] = []
+    selection = None
+    stop_reason = ""
+    seconds["compose"] = seconds["filter"] = 0.0
+    try:
+        k = 0
+        while True:
+            t0 = time.perf_counter()
+            rounds.append(_compose_round(cfg, catalog, k, run_dir))
+            candidates = pd.concat([pd.read_parquet(p) for p in rounds], ignore_index=True)
+            candidates.to_parquet(run_dir / "candidates.parquet", index=False)
+            seconds["compose"] += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            if handle is None:
+                handle = open_cluster(cfg.device, cfg.workers, cfg.scheduler)
+            res = run_filter(run_dir / "candidates.parquet", run_dir / "filter", settings, handle=handle,
+                             progress=progress)
+            seconds["filter"] += time.perf_counter() - t0
+            pool = accepted_pool(candidates, res.verdicts)
+            selection = select_tasks(pool, cfg.target, shares, seed=cfg.seed, max_per_signature=cfg.max_per_signature)
+            k += 1
+            if selection.shortfall == 0:
+                stop_reason = f"target of {cfg.target} reached after {len(candidates)} candidates"
+                break
+            if len(candidates) + cfg.round_size > cfg.candidate_budget:
+                stop_reason = (f"candidate budget of {cfg.candidate_budget} exhausted: {len(selection.rows)} of "
+                               f"{cfg.target} tasks selected")
+                break
+    finally:
+        if handle is not None:
+            handle.close()
+
+    t0 = time.perf_counter()
+    rows = _published_rows(selection.rows, res.funnel, cfg)
+    funnel = _funnel_summary(candidates, res, len(rounds), stop_reason, settings)
+    context = _card_context(cfg, rows, funnel, selection, res.funnel["environment"])
+    provenance = {"config": cfg.model_dump(mode="json"), "funnel": funnel, "environment": res.funnel["environment"],
+                  "selection": _selection_json(selection)}
+    from opforge.pipeline.hub_folder import build_hub_folder
+
+    hf_dir = build_hub_folder(rows, run_dir / "hf", context, provenance)
+    (run_dir / "selection.json").write_text(json.dumps(_selection_json(selection), indent=2))
+    seconds["select_and_publish"] = time.perf_counter() - t0
+    result = RunResult(run_dir, hf_dir, len(rows), funnel["accepted"], len(candidates), stop_reason,
+                       {k: round(v, 2) for k, v in seconds.items()})
+    (run_dir / "run.json").write_text(json.dumps({
+        "selected": result.selected, "accepted": result.accepted, "candidates": result.candidates,
+        "rounds": len(rounds), "stop_reason": stop_reason, "seconds": result.seconds,
+        "yield": round(result.accepted / max(1, result.candidates), 4)}, indent=2))
+    return result
+
+
+def _selection_json(sel) -> dict[str, Any]:
+    return {"quotas": sel.quotas, "picked": sel.picked, "available": sel.available, "shortfall": sel.shortfall,
+            "notes": sel.notes, "task_ids": list(sel.rows["task_id"])}
+
+
+def _published_rows(sel: pd.DataFrame, funnel: dict[str, Any], cfg: RunConfig) -> pd.DataFrame:
+    """The selected rows in the published columns (pipeline.hub_folder.COLUMNS)."""
+    from importlib.metadata import version
+
+    env = funnel["environment"]
+    gpu = env.get("gpu") or "cpu"
+    if isinstance(gpu, list):
+        gpu = ", ".join(sorted(set(gpu))) or "cpu"
+    out = sel.copy()
+    out["gpu"] = gpu if cfg.device == "cuda" else "cpu"
+    out["torch_version"] = env.get("torch")
+    out["opforge_version"] = version("opforge")
+    out["generator_seed"] = out["generator_seed"].astype("int64")
+    out["num_ops"] = out["num_ops"].astype("int64")
+    for c in ("eager_ms", "compile_ms", "kernelbench_similarity"):
+        out[c] = pd.to_numeric(out[c], errors="coerce").astype("float64")
+    return out
+
+
+def _funnel_summary(candidates: pd.DataFrame, res, rounds: int, stop_reason: str, settings) -> dict[str, Any]:
+    v = res.verdicts
+    by_reason = v[~v["accepted"]]["reason"].map(lambda r: r.split(":")[0]).value_counts()
+    accepted = int(v["accepted"].sum())
+    return {"candidates": len(candidates), "rounds": rounds, "stop_reason": stop_reason, "accepted": accepted,
+            "yield": accepted / max(1, len(candidates)),
+            "by_reason": [(str(k), int(n)) for k, n in by_reason.items()],
+            "by_reason_detail": res.funnel["by_reason_detail"], "filters": settings.names(),
+            "window": list(settings.runtime_window_ms) if settings.runtime_window_ms else None}
+
+
+def _card_context(cfg: RunConfig, rows: pd.DataFrame, funnel: dict, sel, env: dict) -> dict[str, Any]:
+    import numpy as np
+
+    ops = pd.Series([o for s in rows["ops"] for o in json.loads(s)])
+    cats = sorted({c for s in rows["categories"] for c in json.loads(s)})
+    eager = pd.to_numeric(rows["eager_ms"], errors="coerce").dropna()
+    kb = pd.to_numeric(rows["kernelbench_similarity"], errors="coerce").dropna()
+    gpu = env.get("gpu")
+    device_label = (", ".join(gpu) if isinstance(gpu, list) else gpu) if cfg.device == "cuda" and gpu else "CPU"
+    return {
+        "pretty_name": cfg.pretty_name, "license_id": cfg.license, "license": f"Licence: {cfg.license}",
+        "seed": cfg.seed, "device_profile": cfg.device_profile,
+        "load_id": cfg.repo_id or "path/to/this/folder", "funnel": funnel,
+        "mix": [{"bucket": b, "picked": sel.picked.get(b, 0), "quota": sel.quotas.get(b, 0)} for b in sorted(sel.quotas)],
+        "selection_notes": sel.notes,
+        "coverage": {"distinct_ops": int(ops.nunique()), "distinct_signatures": int(
+            rows["ops"].map(lambda s: json.dumps(sorted(json.loads(s)))).nunique()),
+            "max_per_signature": cfg.max_per_signature, "categories": cats,
+            "top_ops": [(str(k), int(n)) for k, n in ops.value_counts().head(15).items()]},
+        "runtime": {"n": len(eager), "median": float(eager.median()) if len(eager) else 0.0,
+                    "p10": float(np.percentile(eager, 10)) if len(eager) else 0.0,
+                    "p90": float(np.percentile(eager, 90)) if len(eager) else 0.0},
+        "kernelbench": {"levels": list(cfg.kernelbench_levels), "n": len(kb),
+                        "median": float(kb.median()) if len(kb) else 0.0, "max": float(kb.max()) if len(kb) else 0.0},
+        "env": {"device_label": device_label, "torch": env.get("torch"), "transformers": env.get("transformers"),
+                "triton": env.get("triton"), "python": env.get("python"),
+                "opforge_version": rows["opforge_version"].iloc[0] if len(rows) else "?"},
+    }

@@ -1,0 +1,124 @@
+"""Configuration of ``opforge run``: every option, loadable from YAML, saved resolved in the run directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+
+class ConfigError(ValueError):
+    """A run configuration is malformed; the message names the file and the field."""
+
+
+class RunConfig(BaseModel):
+    """Options of one end-to-end run. Units: ms for the window, seconds for the timeout, GiB for memory.
+
+    Attributes:
+        target: tasks to publish (N).
+        out: run directory.
+        device / workers / scheduler: where the filters run (see ``opforge filter``).
+        seed: generator seed: composition and selection depend only on it and the seed catalog.
+        op_mix: composer op-count mix (``ops6k``, ``uniform`` or ``1:0.2,2:0.3,...``), also the selection quota.
+        transformers_share: share of standalone transformers-module tasks (composition and quota).
+        device_profile: composer cost-model profile (default: ``cpu`` on CPU, ``h100`` on CUDA).
+        runtime_window_ms: eager window; None = the device default (1-100 ms on CUDA, off on CPU).
+        no_window: record runtimes only, on any device.
+        round_size: candidates composed per round (default: 1.5 x target, at least 16).
+        candidate_budget: most candidates composed in all (default: 20 x target).
+        max_per_signature: selection cap on tasks sharing one op-label set.
+        skip_filters / timeout_s / memory_gib: filter-stage options.
+        kernelbench / kernelbench_levels: the contamination filter's reference.
+        seeds_catalog: reuse this seed catalog instead of harvesting (copied into the run directory).
+        pretty_name / license / repo_id: the card's title, licence (Hub licence id) and the id in its
+            loading example.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: int = Field(100, ge=1)
+    out: Path = Path("runs/default")
+    device: str = "cpu"
+    workers: int | None = None
+    scheduler: str | None = None
+    seed: int = 0
+    op_mix: str = "ops6k"
+    transformers_share: float = Field(0.012, ge=0, le=1)
+    device_profile: str | None = None
+    runtime_window_ms: tuple[float, float] | None = None
+    no_window: bool = False
+    round_size: int | None = Field(None, ge=1)
+    candidate_budget: int | None = Field(None, ge=1)
+    max_per_signature: int = Field(3, ge=1)
+    skip_filters: list[str] = Field(default_factory=list)
+    timeout_s: float = 300.0
+    memory_gib: float = 8.0
+    kernelbench: str | None = None
+    kernelbench_levels: tuple[int, ...] = (1, 2, 3)
+    seeds_catalog: Path | None = None
+    pretty_name: str = "opforge fused operator tasks"
+    license: str = "apache-2.0"
+    repo_id: str | None = None
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if v not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda', got {v!r}")
+        return v
+
+    def resolved(self) -> RunConfig:
+        """A copy with every default that depends on other options filled in."""
+        from opforge.filters.runtime import CUDA_WINDOW_MS
+
+        window = self.runtime_window_ms
+        if window is None and self.device == "cuda":
+            window = CUDA_WINDOW_MS
+        if self.no_window:
+            window = None
+        round_size = self.round_size or max(16, int(1.5 * self.target))
+        return self.model_copy(update={
+            "device_profile": self.device_profile or ("h100" if self.device == "cuda" else "cpu"),
+            "runtime_window_ms": tuple(window) if window else None,
+            "round_size": round_size,
+            "candidate_budget": self.candidate_budget or max(20 * self.target, round_size),
+        })
+
+
+# Fields whose change makes an existing run directory's results another dataset (a re-run with any other
+# field changed - target, budget, workers, timeouts - resumes the same run).
+IDENTITY_FIELDS = ("seed", "op_mix", "transformers_share", "device_profile", "device", "runtime_window_ms",
+                   "round_size", "skip_filters", "kernelbench", "kernelbench_levels", "seeds_catalog")
+
+
+def load_config(path: str | Path | None, overrides: dict[str, Any]) -> RunConfig:
+    """``RunConfig`` from the YAML file ``path`` (optional) with ``overrides`` (options given on the
+    command line, None values ignored) applied on top.
+
+    Raises:
+        ConfigError: unreadable YAML, not a mapping, an unknown key or an invalid value (file and field named).
+    """
+    data: dict[str, Any] = {}
+    where = "command line"
+    if path is not None:
+        where = str(path)
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping of option: value, got {type(data).__name__}")
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{where}: {problems}") from None
+
+
+def save_config(cfg: RunConfig, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), encoding="utf-8")

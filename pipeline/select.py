@@ -1,0 +1,150 @@
+"""Selection: choose the N published tasks from the accepted ones.
+
+Rules, in order:
+
+1. op-count mix: each ``data_source`` bucket (``torch#1`` .. ``torch#5``, ``transformers``) gets a quota
+   ``round(N * share)`` (largest remainders); a bucket with too few accepted tasks gives its shortfall to the
+   others in proportion to their shares, and the report says so;
+2. near-identical op signatures are capped: at most ``max_per_signature`` tasks share one sorted set of op
+   labels (``ops``), so 40 ``nn.Conv2d -> nn.ReLU`` variants cannot crowd out rarer fusions;
+3. coverage: inside a bucket, tasks are taken round-robin over signatures, each round preferring
+   signatures whose seed ops and categories have been picked least so far (ties broken by a seeded
+   shuffle), so every seed op and category present in the pool appears before any repeats.
+
+Deterministic for a given pool and seed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+
+@dataclass
+class Selection:
+    """Result of ``select_tasks``.
+
+    Attributes:
+        rows: the chosen rows (a subset of the pool's rows, in bucket then pick order).
+        quotas: bucket -> planned count; ``picked``: bucket -> chosen count; ``available``: bucket -> pool size.
+        shortfall: N minus the number chosen (0 when the pool sufficed).
+        notes: human-readable remarks (redistributed quotas, capped signatures).
+    """
+
+    rows: pd.DataFrame
+    quotas: dict[str, int]
+    picked: dict[str, int]
+    available: dict[str, int]
+    shortfall: int
+    notes: list[str] = field(default_factory=list)
+
+
+def bucket_shares(op_mix: dict[int, float], transformers_share: float) -> dict[str, float]:
+    """``{"torch#k": share, "transformers": share}`` from the composer's op mix (shares sum to 1)."""
+    shares = {f"torch#{k}": w * (1 - transformers_share) for k, w in sorted(op_mix.items())}
+    if transformers_share > 0:
+        shares["transformers"] = transformers_share
+    return shares
+
+
+def _largest_remainder(n: int, shares: dict[str, float]) -> dict[str, int]:
+    total = sum(shares.values()) or 1.0
+    raw = {k: n * v / total for k, v in shares.items()}
+    out = {k: math.floor(v) for k, v in raw.items()}
+    for k in sorted(raw, key=lambda k: (-(raw[k] - out[k]), k))[: n - sum(out.values())]:
+        out[k] += 1
+    return out
+
+
+def plan_quotas(n: int, shares: dict[str, float], available: dict[str, int]) -> tuple[dict[str, int], list[str]]:
+    """Quotas per bucket that respect availability, redistributing shortfalls (see the module docstring)."""
+    notes: list[str] = []
+    quotas = _largest_remainder(n, shares)
+    fixed: dict[str, int] = {}
+    while True:
+        short = {k: q for k, q in quotas.items() if k not in fixed and q > available.get(k, 0)}
+        if not short:
+            break
+        for k in short:
+            fixed[k] = available.get(k, 0)
+            notes.append(f"{k}: {available.get(k, 0)} accepted for a quota of {quotas[k]}")
+        rest = {k: s for k, s in shares.items() if k not in fixed}
+        left = n - sum(fixed.values())
+        quotas = {**fixed, **(_largest_remainder(max(left, 0), rest) if rest else {})}
+        if not rest:
+            break
+    return quotas, notes
+
+
+def _seed_ops(row) -> list[str]:
+    try:
+        return list(json.loads(row.ops))
+    except (TypeError, ValueError):
+        return []
+
+
+def _categories(row) -> list[str]:
+    try:
+        return list(json.loads(row.categories))
+    except (TypeError, ValueError, AttributeError):
+        return []
+
+
+def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int = 0,
+                 max_per_signature: int = 3) -> Selection:
+    """Choose up to ``n`` rows of ``pool`` (columns ``task_id``, ``ops``, ``data_source``, optional
+    ``categories``) by the rules of the module docstring.
+
+    Raises:
+        ValueError: ``n`` < 0 or ``max_per_signature`` < 1.
+    """
+    if n < 0 or max_per_signature < 1:
+        raise ValueError(f"select_tasks: n={n} and max_per_signature={max_per_signature} must be >= 0 / >= 1")
+    pool = pool.drop_duplicates("task_id").reset_index(drop=True)
+    rng = random.Random(seed)
+    order = list(range(len(pool)))
+    rng.shuffle(order)
+    rank = {i: r for r, i in enumerate(order)}
+    signature = [json.dumps(sorted(_seed_ops(r))) for r in pool.itertuples()]
+    buckets: dict[str, dict[str, list[int]]] = {}
+    for i in order:
+        b = pool.at[i, "data_source"]
+        buckets.setdefault(b, {}).setdefault(signature[i], []).append(i)
+    capped = {b: sum(min(len(v), max_per_signature) for v in sigs.values()) for b, sigs in buckets.items()}
+    available = {b: capped.get(b, 0) for b in set(shares) | set(buckets)}
+    quotas, notes = plan_quotas(n, {b: s for b, s in shares.items()}, available)
+    lost = sum(len(v) - min(len(v), max_per_signature) for sigs in buckets.values() for v in sigs.values())
+    if lost:
+        notes.append(f"{lost} accepted tasks left out by the cap of {max_per_signature} per op signature")
+
+    op_count: Counter = Counter()
+    cat_count: Counter = Counter()
+    chosen: list[int] = []
+    picked: dict[str, int] = {}
+    for b in sorted(quotas):
+        want = quotas[b]
+        groups = {s: list(v[:max_per_signature]) for s, v in buckets.get(b, {}).items()}
+        got = 0
+        while got < want and any(groups.values()):
+            # one round: every signature still holding tasks, least-covered seed ops / categories first
+            live = [s for s, v in groups.items() if v]
+            live.sort(key=lambda s: (min((op_count[o] for o in json.loads(s)), default=0),
+                                     min((cat_count[c] for c in _categories(pool.iloc[groups[s][0]])), default=0),
+                                     rank[groups[s][0]]))
+            for s in live:
+                if got >= want:
+                    break
+                i = groups[s].pop(0)
+                chosen.append(i)
+                got += 1
+                op_count.update(json.loads(s))
+                cat_count.update(_categories(pool.iloc[i]))
+        picked[b] = got
+    rows = pool.iloc[chosen].reset_index(drop=True)
+    return Selection(rows, quotas, picked, {b: available.get(b, 0) for b in sorted(available)},
+                     n - len(rows), notes)
