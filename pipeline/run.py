@@ -238,7 +238,8 @@ def _card_context(cfg: RunConfig, rows: pd.DataFrame, funnel: dict, sel, env: di
         "pretty_name": cfg.pretty_name, "license_id": cfg.license, "license": f"Licence: {cfg.license}",
         "seed": cfg.seed, "device_profile": cfg.device_profile,
         "load_id": cfg.repo_id or "path/to/this/folder", "funnel": funnel,
-        "mix": [{"bucket": b, "picked": sel.picked.get(b, 0), "quota": sel.quotas.get(b, 0)} for b in sorted(sel.quotas)],
+        "mix": [{"bucket": b, "picked": sel.picked.get(b, 0), "quota": sel.quotas.get(b, 0)} for b in sorted(sel.quotas)
+                if sel.quotas.get(b, 0) or sel.picked.get(b, 0)],
         "selection_notes": sel.notes,
         "coverage": {"distinct_ops": int(ops.nunique()), "distinct_signatures": int(
             rows["ops"].map(lambda s: json.dumps(sorted(json.loads(s)))).nunique()),
@@ -250,6 +251,6 @@ def _card_context(cfg: RunConfig, rows: pd.DataFrame, funnel: dict, sel, env: di
         "kernelbench": {"levels": list(cfg.kernelbench_levels), "n": len(kb),
                         "median": float(kb.median()) if len(kb) else 0.0, "max": float(kb.max()) if len(kb) else 0.0},
         "env": {"device_label": device_label, "torch": env.get("torch"), "transformers": env.get("transformers"),
-                "triton": env.get("triton"), "python": env.get("python"),
+                "triton": env.get("triton") or "not installed", "python": env.get("python"),
                 "opforge_version": rows["opforge_version"].iloc[0] if len(rows) else "?"},
     }

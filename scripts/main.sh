@@ -1,15 +1,11 @@
 #!/usr/bin/env bash
-# Set up a virtual environment (CPU torch) and run the main job on the embedded default:
-# harvest the seed catalog from the installed torch + transformers, compose candidate tasks, and filter
-# them on an embedded Dask LocalCluster (one sandboxed worker per core; CPU, runtime window off).
-# N (default 200) sets the number of candidates, RUN (default runs/default) the run directory; a re-run
-# resumes the filter stage from its ledger.
+# Set up a virtual environment (CPU torch) and run the main job on the embedded default: `opforge run`
+# harvests the seed catalog from the installed torch + transformers, composes candidate tasks in rounds,
+# filters them on an embedded Dask LocalCluster (one sandboxed worker per core; CPU, runtime window off),
+# selects N (default 100) and writes the Hugging Face dataset folder RUN/hf (default runs/default/hf) with
+# its data card. Re-running the same command resumes where it stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/setup.sh
 export HF_HUB_OFFLINE=1
-RUN=${RUN:-runs/default}
-opforge seeds harvest --out "$RUN/seeds/catalog.parquet"
-opforge compose --seeds "$RUN/seeds/catalog.parquet" --n "${N:-200}" --seed 0 --device-profile cpu \
-    --out "$RUN/candidates.parquet"
-opforge filter "$RUN/candidates.parquet" --out "$RUN/filter"
+opforge run --target "${N:-100}" --out "${RUN:-runs/default}"

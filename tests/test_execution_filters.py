@@ -4,7 +4,14 @@ import math
 
 import pytest
 import torch
-from opforge.filters.chain import CORPUS_FILTERS, FILTER_NAMES, FilterSettings, load_filters, make_chain, run_chain
+from opforge.filters.chain import (
+    CORPUS_FILTERS,
+    FILTER_NAMES,
+    FilterSettings,
+    load_filters,
+    make_chain,
+    run_chain,
+)
 from opforge.filters.execution import TaskRun, tolerance_error
 from opforge.filters.timing import time_call
 

@@ -1,0 +1,200 @@
+"""``opforge run`` end to end on CPU, the Hub folder it builds, resume after a kill, and ``opforge publish``."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from datasets import load_dataset
+from opforge.filters.duplicate import DuplicateFilter
+from opforge.pipeline.hub_folder import manifest, validate_folder
+from opforge.pipeline.publish import PublishError, publish
+from opforge.pipeline.run_config import ConfigError, RunConfig, load_config
+from opforge.pipeline.select import bucket_shares, plan_quotas, select_tasks
+from opforge.task.source import load_task
+from opforge.task.trace import trace_task
+
+from .paths import OPS6K
+
+TARGET = 6
+MEASURED = ["eager_ms", "compile_ms"]  # timings: measured again by every run, so never compared
+
+
+def _run_cmd(out: Path, catalog: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "opforge.pipeline.cli", "run", "--target", str(TARGET), "--out", str(out),
+            "--seeds-catalog", str(catalog), "--seed", "3", "--workers", "2", "--timeout-s", "120", *extra]
+
+
+@pytest.fixture(scope="module")
+def finished_run(catalog_path, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "a"
+    proc = subprocess.run(_run_cmd(out, catalog_path), capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def ops6k_style_loader(path_or_id: str, **kw):
+    """A loader written for CUDA-Agent-Ops-6K: only its three columns. (Ops-6K's 71 transformers rows hold
+    a bare class name in ``ops``, not JSON, so such a loader must accept both.)"""
+    ds = load_dataset(path_or_id, split="train", **kw)
+    return [(json.loads(r["ops"]) if r["ops"].startswith("[") else [r["ops"]], r["data_source"], r["code"])
+            for r in ds]
+
+
+def test_run_builds_a_loadable_dataset(finished_run):
+    hf = finished_run / "hf"
+    ds = load_dataset(str(hf), split="train")
+    assert len(ds) == TARGET
+    card = (hf / "README.md").read_text()
+    assert "configs:" in card and "dataset_info:" in card and f"num_examples: {TARGET}" in card
+    assert {f.name for f in (hf / "plots").iterdir()} == {"op_count.png", "top_ops.png", "runtime.png",
+                                                        "kernelbench_similarity.png"}
+    run = json.loads((finished_run / "run.json").read_text())
+    assert run["selected"] == TARGET and run["accepted"] <= run["candidates"]
+    assert f"{run['candidates']} candidates composed" in card  # the card states what the run measured
+    assert validate_folder(hf)["rows"] == TARGET
+    # the Ops-6K loader works unchanged, on the reference and on ours
+    ref = ops6k_style_loader("parquet", data_files=str(OPS6K))
+    ours = ops6k_style_loader(str(hf))
+    assert len(ref) == 6000 and len(ours) == TARGET
+    assert all(isinstance(ops, list) and ops and src.startswith(("torch#", "transformers")) for ops, src, _ in ours)
+    assert all(isinstance(json.loads(o), list) for o in ds["ops"])  # ours is JSON in every row
+
+
+def test_every_published_row_passes_an_independent_recheck(finished_run):
+    rows = pd.read_parquet(finished_run / "hf" / "data")
+    for r in rows.itertuples():
+        task = load_task(r.code, r.task_id)
+        torch.manual_seed(0)
+        out = task.build().eval()(*task.inputs())
+        outs = out if isinstance(out, (tuple, list)) else [out]
+        assert all(torch.isfinite(t).all() for t in outs if isinstance(t, torch.Tensor)), r.task_id
+        labels = {lab for op in trace_task(load_task(r.code, r.task_id)) for lab in op.labels}
+        for label in json.loads(r.ops):  # every listed op is one the code calls
+            assert label in labels or r.data_source == "transformers", (r.task_id, label, labels)
+        assert r.gpu == "cpu" and r.torch_version == torch.__version__ and r.num_ops == len(json.loads(r.ops))
+
+
+def test_no_published_row_copies_an_ops6k_row(finished_run):
+    ref = list(pd.read_parquet(OPS6K, columns=["code"])["code"])
+    ours = list(pd.read_parquet(finished_run / "hf" / "data")["code"])
+    verdicts = DuplicateFilter().run_corpus(ref + ours)
+    copied = [v.metrics for v in verdicts[len(ref):] if not v.accepted and v.metrics["duplicate_of"] < len(ref)]
+    assert copied == []
+
+
+def test_killed_run_resumes_to_the_same_dataset(finished_run, catalog_path, tmp_path):
+    out = tmp_path / "b"
+    proc = subprocess.Popen(_run_cmd(out, catalog_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    ledger = out / "filter" / "ledger.jsonl"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        if ledger.exists() and len(ledger.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run finished before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "hf").exists()
+    done_before = len(ledger.read_text().splitlines())
+    again = subprocess.run(_run_cmd(out, catalog_path), capture_output=True, text=True, timeout=1500)
+    assert again.returncode == 0, again.stderr[-3000:]
+    a = pd.read_parquet(finished_run / "hf" / "data").drop(columns=MEASURED)
+    b = pd.read_parquet(out / "hf" / "data").drop(columns=MEASURED)
+    pd.testing.assert_frame_equal(a, b)
+    lines = [json.loads(x) for x in ledger.read_text().splitlines() if x.strip().endswith("}")]
+    assert len(lines) == len({x["task_id"] for x in lines}) >= done_before  # nothing verdicted twice
+
+
+class FakeHfApi:
+    """Records calls; ``fail_uploads`` makes that many uploads raise first."""
+
+    def __init__(self, fail_uploads: int = 0):
+        self.calls, self.fail_uploads, self.uploaded = [], fail_uploads, None
+
+    def create_repo(self, repo_id, **kw):
+        self.calls.append(("create_repo", repo_id, kw))
+
+    def create_branch(self, repo_id, **kw):
+        self.calls.append(("create_branch", repo_id, kw))
+
+    def upload_folder(self, *, folder_path, repo_id, **kw):
+        self.calls.append(("upload_folder", repo_id, kw))
+        if self.fail_uploads:
+            self.fail_uploads -= 1
+            raise OSError("connection reset")
+        self.uploaded = manifest(folder_path)
+        return type("Commit", (), {"oid": "abc123", "commit_url": f"https://hub/{repo_id}/commit/abc123"})()
+
+    def create_tag(self, repo_id, **kw):
+        self.calls.append(("create_tag", repo_id, kw))
+
+
+def test_publish_uploads_exactly_the_validated_folder(finished_run):
+    api = FakeHfApi(fail_uploads=1)
+    res = publish(finished_run, "org/ops", private=True, revision="v1-branch", tag="v1.0", api=api, backoff_s=0)
+    names = [c[0] for c in api.calls]
+    assert names == ["create_repo", "create_branch", "upload_folder", "upload_folder", "create_tag"]
+    assert api.calls[0][2] == {"repo_type": "dataset", "private": True, "exist_ok": True}
+    assert api.calls[-1][2]["revision"] == "abc123" and api.calls[-1][2]["tag"] == "v1.0"
+    assert api.uploaded == validate_folder(finished_run / "hf")["manifest"]
+    assert res.commit == "abc123" and res.files == len(api.uploaded)
+
+
+def test_publish_errors_are_clear(finished_run, tmp_path, monkeypatch):
+    with pytest.raises(PublishError, match="not a dataset folder"):
+        publish(tmp_path, "org/ops", api=FakeHfApi())
+    with pytest.raises(PublishError, match="nothing was committed"):
+        publish(finished_run, "org/ops", api=FakeHfApi(fail_uploads=5), attempts=2, backoff_s=0)
+    with pytest.raises(PublishError, match="ORG/NAME"):
+        publish(finished_run, "ops", api=FakeHfApi())
+    monkeypatch.setenv("HF_TOKEN", "")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    with pytest.raises(PublishError, match="no Hugging Face token"):
+        publish(finished_run, "org/ops")
+
+
+def test_config_file_errors_and_run_identity(tmp_path, finished_run):
+    cfg_file = tmp_path / "run.yaml"
+    cfg_file.write_text("target: 50\nseed: 9\nop_mix: uniform\n")
+    cfg = load_config(cfg_file, {"target": 7, "workers": None})
+    assert (cfg.target, cfg.seed, cfg.op_mix) == (7, 9, "uniform")  # the command line wins
+    cfg_file.write_text("target: 5\ntargt: 6\n")
+    with pytest.raises(ConfigError, match=r"run.yaml: targt"):
+        load_config(cfg_file, {})
+    cfg_file.write_text("- a list\n")
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        load_config(cfg_file, {})
+    saved = load_config(finished_run / "config.yaml", {})
+    assert saved.seed == 3 and saved.round_size >= 16 and saved.device_profile == "cpu"
+    out = subprocess.run([sys.executable, "-m", "opforge.pipeline.cli", "run", "--out", str(finished_run),
+                          "--seed", "4", "--target", "2"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "other seed" in out.stderr
+
+
+def test_selection_quota_cap_and_coverage():
+    rows = []
+    for i in range(40):  # 30 two-op tasks over 3 signatures, 10 three-op tasks over 10 signatures
+        k = 2 if i < 30 else 3
+        ops = ["nn.Conv2d", ["F.relu", "F.gelu", "torch.tanh"][i % 3]] if k == 2 else [f"op{i}", "a", "b"]
+        rows.append({"task_id": f"t{i}", "ops": json.dumps(ops), "data_source": f"torch#{k}",
+                     "categories": json.dumps(["conv"])})
+    pool = pd.DataFrame(rows)
+    shares = bucket_shares({2: 0.5, 3: 0.5}, 0.0)
+    sel = select_tasks(pool, 10, shares, seed=1, max_per_signature=2)
+    assert sel.shortfall == 0 and sel.picked == {"torch#2": 5, "torch#3": 5}
+    two = sel.rows[sel.rows.data_source == "torch#2"]["ops"].map(lambda s: json.loads(s)[1])
+    assert set(two) == {"F.relu", "F.gelu", "torch.tanh"} and two.value_counts().max() <= 2
+    # a short bucket hands its shortfall to the others
+    q, notes = plan_quotas(10, {"torch#1": 0.5, "torch#2": 0.5}, {"torch#1": 2, "torch#2": 50})
+    assert q == {"torch#1": 2, "torch#2": 8} and "torch#1" in notes[0]
+    assert select_tasks(pool, 10, shares, seed=1).rows["task_id"].tolist() == \
+        select_tasks(pool, 10, shares, seed=1).rows["task_id"].tolist()
+    assert RunConfig(target=10).resolved().candidate_budget == 200
