@@ -335,5 +335,7 @@ def index_for_run(run_dir: str | Path, source: str | Path | None = None,
         return save_index(index, target), index
     if cached.resolve() != target.resolve():
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(cached, target)
+        tmp = target.with_suffix(".tmp")
+        shutil.copyfile(cached, tmp)
+        tmp.replace(target)  # atomic: a sandbox loading the index never reads a half-written file
     return target, index
