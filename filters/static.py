@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import functools
+import inspect
 from typing import Any
 
 from opforge.filters.verdict import Cost, Filter, TaskInput, Verdict
@@ -19,10 +21,30 @@ RNG_CALLS = frozenset({
     # re-seeding inside forward hides a random draw behind a fixed seed
     "manual_seed", "seed",
 })
-# Random only when training; value = the function's default for ``training`` (torch.nn.functional:
-# dropout* default to True, rrelu to False).
-_TRAINING_GATED = {"dropout": True, "dropout1d": True, "dropout2d": True, "dropout3d": True,
-                   "alpha_dropout": True, "feature_alpha_dropout": True, "rrelu": False}
+# Random only when ``training`` is true: the torch.nn.functional functions with a ``training`` parameter.
+_TRAINING_GATED = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",
+                   "rrelu")
+
+
+@functools.cache
+def _training_param(name: str) -> tuple[int, bool]:
+    """(position, default) of ``training`` in ``torch.nn.functional.<name>``, read from the installed torch
+    (``dropout`` defaults to True, ``alpha_dropout`` and ``rrelu`` to False)."""
+    import torch.nn.functional as F
+
+    params = list(inspect.signature(getattr(F, name)).parameters.values())
+    pos = next(i for i, p in enumerate(params) if p.name == "training")
+    return pos, bool(params[pos].default)
+
+
+def _is_training(node: ast.Call, name: str) -> bool:
+    """Whether a call of a training-gated function draws random numbers: its ``training`` argument
+    (keyword or positional) unless that is the constant False, else the function's default."""
+    pos, training = _training_param(name)
+    given = [k.value for k in node.keywords if k.arg == "training"] or node.args[pos:pos + 1]
+    if given:
+        training = not (isinstance(given[0], ast.Constant) and given[0].value is False)
+    return training
 
 
 def _call_name(node: ast.Call) -> str | None:
@@ -58,13 +80,8 @@ def rng_calls_in_forward(tree: ast.Module) -> list[str]:
                     todo.append(cname)
                 continue
             if cname in RNG_CALLS:
-                if cname in _TRAINING_GATED:
-                    training = _TRAINING_GATED[cname]
-                    for k in node.keywords:
-                        if k.arg == "training":
-                            training = not (isinstance(k.value, ast.Constant) and k.value.value is False)
-                    if not training:
-                        continue
+                if cname in _TRAINING_GATED and not _is_training(node, cname):
+                    continue
                 found.append(cname)
     return found
 

@@ -54,6 +54,16 @@ def test_rrelu_is_random_only_when_training():
 def test_dropout_in_eval_form_is_allowed():
     v = StaticFilter()(_with_forward("        return torch.nn.functional.dropout(x, p=0.5, training=False)"))
     assert v.accepted
+    assert StaticFilter()(_with_forward("        return torch.nn.functional.dropout(x, 0.5, False)")).accepted
+    assert not StaticFilter()(_with_forward("        return torch.nn.functional.dropout(x, 0.5)")).accepted
+
+
+def test_alpha_dropout_follows_torchs_training_default():
+    # torch.nn.functional.alpha_dropout / feature_alpha_dropout default to training=False, unlike dropout
+    for name in ("alpha_dropout", "feature_alpha_dropout"):
+        assert StaticFilter()(_with_forward(f"        return torch.nn.functional.{name}(x)")).accepted
+        v = StaticFilter()(_with_forward(f"        return torch.nn.functional.{name}(x, 0.5, True)"))
+        assert v.reason == f"stochastic:{name}"
 
 
 @pytest.mark.parametrize("code", ["def broken(:\n", GOOD.replace("def get_inputs", "def other_inputs"), ""])
