@@ -84,6 +84,11 @@ def main() -> None:
     from opforge.filters.execution import TaskRun
 
     chain = make_chain(FilterSettings.model_validate(settings))
+    if settings["device"] == "cuda":
+        import torch
+        from opforge.filters.timing import physical_gpu
+
+        gpu = physical_gpu(torch.device("cuda"))
     send_message(out, ("ready", info))
     while True:
         try:
@@ -98,10 +103,17 @@ def main() -> None:
         def stage(name: str) -> None:
             send_message(out, ("stage", name))
 
-        result = run_chain(run, chain, on_stage=stage)
-        del run
         if settings["device"] == "cuda":
-            result = _retry_oom_alone(result, task_id, code, chain, stage)
+            from opforge.filters.timing import gpu_memory_share
+
+            with gpu_memory_share(gpu):  # shared with the other sandboxes on this GPU
+                result = run_chain(run, chain, on_stage=stage)
+                del run
+                _release_gpu_memory()
+            result = _retry_oom_alone(result, task_id, code, chain, stage, gpu)
+        else:
+            result = run_chain(run, chain, on_stage=stage)
+            del run
         send_message(out, result)
 
 
@@ -116,21 +128,19 @@ def _release_gpu_memory() -> None:
     torch.cuda.empty_cache()
 
 
-def _retry_oom_alone(result: dict, task_id: str, code: str, chain, stage) -> dict:
+def _retry_oom_alone(result: dict, task_id: str, code: str, chain, stage, gpu: str) -> dict:
     """An ``oom`` on a shared GPU may be the neighbours' fault: run the task once more holding the GPU's
-    exclusive lock (no other sandbox times meanwhile) after freeing this child's cache."""
-    import torch
+    memory lock exclusively (``filters.timing.gpu_memory_share``: no other sandbox's task is on the GPU)."""
     from opforge.filters.chain import run_chain
     from opforge.filters.execution import TaskRun
-    from opforge.filters.timing import exclusive_gpu
+    from opforge.filters.timing import gpu_memory_share
 
-    _release_gpu_memory()
     if result["reason"] != "oom":
         return result
-    with exclusive_gpu(torch.device("cuda")):
+    with gpu_memory_share(gpu, exclusive=True):
         _release_gpu_memory()
         again = run_chain(TaskRun(code=code, task_id=task_id, device="cuda"), chain, on_stage=stage)
-    _release_gpu_memory()
+        _release_gpu_memory()
     again["retried_alone"] = True
     return again
 

@@ -52,6 +52,44 @@ def _l2_flush_buffer(device: torch.device) -> torch.Tensor:
     return _FLUSH[index]
 
 
+def physical_gpu(device: torch.device) -> str:
+    """The id of the physical GPU behind ``device``: its entry in ``CUDA_VISIBLE_DEVICES`` (else its index)."""
+    index = device.index or 0
+    ids = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    return ids[index] if index < len(ids) else str(index)
+
+
+@contextlib.contextmanager
+def gpu_memory_share(gpu: str, exclusive: bool = False) -> Iterator[None]:
+    """Reader/writer lock over one GPU's memory, across the sandboxes sharing it.
+
+    Every task runs holding it shared (many at once); a task that ran out of memory is re-run holding it
+    exclusively, which waits until no other task is on the GPU (each sandbox frees its memory after a task)
+    and keeps new ones out, so an ``oom`` verdict means the task does not fit alone. A turnstile lock in
+    front of the shared side stops a stream of shared holders from starving a waiting exclusive one.
+    Files: ``$TMPDIR/opforge-gpu-<gpu>.memory`` and ``.turnstile`` (``flock``).
+    """
+    base = os.path.join(tempfile.gettempdir(), f"opforge-gpu-{gpu}")
+    with open(base + ".turnstile", "a") as turn, open(base + ".memory", "a") as mem:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        if exclusive:
+            try:
+                fcntl.flock(mem, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(mem, fcntl.LOCK_UN)
+            finally:
+                fcntl.flock(turn, fcntl.LOCK_UN)
+            return
+        fcntl.flock(turn, fcntl.LOCK_UN)
+        fcntl.flock(mem, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(mem, fcntl.LOCK_UN)
+
+
 @contextlib.contextmanager
 def exclusive_gpu(device: torch.device) -> Iterator[None]:
     """Hold an exclusive lock on the physical GPU behind ``device`` while timing on it.
@@ -65,10 +103,7 @@ def exclusive_gpu(device: torch.device) -> Iterator[None]:
     if _HELD.get(index):
         yield
         return
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    ids = [v.strip() for v in visible.split(",") if v.strip()]
-    gpu = ids[index] if index < len(ids) else str(index)
-    path = os.path.join(tempfile.gettempdir(), f"opforge-gpu-{gpu}.lock")
+    path = os.path.join(tempfile.gettempdir(), f"opforge-gpu-{physical_gpu(device)}.lock")
     with open(path, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         _HELD[index] = True

@@ -21,7 +21,8 @@ class CompileFilter(Filter):
     """Rejects ``compile_error:<ExceptionType>``, ``oom`` and ``compile_mismatch``.
 
     Thresholds: ``backend`` (default "inductor"), ``mode`` (None = default), ``max_err`` (1.0 = the
-    evaluation tolerance), ``time_compiled`` (also time the compiled model; None = on CUDA only).
+    evaluation tolerance), ``time_compiled`` (also time the compiled model; None = on CUDA only),
+    ``timing_budget_s`` (seconds of timed calls, as the ``runtime`` filter's ``budget_s``).
     Metrics: ``compile_s`` (first compiled call, seconds), ``err_compile`` (tolerance units),
     ``compile_ms`` (median compiled runtime, ms, when timed), ``error``.
     """
@@ -32,7 +33,7 @@ class CompileFilter(Filter):
 
     @classmethod
     def default_thresholds(cls) -> dict[str, Any]:
-        return {"backend": "inductor", "mode": None, "max_err": 1.0, "time_compiled": None}
+        return {"backend": "inductor", "mode": None, "max_err": 1.0, "time_compiled": None, "timing_budget_s": 0.1}
 
     def score(self, run: TaskRun) -> dict[str, Any]:
         t = self.thresholds
@@ -49,7 +50,8 @@ class CompileFilter(Filter):
             timed = run.device.startswith("cuda") if t["time_compiled"] is None else t["time_compiled"]
             if timed:
                 inputs = run.inputs
-                m["compile_ms"] = time_call(lambda: run.call(compiled, inputs, seed=None), run.device).median_ms
+                m["compile_ms"] = time_call(lambda: run.call(compiled, inputs, seed=None), run.device,
+                                            budget_s=t["timing_budget_s"]).median_ms
         except Exception as exc:  # noqa: BLE001 - any compiler failure is a verdict
             m.update(failure_metrics(exc))
         finally:

@@ -163,3 +163,43 @@ def test_unregistered_tensor_breaks_the_task_on_the_gpu():
                                                                                        skip=["compile"]))
     assert res["reason"] == "eager_error:unregistered_tensor", res
     assert run_chain(TaskRun(GOOD, "g", "cuda"), _chain(device="cuda", skip=["compile"]))["accepted"]
+
+
+def test_gpu_memory_share_lets_an_exclusive_holder_in_before_later_shared_ones(tmp_path, monkeypatch):
+    """Readers share the GPU-memory lock; a waiting exclusive holder (an oom re-run) is not starved: a
+    reader arriving after it waits until it is done. Plain flock files: no GPU needed."""
+    import subprocess
+    import sys
+    import time
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    script = (
+        "import sys, time, tempfile\n"
+        "tempfile.tempdir = sys.argv[4]\n"
+        "from opforge.filters.timing import gpu_memory_share\n"
+        "name, exclusive, hold = sys.argv[1], sys.argv[2] == 'x', float(sys.argv[3])\n"
+        "with gpu_memory_share('test', exclusive=exclusive):\n"
+        "    print(name, 'in', time.time(), flush=True)\n"
+        "    time.sleep(hold)\n"
+        "print(name, 'out', time.time(), flush=True)\n")
+    log = tmp_path / "log"
+
+    def start(name, mode, hold):
+        return subprocess.Popen([sys.executable, "-c", script, name, mode, str(hold), str(tmp_path)],
+                                stdout=open(log, "a"))
+
+    first = start("r1", "s", 2.0)
+    second = start("r2", "s", 2.0)  # shared with r1
+    time.sleep(1.0)
+    writer = start("w", "x", 0.5)   # waits for r1 and r2
+    time.sleep(0.5)
+    late = start("r3", "s", 0.1)    # arrives while w waits: must come after w
+    for p in (first, second, writer, late):
+        assert p.wait(timeout=60) == 0
+    events = {}
+    for line in log.read_text().splitlines():
+        name, what, t = line.split()
+        events[(name, what)] = float(t)
+    assert events[("r2", "in")] < events[("r1", "out")]  # readers overlap
+    assert events[("w", "in")] >= max(events[("r1", "out")], events[("r2", "out")]) - 0.05
+    assert events[("r3", "in")] >= events[("w", "out")] - 0.05
