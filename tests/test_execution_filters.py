@@ -179,14 +179,13 @@ def test_gpu_memory_share_lets_an_exclusive_holder_in_before_later_shared_ones(t
         "from opforge.filters.timing import gpu_memory_share\n"
         "name, exclusive, hold = sys.argv[1], sys.argv[2] == 'x', float(sys.argv[3])\n"
         "with gpu_memory_share('test', exclusive=exclusive):\n"
-        "    print(name, 'in', time.time(), flush=True)\n"
+        "    t_in = time.time()\n"
         "    time.sleep(hold)\n"
-        "print(name, 'out', time.time(), flush=True)\n")
-    log = tmp_path / "log"
+        "print(name, t_in, time.time())\n")
 
     def start(name, mode, hold):
         return subprocess.Popen([sys.executable, "-c", script, name, mode, str(hold), str(tmp_path)],
-                                stdout=open(log, "a"))
+                                stdout=subprocess.PIPE, text=True)
 
     first = start("r1", "s", 2.0)
     second = start("r2", "s", 2.0)  # shared with r1
@@ -194,12 +193,12 @@ def test_gpu_memory_share_lets_an_exclusive_holder_in_before_later_shared_ones(t
     writer = start("w", "x", 0.5)   # waits for r1 and r2
     time.sleep(0.5)
     late = start("r3", "s", 0.1)    # arrives while w waits: must come after w
-    for p in (first, second, writer, late):
-        assert p.wait(timeout=60) == 0
     events = {}
-    for line in log.read_text().splitlines():
-        name, what, t = line.split()
-        events[(name, what)] = float(t)
+    for p in (first, second, writer, late):
+        out, _ = p.communicate(timeout=60)
+        assert p.returncode == 0
+        name, t_in, t_out = out.split()
+        events[(name, "in")], events[(name, "out")] = float(t_in), float(t_out)
     assert events[("r2", "in")] < events[("r1", "out")]  # readers overlap
     assert events[("w", "in")] >= max(events[("r1", "out")], events[("r2", "out")]) - 0.05
     assert events[("r3", "in")] >= events[("w", "out")] - 0.05
