@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
 class ConfigError(ValueError):
@@ -40,7 +40,7 @@ class RunConfig(BaseModel):
 
     target: int = Field(100, ge=1)
     out: Path = Path("runs/default")
-    device: str = "cpu"
+    device: Literal["cpu", "cuda"] = "cpu"
     workers: int | None = None
     scheduler: str | None = None
     seed: int = 0
@@ -61,13 +61,6 @@ class RunConfig(BaseModel):
     pretty_name: str = "opforge fused operator tasks"
     license: str = "apache-2.0"
     repo_id: str | None = None
-
-    @field_validator("device")
-    @classmethod
-    def _device(cls, v: str) -> str:
-        if v not in ("cpu", "cuda"):
-            raise ValueError(f"device must be 'cpu' or 'cuda', got {v!r}")
-        return v
 
     def resolved(self) -> RunConfig:
         """A copy with every default that depends on other options filled in."""
