@@ -22,3 +22,14 @@ class FullyInitialised(HalfInitialised):
     def __init__(self, in_features: int):
         super().__init__(in_features)
         nn.init.zeros_(self.shift)
+
+
+class UnseededInit(FullyInitialised):
+    """Initialised, but from Python's ``random`` (not torch's seed): two seeded builds differ."""
+
+    def __init__(self, in_features: int):
+        super().__init__(in_features)
+        import random
+
+        with torch.no_grad():
+            self.shift.fill_(random.random())

@@ -37,7 +37,8 @@ def test_probe_rejects_unknown_qualname():
     assert isinstance(res, SkipRecord) and res.reason in ("build_error", "no_recipe")
 
 
-@pytest.mark.parametrize(("name", "ok"), [("HalfInitialised", False), ("FullyInitialised", True)])
+@pytest.mark.parametrize(("name", "ok"), [("HalfInitialised", False), ("FullyInitialised", True),
+                                          ("UnseededInit", False)])
 def test_probe_rejects_parameters_left_as_empty_memory(name, ok):
     res = probe(SeedOp(label=name, qualname=f"tests.probe_modules.{name}", kind="module", templates=["NC"],
                        init_args={"in_features": "$C"}, inputs=[TensorSpec(shape=[])]))
@@ -47,6 +48,7 @@ def test_probe_rejects_parameters_left_as_empty_memory(name, ok):
         assert res.reason == "untraceable_label", res
     else:
         assert res.reason == "no_recipe" and "uninitialized_state" in res.detail and "shift" in res.detail
+        assert ("differs between two seeded builds" in res.detail) == (name == "UnseededInit")
 
 
 @pytest.mark.parametrize("label", ["F.dropout", "torch.bernoulli", "nn.RReLU", "nn.Dropout"])
