@@ -14,7 +14,6 @@ A corpus filter: it scores all input rows at once, on the client, before any tas
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,7 +47,7 @@ class DuplicateFilter(Filter):
         ``{"exact_of": row}`` or ``{"near_of": row, "jaccard": j}``. Non-string or unparsable code is
         compared as text only (exact)."""
         from datasketch import MinHash, MinHashLSH
-        from opforge.task.identity import normalise_source
+        from opforge.task.identity import source_hash
         from opforge.task.structure import module_tokens, parse_task, shingles, static_op_signature
         from tqdm.auto import tqdm
 
@@ -60,7 +59,7 @@ class DuplicateFilter(Filter):
             if not isinstance(code, str):
                 out.append({})
                 continue
-            key = hashlib.sha256(normalise_source(code).encode()).hexdigest()
+            key = source_hash(code)
             if key in first:
                 out.append({"exact_of": first[key]})
                 continue

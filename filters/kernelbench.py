@@ -122,7 +122,7 @@ class TaskFeatures:
     """What the contamination tiers compare, for a task or a KernelBench problem.
 
     Attributes:
-        exact_key: SHA-256 of the normalised source (``task.identity.normalise_source``).
+        exact_key: ``task.identity.source_hash`` (SHA-256 of the normalised source).
         signature: canonical ops the ``Model`` calls (traced on ``meta``, else read from the source).
         signature_source: ``trace`` or ``static``.
         static_signature: the ops read from the source (always available; used when one side has no trace).
@@ -145,7 +145,7 @@ def task_features(code: str, traced: frozenset[str] | None) -> TaskFeatures:
         ValueError: the source does not parse.
     """
     from datasketch import MinHash
-    from opforge.task.identity import normalise_source
+    from opforge.task.identity import source_hash
     from opforge.task.structure import (
         class_tokens,
         encode_tokens,
@@ -162,7 +162,7 @@ def task_features(code: str, traced: frozenset[str] | None) -> TaskFeatures:
     mh = MinHash(num_perm=NUM_PERM, seed=1)
     mh.update_batch(sorted(shingles(module_tokens(tree), SHINGLE)))
     return TaskFeatures(
-        exact_key=hashlib.sha256(normalise_source(code).encode()).hexdigest(),
+        exact_key=source_hash(code),
         signature=traced if traced else static, signature_source="trace" if traced else "static",
         static_signature=static, structure=encode_tokens(class_tokens(tree)),
         minhash=np.asarray(mh.hashvalues, dtype=np.uint32))
@@ -203,9 +203,6 @@ class KernelBenchIndex:
 
     def __post_init__(self):
         self.by_exact = {f.exact_key: i for i, f in enumerate(self.features)}
-        self.by_signature: dict[frozenset[str], list[int]] = {}
-        for i, f in enumerate(self.features):
-            self.by_signature.setdefault(f.signature, []).append(i)
         self.minhashes = np.stack([f.minhash for f in self.features]) if self.features else np.zeros((0, NUM_PERM))
         self.structures = [f.structure for f in self.features]
 

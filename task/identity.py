@@ -6,7 +6,8 @@ import ast
 import hashlib
 
 
-def _strip_docstrings(tree: ast.AST) -> None:
+def strip_docstrings(tree: ast.AST) -> None:
+    """Remove the docstring of the module and of every class and function in ``tree`` (in place)."""
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body
@@ -25,10 +26,16 @@ def normalise_source(code: str) -> str:
         tree = ast.parse(code)
     except SyntaxError:
         return " ".join(code.split())
-    _strip_docstrings(tree)
+    strip_docstrings(tree)
     return ast.unparse(tree)
 
 
+def source_hash(code: str) -> str:
+    """SHA-256 (64 hex digits) of the normalised source: equal for sources that differ only in layout,
+    comments or docstrings."""
+    return hashlib.sha256(normalise_source(code).encode()).hexdigest()
+
+
 def task_id_for(code: str) -> str:
-    """``task_id``: the first 16 hex digits of the SHA-256 of the normalised source (DESIGN.md §2)."""
-    return hashlib.sha256(normalise_source(code).encode()).hexdigest()[:16]
+    """``task_id``: the first 16 hex digits of ``source_hash`` (DESIGN.md §2)."""
+    return source_hash(code)[:16]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 import hashlib
 
-from opforge.task.identity import _strip_docstrings
+from opforge.task.identity import strip_docstrings
 from opforge.task.op_names import canonical_name, snake
 
 # Names a task imports torch under; an attribute chain rooted here is an API reference, not a variable.
@@ -44,7 +44,7 @@ def parse_task(code: str) -> ast.Module | None:
         tree = ast.parse(code)
     except (SyntaxError, ValueError):
         return None
-    _strip_docstrings(tree)
+    strip_docstrings(tree)
     return tree
 
 

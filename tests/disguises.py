@@ -11,6 +11,8 @@ import ast
 import builtins
 import re
 
+from opforge.task.identity import strip_docstrings
+
 _KEEP = {"Model", "get_inputs", "get_init_inputs", "forward", "__init__", "self", "super", "torch", "nn", "F",
          "math", "np", "einops", "rearrange", "repeat", "functional"} | set(dir(builtins))
 
@@ -59,14 +61,6 @@ class _Renamer(ast.NodeTransformer):
         if isinstance(node.value, ast.Name) and node.value.id == "self":
             node.attr = self.attrs.get(node.attr, node.attr)
         return node
-
-
-def _strip_docstrings(tree: ast.AST) -> None:
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and node.body and \
-                isinstance(node.body[0], ast.Expr) and isinstance(getattr(node.body[0], "value", None), ast.Constant) \
-                and isinstance(node.body[0].value.value, str):
-            node.body = node.body[1:] or [ast.Pass()]
 
 
 def rename(code: str) -> str:
@@ -178,7 +172,7 @@ def respell(code: str) -> str:
 def strip_docs(code: str) -> str:
     """Docstrings and comments removed, nothing else changed."""
     tree = ast.parse(code)
-    _strip_docstrings(tree)
+    strip_docstrings(tree)
     return ast.unparse(tree)
 
 
