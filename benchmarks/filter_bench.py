@@ -22,6 +22,7 @@ from pathlib import Path
 
 from opforge.compose.composer import ComposeConfig, compose
 from opforge.filters.chain import FilterSettings
+from opforge.filters.runtime import resolve_window
 from opforge.pipeline.filter_run import run_filter
 from opforge.seeds.catalog import read_catalog
 
@@ -57,7 +58,7 @@ def main():
             shutil.rmtree(cache, ignore_errors=True)
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache.resolve())
         settings = FilterSettings(device=args.device, timeout_s=args.timeout_s,
-                                  runtime_window_ms=(1.0, 100.0) if args.device == "cuda" else None)
+                                  runtime_window_ms=resolve_window(args.device, None))
         t0 = time.perf_counter()
         res = run_filter(tasks, run_dir, settings, workers=workers, progress=True)
         wall = time.perf_counter() - t0

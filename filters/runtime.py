@@ -16,6 +16,17 @@ from opforge.filters.verdict import Cost, Filter, Verdict
 CUDA_WINDOW_MS = (1.0, 100.0)
 
 
+def resolve_window(device: str, window_ms: tuple[float, float] | None, no_window: bool = False
+                   ) -> tuple[float, float] | None:
+    """The runtime window a run enforces: none with ``no_window``, else the given one, else
+    ``CUDA_WINDOW_MS`` on CUDA and none on CPU."""
+    if no_window:
+        return None
+    if window_ms is not None:
+        return (float(window_ms[0]), float(window_ms[1]))
+    return CUDA_WINDOW_MS if device == "cuda" else None
+
+
 def measure_eager_ms(code: str, task_id: str = "<task>", device: str = "cpu", budget_s: float = 0.2) -> float:
     """Median eager forward time of a task in ms (seeded build in ``eval()``, ``no_grad``), in-process.
 

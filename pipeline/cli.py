@@ -131,14 +131,11 @@ def filter_cmd(
     """Verdict every input task with the filter chain; resumes from RUN_DIR's ledger when re-run."""
     from opforge.filters.chain import FILTER_NAMES, FilterSettings
     from opforge.filters.kernelbench import ReferenceLoadError
-    from opforge.filters.runtime import CUDA_WINDOW_MS
+    from opforge.filters.runtime import resolve_window
     from opforge.pipeline.filter_run import InputError, format_funnel, run_filter
 
-    window = tuple(runtime_window_ms) if runtime_window_ms and runtime_window_ms[0] is not None else None
-    if window is None and device == "cuda" and not no_window:
-        window = CUDA_WINDOW_MS
-    if no_window:
-        window = None
+    given = tuple(runtime_window_ms) if runtime_window_ms and runtime_window_ms[0] is not None else None
+    window = resolve_window(device, given, no_window)
     try:
         levels = tuple(int(v) for v in _names(kernelbench_levels) or [])
         settings = FilterSettings(device=device, only=_names(only), skip=_names(skip) or [],

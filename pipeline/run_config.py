@@ -64,17 +64,13 @@ class RunConfig(BaseModel):
 
     def resolved(self) -> RunConfig:
         """A copy with every default that depends on other options filled in."""
-        from opforge.filters.runtime import CUDA_WINDOW_MS
+        from opforge.filters.runtime import resolve_window
 
-        window = self.runtime_window_ms
-        if window is None and self.device == "cuda":
-            window = CUDA_WINDOW_MS
-        if self.no_window:
-            window = None
+        window = resolve_window(self.device, self.runtime_window_ms, self.no_window)
         round_size = self.round_size or max(16, int(1.5 * self.target))
         return self.model_copy(update={
             "device_profile": self.device_profile or ("h100" if self.device == "cuda" else "cpu"),
-            "runtime_window_ms": tuple(window) if window else None,
+            "runtime_window_ms": window,
             "round_size": round_size,
             "candidate_budget": self.candidate_budget or max(20 * self.target, round_size),
         })
