@@ -70,9 +70,8 @@ def compare(index: KernelBenchIndex, f: TaskFeatures) -> dict[str, Any]:
     struct = cdist([f.structure], index.structures, scorer=Indel.normalized_similarity, dtype=np.float32)[0]
     jacc = (index.minhashes == f.minhash).mean(axis=1) if n else np.zeros(0)
     exact = index.by_exact.get(f.exact_key)
-    sig_matches = [i for i in range(n) if f.signature and _eq_sig(f, index.features[i])]
-
     overlaps = np.array([op_overlap(*_signatures(f, p)) for p in index.features])
+    sig_matches = np.flatnonzero(overlaps == 1.0).tolist()  # Jaccard 1 = equal, non-empty op sets
 
     def top(scores: np.ndarray) -> list[list]:
         # the TOP_K most similar, plus every close candidate that shares most ops (so re-deciding at any
@@ -95,11 +94,6 @@ def compare(index: KernelBenchIndex, f: TaskFeatures) -> dict[str, Any]:
         "kernelbench_nearest": index.problems[nearest] if nearest is not None else None,
         "kernelbench_similarity": round(float(struct[nearest]), 4) if nearest is not None else None,
     }
-
-
-def _eq_sig(f: TaskFeatures, p: TaskFeatures) -> bool:
-    a, b = _signatures(f, p)
-    return bool(a) and a == b
 
 
 class ContaminationFilter(Filter):

@@ -200,11 +200,8 @@ def _published_rows(sel: pd.DataFrame, funnel: dict[str, Any], cfg: RunConfig) -
     from importlib.metadata import version
 
     env = funnel["environment"]
-    gpu = env.get("gpu") or "cpu"
-    if isinstance(gpu, list):
-        gpu = ", ".join(sorted(set(gpu))) or "cpu"
     out = sel.copy()
-    out["gpu"] = gpu if cfg.device == "cuda" else "cpu"
+    out["gpu"] = (env.get("gpu") or "cpu") if cfg.device == "cuda" else "cpu"
     out["torch_version"] = env.get("torch")
     out["opforge_version"] = version("opforge")
     out["generator_seed"] = out["generator_seed"].astype("int64")
@@ -232,8 +229,7 @@ def _card_context(cfg: RunConfig, rows: pd.DataFrame, funnel: dict, sel, env: di
     cats = sorted({c for s in rows["categories"] for c in json.loads(s)})
     eager = pd.to_numeric(rows["eager_ms"], errors="coerce").dropna()
     kb = pd.to_numeric(rows["kernelbench_similarity"], errors="coerce").dropna()
-    gpu = env.get("gpu")
-    device_label = (", ".join(gpu) if isinstance(gpu, list) else gpu) if cfg.device == "cuda" and gpu else "CPU"
+    device_label = env.get("gpu") if cfg.device == "cuda" and env.get("gpu") else "CPU"
     return {
         "pretty_name": cfg.pretty_name, "license_id": cfg.license, "license": f"Licence: {cfg.license}",
         "seed": cfg.seed, "device_profile": cfg.device_profile,
