@@ -1,17 +1,23 @@
 """The naive way to filter tasks, for the throughput comparison of issue #7: one process, one task at a time.
 
     python benchmarks/naive_baseline.py TASKS.parquet --limit 100 --out naive.json [--device cuda]
+        [--task-timeout-s 60] [--max-seconds 300]
 
 Per task: exec the source, build the model and inputs on the device, one eager forward, ``torch.compile``
-(Inductor) and one compiled forward, then time eager and compiled (CUDA events, 3 warm-up + 10 timed calls,
-median) - what KernelBench-style scripts do, with no sandbox, no parallelism and none of opforge's extra
-checks. A task that raises is counted and skipped. Writes tasks/min and per-task seconds.
+(Inductor, default settings) and one compiled forward, then time eager and compiled (CUDA events, 3
+warm-up + 10 timed calls, median: the defaults of KernelBench's ``time_execution_with_cuda_event``) - what
+KernelBench-style scripts do, with no sandbox, no parallelism and none of opforge's extra checks. A task
+that raises is counted and skipped; one that runs past ``--task-timeout-s`` (``SIGALRM``, the same limit
+as opforge's ``--timeout-s``; it interrupts Python between kernel launches) counts as failed. The loop
+stops starting tasks after ``--max-seconds``. Writes tasks/min over the finished tasks, per-task seconds
+and where they went (build, eager, compile, timing).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import time
 from pathlib import Path
@@ -42,19 +48,46 @@ def _time_ms(fn, inputs, device: str, trials: int = 10) -> float:
     return statistics.median(times)
 
 
-def run_one(code: str, device: str) -> dict:
+class TaskTimeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise TaskTimeout("task ran past --task-timeout-s")
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_one(code: str, device: str, phases: dict) -> dict:
+    """One task the naive way; fills ``phases`` (seconds per phase) as it goes."""
+    t = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal t
+        _sync(device)
+        now = time.perf_counter()
+        phases[name] = round(now - t, 4)
+        t = now
+
     ns: dict = {}
     exec(compile(code, "<task>", "exec"), ns)  # noqa: S102 - the baseline runs tasks the naive way
     with torch.device(device):
         model = ns["Model"](*ns["get_init_inputs"]()).eval()
         inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
+    lap("build")
     with torch.no_grad():
         model(*inputs)
+        lap("eager")
         torch._dynamo.reset()
         compiled = torch.compile(model)
         compiled(*inputs)
+        lap("compile")
         eager_ms = _time_ms(model, inputs, device)
         compile_ms = _time_ms(compiled, inputs, device)
+        lap("timing")
     return {"eager_ms": eager_ms, "compile_ms": compile_ms}
 
 
@@ -63,30 +96,56 @@ def main() -> None:
     p.add_argument("tasks")
     p.add_argument("--limit", type=int, default=100)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--task-timeout-s", type=int, default=60)
+    p.add_argument("--max-seconds", type=float, default=None, help="start no task after this many seconds")
     p.add_argument("--out", default="naive_baseline.json")
     args = p.parse_args()
     df = pd.read_parquet(args.tasks).head(args.limit)
     per_task, failed = [], 0
+    signal.signal(signal.SIGALRM, _alarm)
     t0 = time.perf_counter()
     for row in df.itertuples():
+        if args.max_seconds is not None and time.perf_counter() - t0 > args.max_seconds:
+            break
         start = time.perf_counter()
+        phases: dict = {}
+        signal.alarm(args.task_timeout_s)
         try:
-            res = run_one(row.code, args.device)
+            res = run_one(row.code, args.device, phases)
         except Exception as exc:  # noqa: BLE001 - the naive loop skips failures
             res = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
             failed += 1
-        if args.device == "cuda":
-            torch.cuda.empty_cache()
-        per_task.append({"task_id": row.task_id, "seconds": time.perf_counter() - start, **res})
+        finally:
+            signal.alarm(0)
+        try:
+            torch._dynamo.reset()
+            if args.device == "cuda":
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+        except Exception as exc:  # noqa: BLE001 - a broken CUDA context ends the baseline
+            print(f"CUDA unusable after {row.task_id}: {exc}", flush=True)
+            break
+        per_task.append({"task_id": row.task_id, "seconds": time.perf_counter() - start, "phases": phases, **res})
         print(f"{len(per_task)}/{len(df)} {per_task[-1]['seconds']:.2f}s", flush=True)
-    wall = time.perf_counter() - t0
-    secs = [t["seconds"] for t in per_task]
+        _write(args, per_task, failed, time.perf_counter() - t0)
+    out = _write(args, per_task, failed, time.perf_counter() - t0)
+    print(json.dumps({k: v for k, v in out.items() if k != "per_task"}), flush=True)
+
+
+def _write(args, per_task: list, failed: int, wall: float) -> dict:
+    """Write the result file (after every task, so a killed baseline still leaves its numbers)."""
+    secs = [t["seconds"] for t in per_task] or [0.0]
+    phase_total: dict = {}
+    for t in per_task:
+        for k, v in t["phases"].items():
+            phase_total[k] = round(phase_total.get(k, 0.0) + v, 2)
     out = {"tasks": len(per_task), "failed": failed, "wall_s": round(wall, 1),
-           "tasks_per_min": round(60 * len(per_task) / wall, 2), "median_s": round(statistics.median(secs), 3),
-           "mean_s": round(statistics.mean(secs), 3), "device": args.device,
+           "tasks_per_min": round(60 * len(per_task) / wall, 2) if wall else None,
+           "median_s": round(statistics.median(secs), 3), "mean_s": round(statistics.mean(secs), 3),
+           "seconds_by_phase": phase_total, "device": args.device, "task_timeout_s": args.task_timeout_s,
            "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None, "per_task": per_task}
     Path(args.out).write_text(json.dumps(out, indent=2))
-    print(json.dumps({k: v for k, v in out.items() if k != "per_task"}), flush=True)
+    return out
 
 
 if __name__ == "__main__":

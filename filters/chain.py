@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from opforge.filters.verdict import REGISTRY, Filter, TaskInput
+from opforge.filters.verdict import REGISTRY, Cost, Filter, TaskInput
 from pydantic import BaseModel, Field, field_validator
 
 # Modules whose Filter subclasses make up the chain (importing a module registers its filters).
@@ -102,7 +102,7 @@ class FilterSettings(BaseModel):
 
 # Chain order (must match the classes' ``order``; a test checks it); kept literal so the client can
 # validate names without importing torch.
-FILTER_NAMES = ("duplicate", "static", "contamination", "eager", "determinism", "degenerate", "runtime",
+FILTER_NAMES = ("duplicate", "static", "contamination", "eager", "runtime", "determinism", "degenerate",
                 "compile")
 # Filters that score the whole input at once on the client (``corpus = True``), before dispatch.
 CORPUS_FILTERS = ("duplicate",)
@@ -151,7 +151,9 @@ def run_chain(task: TaskInput, chain: list[Filter],
             on_stage(f.name)
         start = time.perf_counter()
         try:
-            verdict = f.decide(f.score(task))
+            with _device_work(f, task):
+                metrics_f = f.score(task)
+            verdict = f.decide(metrics_f)
         except Exception as exc:  # noqa: BLE001 - a filter's own crash on odd output is still a verdict
             verdict = f.reject_failure(failure_metrics(exc),
                                        "compile_error" if f.name == "compile" else "eager_error")
@@ -161,3 +163,16 @@ def run_chain(task: TaskInput, chain: list[Filter],
             return {"accepted": False, "reason": verdict.reason, "filter": f.name, "metrics": metrics,
                     "seconds": seconds}
     return {"accepted": True, "reason": None, "filter": None, "metrics": metrics, "seconds": seconds}
+
+
+def _device_work(f: Filter, task: TaskInput):
+    """A device filter's scoring on CUDA holds the GPU's ``compute`` lock shared (``filters.gpu_locks``),
+    so no neighbour's timing overlaps it; anything else runs unlocked."""
+    import contextlib
+
+    device = getattr(task, "device", "cpu")
+    if f.cost != Cost.DEVICE or not str(device).startswith("cuda"):
+        return contextlib.nullcontext()
+    from opforge.filters.gpu_locks import gpu_work
+
+    return gpu_work(device)

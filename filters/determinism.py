@@ -5,7 +5,8 @@ Three extra forward calls on the ``eager`` filter's model and inputs, compared w
 
 * ``err_call``: call again *without* re-seeding. RNG use inside ``forward`` (``randn_like``, dropout in
   training mode, ``bernoulli``...) changes the output here even when a fixed seed made the first call
-  reproducible.
+  reproducible. When the ``runtime`` filter ran first, its last timed call (also unseeded) is used
+  instead of a new call (``TaskRun.unseeded_outputs``).
 * ``err_reseed``: re-seed with ``CALL_SEED`` and call again: numeric run-to-run drift (atomics, split-K,
   state mutated by ``forward``).
 * ``err_rebuild``: build a second model and draw inputs again from the same seeds: drift from a
@@ -43,7 +44,10 @@ class DeterminismFilter(Filter):
 
     def score(self, run: TaskRun) -> dict[str, Any]:
         # one extra output set alive at a time: large tasks must not need 4x their output memory
-        m = {"err_call": outputs_error(run.outputs, run.call(seed=None))}
+        unseeded = run.unseeded_outputs if run.unseeded_outputs is not None else run.call(seed=None)
+        run.unseeded_outputs = None
+        m = {"err_call": outputs_error(run.outputs, unseeded)}
+        del unseeded
         m["err_reseed"] = outputs_error(run.outputs, run.call())
         m["err_rebuild"] = outputs_error(run.outputs, run.call(model=run.build_model(), inputs=run.draw_inputs()))
         return m

@@ -32,6 +32,8 @@ class TaskRun:
         device: "cpu" or "cuda" (the child's visible GPU).
         task, model, inputs, outputs: filled in by the ``eager`` filter; later filters reuse them.
             ``outputs`` is the flat list of output tensors of ``model(*inputs)`` after ``CALL_SEED``.
+        unseeded_outputs: outputs of a later call made without re-seeding (left by the ``runtime``
+            filter's timing, consumed by ``determinism``), or None.
     """
 
     code: str
@@ -41,6 +43,7 @@ class TaskRun:
     model: Any = None
     inputs: list[Any] = field(default_factory=list)
     outputs: list[torch.Tensor] = field(default_factory=list)
+    unseeded_outputs: list[torch.Tensor] | None = None
 
     def load(self) -> LoadedTask:
         if self.task is None:

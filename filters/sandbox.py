@@ -10,6 +10,8 @@ Outcomes the child cannot report itself become verdicts here:
 
 * ``timeout`` - no result within ``timeout_s``; the child's whole process group is killed;
 * ``crash:<SIGNAL>`` or ``crash:exit<code>`` - the child died (``os.abort()``, a segfault in a kernel...);
+* a result flagged ``cuda_broken`` (a task's kernel broke the child's CUDA context) keeps its verdict,
+  and the child is replaced before the next task;
 * ``oom`` - the child's resident memory (with its own children) grew by more than ``memory_gib`` over its
   size when it reported ready (checked every ``poll_s``); on CPU the child also caps its address space at
   the same margin, so most allocations fail *inside* the task and come back as an ``oom`` verdict from
@@ -144,18 +146,22 @@ class Sandbox:
         self.close()
 
     # -- work ------------------------------------------------------------------------------------
-    def run(self, task_id: str, code: str, timeout_s: float) -> dict[str, Any]:
+    def run(self, task_id: str, code: str, timeout_s: float, alone: bool = False) -> dict[str, Any]:
         """Verdict of the filter chain on one task, as ``run_chain``'s dict plus ``start_s`` (seconds spent
-        starting a child for this task). Never raises for anything the task does."""
+        starting a child for this task). ``alone``: on a GPU, run it with no other task on that GPU (see
+        ``sandbox_child._run_on_gpu``). Never raises for anything the task does."""
         start_s = self.start()
         try:
-            send_message(self.proc.stdin, ("task", task_id, code))
+            send_message(self.proc.stdin, ("task", task_id, code, alone))
         except (BrokenPipeError, OSError):
             result = self._failure("crash", "send")
         else:
             result = self._wait(timeout_s)
         if not isinstance(result, dict):  # a stray protocol message: treat as a crash of the child
             result = self._failure("crash:protocol", "")
+        elif result.get("cuda_broken"):  # the child ends itself (its CUDA context is lost): replace it
+            self._kill()
+            self._reap()
         result["start_s"] = start_s
         return result
 

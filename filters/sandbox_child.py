@@ -3,7 +3,8 @@
 Protocol (length-prefixed pickles, see ``filters.sandbox``): the parent sends ``("settings", dict)`` first;
 the child imports torch, applies the settings and answers ``("ready", info)``. Then for each
 ``("task", task_id, code)`` it sends ``("stage", filter_name)`` before every filter and finally the
-``run_chain`` result dict. ``("stop",)`` or a closed stdin ends the child; so does the parent's death
+``run_chain`` result dict (``("task", task_id, code, True)`` runs it alone on its GPU, see
+``_run_on_gpu``). ``("stop",)`` or a closed stdin ends the child; so does the parent's death
 (checked every second), so an orphaned child never keeps a GPU busy.
 """
 
@@ -84,11 +85,6 @@ def main() -> None:
     from opforge.filters.execution import TaskRun
 
     chain = make_chain(FilterSettings.model_validate(settings))
-    if settings["device"] == "cuda":
-        import torch
-        from opforge.filters.timing import physical_gpu
-
-        gpu = physical_gpu(torch.device("cuda"))
     send_message(out, ("ready", info))
     while True:
         try:
@@ -97,24 +93,53 @@ def main() -> None:
             return
         if msg[0] == "stop":
             return
-        _, task_id, code = msg
+        _, task_id, code, *rest = msg
+        alone = bool(rest and rest[0])
         run = TaskRun(code=code, task_id=task_id, device=settings["device"])
 
         def stage(name: str) -> None:
             send_message(out, ("stage", name))
 
         if settings["device"] == "cuda":
-            from opforge.filters.timing import gpu_memory_share
-
-            with gpu_memory_share(gpu):  # shared with the other sandboxes on this GPU
-                result = run_chain(run, chain, on_stage=stage)
-                del run
-                _release_gpu_memory()
-            result = _retry_oom_alone(result, task_id, code, chain, stage, gpu)
+            result = _run_on_gpu(run, chain, stage, alone)
         else:
             result = run_chain(run, chain, on_stage=stage)
-            del run
+        del run
         send_message(out, result)
+        if result.get("cuda_broken"):
+            # a device-side assert or illegal access poisons this process's CUDA context for good: end
+            # the child so the parent starts a fresh one for the next task
+            out.flush()
+            os._exit(4)
+
+
+def _run_on_gpu(run, chain, stage, alone: bool) -> dict:
+    """``run_chain`` on a GPU shared with other sandboxes (``filters.gpu_locks``): the task holds the GPU's
+    ``memory`` lock shared (exclusively when ``alone``) and frees its memory afterwards.
+
+    An ``oom`` next to other tasks may be the neighbours' fault: such a result comes back with
+    ``retry_alone: True`` and the dispatcher runs the task again with ``alone`` once the others are done
+    (one drain of the GPU at the end of a run instead of one per oom). A result run alone has
+    ``retried_alone: True``. ``lock_wait_s`` says how long the task waited for each lock.
+    """
+    from opforge.filters.chain import run_chain
+    from opforge.filters.gpu_locks import gpu_lock, lock_waits
+
+    before = lock_waits()
+    memory = gpu_lock("memory")
+    with memory.exclusive() if alone else memory.shared():
+        result = run_chain(run, chain, on_stage=stage)
+        run.model = run.inputs = run.outputs = run.unseeded_outputs = None
+        try:
+            _release_gpu_memory()
+        except Exception as exc:  # noqa: BLE001 - the context is unusable: say so, the child then exits
+            result["cuda_broken"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    if alone:
+        result["retried_alone"] = True
+    elif result["reason"] == "oom":
+        result["retry_alone"] = True
+    result["lock_wait_s"] = {k: round(v - before.get(k, 0.0), 4) for k, v in lock_waits().items()}
+    return result
 
 
 def _release_gpu_memory() -> None:
@@ -125,24 +150,8 @@ def _release_gpu_memory() -> None:
     import torch
 
     gc.collect()
+    torch.cuda.synchronize()  # raises when a kernel of the task broke the context
     torch.cuda.empty_cache()
-
-
-def _retry_oom_alone(result: dict, task_id: str, code: str, chain, stage, gpu: str) -> dict:
-    """An ``oom`` on a shared GPU may be the neighbours' fault: run the task once more holding the GPU's
-    memory lock exclusively (``filters.timing.gpu_memory_share``: no other sandbox's task is on the GPU)."""
-    from opforge.filters.chain import run_chain
-    from opforge.filters.execution import TaskRun
-    from opforge.filters.timing import gpu_memory_share
-
-    if result["reason"] != "oom":
-        return result
-    with gpu_memory_share(gpu, exclusive=True):
-        _release_gpu_memory()
-        again = run_chain(TaskRun(code=code, task_id=task_id, device="cuda"), chain, on_stage=stage)
-        _release_gpu_memory()
-    again["retried_alone"] = True
-    return again
 
 
 if __name__ == "__main__":

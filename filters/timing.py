@@ -7,23 +7,22 @@ Method (recorded with every measurement in ``Timing.method``):
   the trials (KernelBench's ``time_execution_with_cuda_event`` also uses event pairs; it reports the mean).
 * CPU: warm-up calls, ``time.perf_counter`` around each call, median.
 
-The number of trials adapts to the call's cost: as many as fit ``budget_s`` after warm-up, clamped to
-``[min_trials, max_trials]``, so a 0.05 ms op gets 100 trials and a 500 ms op gets 3. Warm-up stops early
-once it has used half the budget (a 5 s call is warmed up once).
+The number of trials adapts to the call's cost: as many as fit ``budget_s`` after warm-up (estimated from
+the fastest warm-up call), clamped to ``[min_trials, max_trials]``, so a 0.05 ms op gets ``max_trials``
+and a 500 ms op gets ``min_trials``. Warm-up stops early once it has used half the budget (a 5 s call is
+warmed up once); each warm-up call is itself timed (CUDA events), which lets ``stop_above_ms`` end the
+measurement of a far-too-slow call after one call.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import os
 import statistics
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
+from opforge.filters.gpu_locks import gpu_timing
 
 
 @dataclass
@@ -41,7 +40,6 @@ class Timing:
 
 
 _FLUSH: dict[int, torch.Tensor] = {}
-_HELD: dict[int, bool] = {}
 
 
 def _l2_flush_buffer(device: torch.device) -> torch.Tensor:
@@ -52,81 +50,25 @@ def _l2_flush_buffer(device: torch.device) -> torch.Tensor:
     return _FLUSH[index]
 
 
-def physical_gpu(device: torch.device) -> str:
-    """The id of the physical GPU behind ``device``: its entry in ``CUDA_VISIBLE_DEVICES`` (else its index)."""
-    index = device.index or 0
-    ids = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-    return ids[index] if index < len(ids) else str(index)
-
-
-@contextlib.contextmanager
-def gpu_memory_share(gpu: str, exclusive: bool = False) -> Iterator[None]:
-    """Reader/writer lock over one GPU's memory, across the sandboxes sharing it.
-
-    Every task runs holding it shared (many at once); a task that ran out of memory is re-run holding it
-    exclusively, which waits until no other task is on the GPU (each sandbox frees its memory after a task)
-    and keeps new ones out, so an ``oom`` verdict means the task does not fit alone. A turnstile lock in
-    front of the shared side stops a stream of shared holders from starving a waiting exclusive one.
-    Files: ``$TMPDIR/opforge-gpu-<gpu>.memory`` and ``.turnstile`` (``flock``).
-    """
-    base = os.path.join(tempfile.gettempdir(), f"opforge-gpu-{gpu}")
-    with open(base + ".turnstile", "a") as turn, open(base + ".memory", "a") as mem:
-        fcntl.flock(turn, fcntl.LOCK_EX)
-        if exclusive:
-            try:
-                fcntl.flock(mem, fcntl.LOCK_EX)
-                try:
-                    yield
-                finally:
-                    fcntl.flock(mem, fcntl.LOCK_UN)
-            finally:
-                fcntl.flock(turn, fcntl.LOCK_UN)
-            return
-        fcntl.flock(turn, fcntl.LOCK_UN)
-        fcntl.flock(mem, fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(mem, fcntl.LOCK_UN)
-
-
-@contextlib.contextmanager
-def exclusive_gpu(device: torch.device) -> Iterator[None]:
-    """Hold an exclusive lock on the physical GPU behind ``device`` while timing on it.
-
-    Several sandboxes share one GPU so that compilation (CPU) overlaps GPU work; only timing must have the
-    GPU to itself. The lock is an ``flock`` on ``$TMPDIR/opforge-gpu-<id>.lock``, where ``<id>`` is the
-    device's entry in ``CUDA_VISIBLE_DEVICES`` (the physical GPU), so it works across processes.
-    Re-entrant within a process (a task re-run alone holds it while its own timing asks again).
-    """
-    index = device.index or 0
-    if _HELD.get(index):
-        yield
-        return
-    path = os.path.join(tempfile.gettempdir(), f"opforge-gpu-{physical_gpu(device)}.lock")
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        _HELD[index] = True
-        try:
-            yield
-        finally:
-            _HELD[index] = False
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def time_call(fn: Callable[[], object], device: str | torch.device = "cpu", *, warmup: int = 3,
-              min_trials: int = 3, max_trials: int = 100, budget_s: float = 0.5) -> Timing:
-    """Median wall time of ``fn()`` in ms on ``device`` ("cpu" or "cuda[:i]"); see the module docstring.
+              min_trials: int = 3, max_trials: int = 100, budget_s: float = 0.5,
+              stop_above_ms: float | None = None) -> Timing:
+    """Median time of ``fn()`` in ms on ``device`` ("cpu" or "cuda[:i]"); see the module docstring.
 
-    On CUDA the whole measurement (warm-up included) holds ``exclusive_gpu``.
+    On CUDA the whole measurement (warm-up included) holds the GPU's ``compute`` lock exclusively
+    (``filters.gpu_locks.gpu_timing``): no other sandbox's kernel runs meanwhile.
+
+    ``stop_above_ms``: when the first warm-up call alone takes longer (CUDA events / ``perf_counter``),
+    stop there and report that one call (``trials=0``, method ending in ``:stopped_above``): enough to
+    call a task too slow without spending seconds of GPU time on it.
 
     ``fn`` takes no arguments (close over the model and inputs). Exceptions from ``fn`` propagate.
     """
     device = torch.device(device)
     if device.type == "cuda":
-        with exclusive_gpu(device):
-            return _time_cuda(fn, device, warmup, min_trials, max_trials, budget_s)
-    return _time_cpu(fn, warmup, min_trials, max_trials, budget_s)
+        with gpu_timing(device):
+            return _time_cuda(fn, device, warmup, min_trials, max_trials, budget_s, stop_above_ms)
+    return _time_cpu(fn, warmup, min_trials, max_trials, budget_s, stop_above_ms)
 
 
 def _trials(estimate_s: float, min_trials: int, max_trials: int, budget_s: float) -> int:
@@ -135,35 +77,55 @@ def _trials(estimate_s: float, min_trials: int, max_trials: int, budget_s: float
     return int(max(min_trials, min(max_trials, budget_s / estimate_s)))
 
 
-def _warm_up(fn, warmup: int, budget_s: float, sync=lambda: None) -> float:
-    """Call ``fn`` up to ``warmup`` times (at least once, stopping after ``budget_s / 2``); seconds per call."""
-    sync()
-    t0 = time.perf_counter()
-    calls = 0
-    while calls < max(warmup, 1):
-        fn()
-        calls += 1
-        sync()
-        if time.perf_counter() - t0 > budget_s / 2:
-            break
-    return (time.perf_counter() - t0) / calls
+def _more_warm_up(first_ms: float, timed_call: Callable[[], float], warmup: int, budget_s: float) -> list[float]:
+    """Warm-up times in ms: ``first_ms`` plus more ``timed_call()`` up to ``warmup`` calls in all, stopping
+    once they used half of ``budget_s`` (so a call longer than that is made once)."""
+    times = [first_ms]
+    while len(times) < warmup and sum(times) <= budget_s * 1e3 / 2:
+        times.append(timed_call())
+    return times
 
 
-def _time_cpu(fn, warmup, min_trials, max_trials, budget_s) -> Timing:
-    estimate = _warm_up(fn, warmup, budget_s)
-    times = []
-    for _ in range(_trials(estimate, min_trials, max_trials, budget_s)):
+def _above(first_ms: float, stop_above_ms: float | None) -> bool:
+    return stop_above_ms is not None and first_ms > stop_above_ms
+
+
+def _stopped(ms: float, kind: str) -> Timing:
+    return Timing(ms, ms, ms, 0, f"{kind}:stopped_above")
+
+
+def _time_cpu(fn, warmup, min_trials, max_trials, budget_s, stop_above_ms) -> Timing:
+    def timed() -> float:
         t = time.perf_counter()
         fn()
-        times.append((time.perf_counter() - t) * 1e3)
+        return (time.perf_counter() - t) * 1e3
+
+    first = timed()
+    if _above(first, stop_above_ms):
+        return _stopped(first, "cpu:perf_counter")
+    warm = _more_warm_up(first, timed, warmup, budget_s)
+    times = [timed() for _ in range(_trials(min(warm) / 1e3, min_trials, max_trials, budget_s))]
     return Timing(statistics.median(times), min(times), max(times), len(times), "cpu:perf_counter:median")
 
 
-def _time_cuda(fn, device, warmup, min_trials, max_trials, budget_s) -> Timing:
+def _time_cuda(fn, device, warmup, min_trials, max_trials, budget_s, stop_above_ms) -> Timing:
     flush = _l2_flush_buffer(device)
     with torch.cuda.device(device):
-        estimate = _warm_up(fn, warmup, budget_s, torch.cuda.synchronize)
-        n = _trials(estimate, min_trials, max_trials, budget_s)
+        torch.cuda.synchronize()
+
+        def timed() -> float:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end)
+
+        first = timed()
+        if _above(first, stop_above_ms):
+            return _stopped(first, "cuda:events")
+        warm = _more_warm_up(first, timed, warmup, budget_s)
+        n = _trials(min(warm) / 1e3, min_trials, max_trials, budget_s)
         pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
         for start, end in pairs:
             flush.zero_()

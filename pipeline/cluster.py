@@ -3,7 +3,8 @@
 * ``device="cpu"``: an embedded ``LocalCluster`` of ``workers`` single-thread worker processes.
 * ``device="cuda"``: a ``SpecCluster`` with one worker process per GPU, each started by a ``Nanny`` with
   ``CUDA_VISIBLE_DEVICES`` set to its GPU and ``workers`` threads (= sandbox children sharing that GPU).
-  GPUs are counted with ``nvidia-smi``, never through torch.
+  The GPUs are the entries of ``CUDA_VISIBLE_DEVICES`` when it is set (``CUDA_VISIBLE_DEVICES=0 opforge
+  ...`` uses one GPU of several), else all that ``nvidia-smi`` lists; never counted through torch.
 * ``scheduler="tcp://host:port"``: join an existing cluster; its workers are used as they are (start them
   with ``CUDA_VISIBLE_DEVICES`` pinned, e.g. ``dask cuda worker``).
 
@@ -61,10 +62,22 @@ def open_cluster(device: str, workers: int | None = None, scheduler: str | None 
     gpus = gpu_names()
     if not gpus:
         raise RuntimeError("--device cuda: nvidia-smi lists no GPU")
-    specs = {f"gpu{i}": {"cls": Nanny, "options": {"nthreads": workers, "memory_limit": 0,
-                                                    "env": {"CUDA_VISIBLE_DEVICES": str(i)}}}
-             for i in range(len(gpus))}
+    ids = visible_gpus(len(gpus))
+    if not ids:
+        raise RuntimeError("--device cuda: CUDA_VISIBLE_DEVICES is set but names no GPU")
+    specs = {f"gpu{g}": {"cls": Nanny, "options": {"nthreads": workers, "memory_limit": 0,
+                                                    "env": {"CUDA_VISIBLE_DEVICES": g}}}
+             for g in ids}
     cluster = SpecCluster(workers=specs, scheduler={"cls": Scheduler, "options": {"dashboard_address": None}},
                           silence_logs=logging.ERROR)
-    return ClusterHandle(Client(cluster), cluster, f"{len(gpus)} x {gpus[0]}, {workers} sandbox(es) each",
-                         len(gpus) * workers)
+    return ClusterHandle(Client(cluster), cluster, f"{len(ids)} x {gpus[0]}, {workers} sandbox(es) each",
+                         len(ids) * workers)
+
+
+def visible_gpus(count: int) -> list[str]:
+    """GPU ids a CUDA run uses: the entries of ``CUDA_VISIBLE_DEVICES`` when set (indices or UUIDs, as
+    given), else ``0 .. count-1``."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is None:
+        return [str(i) for i in range(count)]
+    return [v.strip() for v in env.split(",") if v.strip() and v.strip() != "-1"]

@@ -95,14 +95,16 @@ def _sandbox(settings_json: str, log_dir: str | None) -> Sandbox:
     return box
 
 
-def verdict_task(task_id: str, code: Any, settings_json: str, log_dir: str | None = None) -> dict[str, Any]:
-    """Dask task: run the filter chain on one task in this worker thread's sandbox child.
+def verdict_task(task_id: str, code: Any, settings_json: str, log_dir: str | None = None,
+                 alone: bool = False) -> dict[str, Any]:
+    """Dask task: run the filter chain on one task in this worker thread's sandbox child (``alone``: with
+    no other task on its GPU, for an ``oom`` re-run).
 
     Returns the ``run_chain`` dict plus ``task_id``, ``worker`` and ``start_s``.
     """
     box = _sandbox(settings_json, log_dir)
     code = code if isinstance(code, str) else ""
-    result = box.run(task_id, code, timeout_s=box.settings["timeout_s"])
+    result = box.run(task_id, code, timeout_s=box.settings["timeout_s"], alone=alone)
     try:
         worker = get_worker().name
     except ValueError:
@@ -184,25 +186,34 @@ def run_filter(input_path: str | Path, run_dir: str | Path, settings: FilterSett
 
 def _drive(handle: ClusterHandle, todo: pd.DataFrame, settings: FilterSettings, ledger: Ledger,
            run_dir: Path, progress: bool, failures: list[str]) -> None:
+    """Keep ``window`` verdict futures in flight; ledger each result as it arrives. A GPU ``oom`` result
+    marked ``retry_alone`` is not ledgered: the task is run again alone on its GPU after all others (one
+    drain at the end instead of one per oom); a run killed before that re-runs it from scratch."""
     settings_json = settings.model_dump_json()
     log_dir = run_dir / "logs"
     log_dir.mkdir(exist_ok=True)
     window = max(4, 4 * handle.slots)  # futures in flight: keeps workers busy, bounds client memory
-    rows = iter(todo[["task_id", "code"]].itertuples(index=False))
+    code_of = dict(zip(todo["task_id"], todo["code"], strict=True))
+    queue = iter(todo["task_id"])
+    retries: list[str] = []
     counts: Counter = Counter()
     bar = tqdm(total=len(todo), desc="filter", unit="task", disable=not progress, dynamic_ncols=True)
 
     task_of: dict[str, str] = {}
 
-    def submit():
-        for task_id, code in rows:
-            future = handle.client.submit(verdict_task, task_id, code, settings_json, str(log_dir),
-                                          key=f"verdict-{task_id}-{ledger.fingerprint}", pure=False)
-            task_of[future.key] = task_id
-            return future
+    def submit(task_id: str, alone: bool = False):
+        key = f"verdict-{task_id}-{ledger.fingerprint}" + ("-alone" if alone else "")
+        future = handle.client.submit(verdict_task, task_id, code_of[task_id], settings_json, str(log_dir),
+                                      alone, key=key, pure=False)
+        task_of[future.key] = task_id
+        return future
+
+    def next_future():
+        for task_id in queue:
+            return submit(task_id)
         return None
 
-    pending = as_completed([f for f in (submit() for _ in range(window)) if f is not None])
+    pending = as_completed([f for f in (next_future() for _ in range(window)) if f is not None])
     for future in pending:
         try:
             result = future.result()
@@ -211,13 +222,19 @@ def _drive(handle: ClusterHandle, todo: pd.DataFrame, settings: FilterSettings, 
             failures.append(f"{task_id}: {type(exc).__name__}: {exc}")
             result = {"task_id": task_id, "accepted": False, "reason": f"crash:{type(exc).__name__}",
                       "filter": None, "metrics": {}, "seconds": {}, "worker": None, "start_s": 0.0}
-        ledger.append(result)
-        counts["accepted" if result["accepted"] else result["reason"].split(":")[0]] += 1
-        bar.update(1)
-        bar.set_postfix(_progress_postfix(counts), refresh=False)
-        nxt = submit()
+        if result.pop("retry_alone", False):
+            retries.append(result["task_id"])
+        else:
+            ledger.append(result)
+            counts["accepted" if result["accepted"] else result["reason"].split(":")[0]] += 1
+            bar.update(1)
+            bar.set_postfix({**_progress_postfix(counts), "deferred": len(retries)}, refresh=False)
+        nxt = next_future()
         if nxt is not None:
             pending.add(nxt)
+        elif pending.is_empty() and retries:  # everything else is done: the GPU can be had alone
+            pending.update([submit(t, alone=True) for t in retries])
+            retries = []
     bar.close()
 
 
@@ -288,6 +305,9 @@ def _funnel(tasks, verdicts, ledger, corpus, corpus_stats, wall, ran, skipped, s
                            "seconds_mean": round(total / n, 4) if n else None}
     reasons = Counter(r["reason"] for r in recs if not r["accepted"])
     start_total = sum(r.get("start_s", 0.0) for r in recs)
+    waits: Counter = Counter()
+    for r in recs:
+        waits.update(r.get("lock_wait_s", {}))
     return {
         "input_rows": len(tasks), "unique_tasks": int(tasks["task_id"].nunique()),
         "verdicted_rows": len(verdicts), "accepted_tasks": sum(1 for r in recs if r["accepted"]),
@@ -296,6 +316,8 @@ def _funnel(tasks, verdicts, ledger, corpus, corpus_stats, wall, ran, skipped, s
         "by_reason": dict(Counter(r.split(":")[0] for r in reasons.elements()).most_common()),
         "by_reason_detail": dict(reasons.most_common()),
         "by_filter": by_filter, "sandbox_start_s_total": round(start_total, 3),
+        "gpu_lock_wait_s_total": {k: round(v, 3) for k, v in sorted(waits.items())},
+        "oom_rerun_alone": sum(1 for r in recs if r.get("retried_alone")),
         "ran_this_time": ran, "resumed_from_ledger": skipped, "wall_s": round(wall, 3),
         "tasks_per_min": round(60 * ran / wall, 2) if ran and wall else None,
         "truncated_ledger_lines": ledger.truncated_lines,

@@ -125,27 +125,64 @@ def test_time_call_counts_trials_and_reports_ms():
     assert t.method.startswith("cpu:")
 
 
-def test_gpu_timing_lock_is_exclusive_across_processes_and_reentrant(tmp_path, monkeypatch):
+def test_time_call_stops_after_one_call_far_above_the_limit():
+    import time as _time
+
+    calls = []
+
+    def slow():
+        calls.append(1)
+        _time.sleep(0.03)
+
+    t = time_call(slow, "cpu", budget_s=1.0, stop_above_ms=10.0)
+    assert t.trials == 0 and t.method.endswith(":stopped_above") and len(calls) == 1
+    assert 30 <= t.median_ms < 1000
+    t = time_call(slow, "cpu", warmup=1, budget_s=0.1, stop_above_ms=1000.0)
+    assert t.trials == 3 and 30 <= t.median_ms  # under the limit: warm-up + the minimum of 3 trials
+
+
+def test_gpu_lock_modes_nest_and_show_across_processes(tmp_path, monkeypatch):
+    """``compute`` on the physical GPU of CUDA_VISIBLE_DEVICES: exclusive inside shared gives up and takes
+    back the shared hold, ``released`` frees it for CPU work, exclusive is re-entrant; another process
+    sees each state through ``flock``. No GPU needed (plain lock files)."""
     import subprocess
     import sys
-
-    from opforge.filters.timing import exclusive_gpu
-
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
     import tempfile
 
-    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    from opforge.filters.gpu_locks import GpuLock, physical_gpu
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert physical_gpu(0) == "5" and physical_gpu(1) == "7"
+    syncs = []
+    lock = GpuLock(physical_gpu(0), "compute", before_release=lambda: syncs.append(1))
     probe = ("import fcntl, sys; fh = open(sys.argv[1], 'a')\n"
-             "try:\n    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')\n"
-             "except BlockingIOError:\n    print('held')")
-    lock = tmp_path / "opforge-gpu-5.lock"
-    with exclusive_gpu(torch.device("cuda", 0)):
-        with exclusive_gpu(torch.device("cuda", 0)):  # a re-run alone times under the lock it holds
-            inner = subprocess.run([sys.executable, "-c", probe, str(lock)], capture_output=True, text=True)
-        assert inner.stdout.strip() == "held"
-    after = subprocess.run([sys.executable, "-c", probe, str(lock)], capture_output=True, text=True)
-    assert after.stdout.strip() == "free"
+             "try:\n    fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB); print('shareable')\n"
+             "except BlockingIOError:\n    print('exclusive')\n"
+             "else:\n"
+             "    fcntl.flock(fh, fcntl.LOCK_UN)\n"
+             "    try:\n        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')\n"
+             "    except BlockingIOError:\n        pass\n")
+
+    def seen() -> str:
+        out = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "opforge-gpu-5.compute")],
+                             capture_output=True, text=True).stdout.split()
+        return out[-1]
+
+    with lock.shared():
+        assert seen() == "shareable" and lock.mode == "shared"
+        with lock.exclusive():
+            with lock.exclusive():  # re-entrant: a task re-run alone times under the lock it holds
+                assert seen() == "exclusive"
+        assert lock.mode == "shared" and seen() == "shareable"
+        with lock.released():
+            assert lock.mode is None and seen() == "free"
+        with lock.shared():  # nested shared: no-op
+            assert lock.mode == "shared"
+        assert lock.mode == "shared"
+    assert lock.mode is None and seen() == "free"
+    assert len(syncs) == 4  # every release synchronised first: shared->exclusive, exclusive, released, end
+    lock.close()
 
 
 def test_unregistered_tensor_attributes_are_listed():
@@ -165,8 +202,8 @@ def test_unregistered_tensor_breaks_the_task_on_the_gpu():
     assert run_chain(TaskRun(GOOD, "g", "cuda"), _chain(device="cuda", skip=["compile"]))["accepted"]
 
 
-def test_gpu_memory_share_lets_an_exclusive_holder_in_before_later_shared_ones(tmp_path, monkeypatch):
-    """Readers share the GPU-memory lock; a waiting exclusive holder (an oom re-run) is not starved: a
+def test_gpu_lock_lets_an_exclusive_holder_in_before_later_shared_ones(tmp_path, monkeypatch):
+    """Readers share a GPU lock; a waiting exclusive holder (an oom re-run) is not starved: a
     reader arriving after it waits until it is done. Plain flock files: no GPU needed."""
     import subprocess
     import sys
@@ -176,9 +213,10 @@ def test_gpu_memory_share_lets_an_exclusive_holder_in_before_later_shared_ones(t
     script = (
         "import sys, time, tempfile\n"
         "tempfile.tempdir = sys.argv[4]\n"
-        "from opforge.filters.timing import gpu_memory_share\n"
+        "from opforge.filters.gpu_locks import GpuLock\n"
         "name, exclusive, hold = sys.argv[1], sys.argv[2] == 'x', float(sys.argv[3])\n"
-        "with gpu_memory_share('test', exclusive=exclusive):\n"
+        "lock = GpuLock('test', 'memory')\n"
+        "with lock.exclusive() if exclusive else lock.shared():\n"
         "    t_in = time.time()\n"
         "    time.sleep(hold)\n"
         "print(name, t_in, time.time())\n")

@@ -147,3 +147,49 @@ def test_cli_reports_bad_filter_name(tmp_path):
     out = subprocess.run([sys.executable, "-m", "opforge.pipeline.cli", "filter", str(src), "--out",
                           str(tmp_path / "r"), "--skip", "compil"], capture_output=True, text=True)
     assert out.returncode == 2 and "unknown filter 'compil'" in out.stderr
+
+
+_CALLS: list[tuple[str, bool]] = []  # (task_id, alone) in call order, filled by _fake_verdict
+
+
+def _fake_verdict(task_id, code, settings_json, log_dir=None, alone=False):
+    """Stand-in for ``filter_run.verdict_task``: tasks named big* run out of memory unless alone."""
+    _CALLS.append((task_id, alone))  # list.append is atomic under the GIL
+    time.sleep(0.05)
+    if task_id.startswith("big") and not alone:
+        return {"task_id": task_id, "accepted": False, "reason": "oom", "filter": "eager", "metrics": {},
+                "seconds": {}, "worker": "w", "start_s": 0.0, "retry_alone": True}
+    extra = {"retried_alone": True} if alone else {}
+    return {"task_id": task_id, "accepted": True, "reason": None, "filter": None, "metrics": {},
+            "seconds": {}, "worker": "w", "start_s": 0.0, **extra}
+
+
+def test_oom_next_to_others_is_rerun_alone_after_everything_else(tmp_path, monkeypatch):
+    """A GPU sandbox marks an ``oom`` it got next to other tasks ``retry_alone``; the dispatcher does not
+    ledger it, runs every other task first, then runs it once with ``alone=True`` and ledgers that.
+    The sandbox is stubbed (the marking itself needs a GPU); the dispatch is the real one, on an
+    in-process Dask cluster with 2 threads."""
+    from distributed import Client, LocalCluster
+    from opforge.pipeline import filter_run
+    from opforge.pipeline.cluster import ClusterHandle
+
+    _CALLS.clear()
+    monkeypatch.setattr(filter_run, "verdict_task", _fake_verdict)
+    rows = [{"code": GOOD, "task_id": f"{'big' if i in (1, 4) else 'ok'}{i}"} for i in range(10)]
+    src = _write_jsonl(tmp_path / "tasks.jsonl", rows)
+    settings = FilterSettings(only=["static"], timeout_s=15)
+    cluster = LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None)
+    handle = ClusterHandle(Client(cluster), cluster, "threads", 2)
+    try:
+        res = run_filter(src, tmp_path / "run", settings, progress=False, handle=handle)
+    finally:
+        handle.close()
+    calls = list(_CALLS)
+    alone = [i for i, (_, a) in enumerate(calls) if a]
+    assert sorted(calls[i][0] for i in alone) == ["big1", "big4"]
+    assert min(alone) == len(rows)  # both re-runs come after all 10 first runs
+    ledger = Ledger(tmp_path / "run" / "ledger.jsonl", res.funnel["fingerprint"])
+    assert sorted(ledger.done) == sorted(r["task_id"] for r in rows)  # each task ledgered once
+    assert ledger.done["big1"]["retried_alone"] and "retry_alone" not in ledger.done["big4"]
+    ledger.close()
+    assert res.funnel["oom_rerun_alone"] == 2 and res.funnel["accepted_tasks"] == 10

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Throughput / scaling measurement on the lent GPU machine (issue #7), through the device tool:
+#   carry: .whl runs/seeds runs/reference runs/gpu/cand_h200_1100.parquet
+#   MODE=single bash benchmarks/gpu_throughput.sh   # opforge on GPU 0 + naive baseline (same candidates)
+#   MODE=scale  bash benchmarks/gpu_throughput.sh   # opforge filter stage on every GPU, same candidates
+#
+# single: `opforge run` (compose N candidates, filter with --device cuda, select, Hub folder) pinned to
+# GPU 0 and CPUs 0-15 (one H200 with 16 cores, the single-GPU kind's shape). On a machine with a second GPU
+# the naive baseline (benchmarks/naive_baseline.py) runs at the same time on GPU 1 and CPUs 16-31 over the
+# same candidates (composed here beforehand, carried: CANDS); with one GPU it runs after opforge. Each
+# side has its own fresh Inductor/Triton cache. scale: `opforge filter` of CANDS on all GPUs and cores.
+# nvidia-smi samples utilisation every 0.5 s. Results: $OUT/results.tgz (+ logs).
+set -uo pipefail
+. benchmarks/device_setup.sh || exit 1
+OUT=${OUT:-/tmp/out}
+W=${WORK:-/tmp/gpuwork}
+rm -rf "$W"; mkdir -p "$W"
+CANDS=${CANDS:-runs/gpu/cand_h200_1100.parquet}
+N=$(python3 -c "import pyarrow.parquet as pq; print(pq.read_metadata('$CANDS').num_rows)")
+WORKERS=${WORKERS:-14}
+NGPU=$(nvidia-smi -L | wc -l)
+NCPU=$(nproc)
+KB=runs/reference/kernelbench.jsonl
+nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+echo "cpus $NCPU gpus $NGPU candidates $N mode ${MODE:-single}" | tee -a "$OUT/gpu.txt"
+nvidia-smi --query-gpu=index,timestamp,utilization.gpu,memory.used --format=csv,noheader -lms 500 \
+    > "$W/gpu_util.csv" &
+SMI=$!
+
+naive() {  # naive baseline on GPU $1, CPUs $2, for at most $3 seconds
+    CUDA_VISIBLE_DEVICES=$1 TORCHINDUCTOR_CACHE_DIR=$W/cache-naive TRITON_CACHE_DIR=$W/cache-naive/triton \
+        timeout $(( $3 + 90 )) taskset -c "$2" python3 benchmarks/naive_baseline.py "$CANDS" --limit "$N" \
+        --device cuda --task-timeout-s 60 --max-seconds "$3" --out "$W/naive.json" > "$W/naive.log" 2>&1
+}
+
+if [ "${MODE:-single}" = single ]; then
+    if [ "$NGPU" -ge 2 ] && [ "$NCPU" -ge 32 ]; then
+        naive 1 16-31 "${NAIVE_S:-420}" &
+        NAIVE=$!
+    fi
+    CUDA_VISIBLE_DEVICES=0 TORCHINDUCTOR_CACHE_DIR=$W/cache-opforge TRITON_CACHE_DIR=$W/cache-opforge/triton \
+        timeout "${LIMIT:-500}" taskset -c 0-15 python3 -m opforge.pipeline.cli run --device cuda \
+        --target "${TARGET:-600}" --workers "$WORKERS" --out "$W/run" --seeds-catalog runs/seeds/catalog.parquet \
+        --device-profile h200 --round-size "$N" --candidate-budget "$N" --timeout-s 60 --kernelbench "$KB" 2>&1 \
+        | tr "\r" "\n" | grep --line-buffered -v -E "(it|task|block|problem)/s" | tee "$W/run.log"
+    if [ -n "${NAIVE:-}" ]; then wait "$NAIVE"; else naive 0 0-15 "${NAIVE_S:-240}"; fi
+    python3 - "$CANDS" "$W/run/candidates.parquet" <<'EOF' | tee -a "$W/run.log"
+import sys, pandas as pd
+a, b = (set(pd.read_parquet(p)["task_id"]) for p in sys.argv[1:3])
+print(f"carried candidates == run's own composition: {a == b} ({len(a & b)} shared of {len(a)})")
+EOF
+else
+    TORCHINDUCTOR_CACHE_DIR=$W/cache-scale TRITON_CACHE_DIR=$W/cache-scale/triton timeout "${LIMIT:-420}" \
+        python3 -m opforge.pipeline.cli filter "$CANDS" --out "$W/filter-scale" --device cuda --workers "$WORKERS" \
+        --timeout-s 60 --kernelbench "$KB" 2>&1 | tr "\r" "\n" \
+        | grep --line-buffered -v -E "(it|task|block|problem)/s" | tee "$W/run.log"
+    if [ -n "${CALIB_N:-}" ]; then  # check of the calibrated profile: eager time of fresh candidates
+        python3 -m opforge.pipeline.cli compose --seeds runs/seeds/catalog.parquet --n "$CALIB_N" --seed 1 \
+            --device-profile h200 --out "$W/calib.parquet" --workers 16 2>&1 | tail -1 | tee -a "$W/run.log"
+        timeout 240 python3 -m opforge.pipeline.cli filter "$W/calib.parquet" --out "$W/filter-calib" \
+            --device cuda --workers "$WORKERS" --only static,eager,runtime --timeout-s 60 2>&1 | tr "\r" "\n" \
+            | grep --line-buffered -v -E "(it|task|block|problem)/s" | tee -a "$W/run.log"
+    fi
+fi
+kill $SMI 2>/dev/null
+cd "$W" && rm -rf run/seeds cache-* run/hf/data && tar czf "$OUT/results.tgz" --exclude='*.log' . && cp ./*.log "$OUT/" 2>/dev/null
+ls -la "$OUT"
+exit 0
