@@ -167,11 +167,12 @@ def run_chain(task: TaskInput, chain: list[Filter],
 
 def _device_work(f: Filter, task: TaskInput):
     """A device filter's scoring on CUDA holds the GPU's ``compute`` lock shared (``filters.gpu_locks``),
-    so no neighbour's timing overlaps it; anything else runs unlocked."""
+    so no neighbour's timing overlaps it, unless the filter takes the lock itself (``gpu_work_lock``
+    False); anything else runs unlocked."""
     import contextlib
 
     device = getattr(task, "device", "cpu")
-    if f.cost != Cost.DEVICE or not str(device).startswith("cuda"):
+    if f.cost != Cost.DEVICE or not f.gpu_work_lock or not str(device).startswith("cuda"):
         return contextlib.nullcontext()
     from opforge.filters.gpu_locks import gpu_work
 

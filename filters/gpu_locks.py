@@ -6,8 +6,8 @@ another's GPU work. Two locks per physical GPU coordinate them:
 * ``compute``: every stretch of a task's GPU work (building the model, forward calls, output comparisons)
   holds it *shared*; timing holds it *exclusively*. Without MPS a GPU time-slices between processes, so a
   neighbour's kernel running during a timed call would land inside the CUDA-event window and inflate the
-  measurement; with the lock, a timed call has the GPU to itself. Inductor's compilation (CPU) runs with
-  the lock released (``released``), so timing never waits for a compile.
+  measurement; with the lock, a timed call has the GPU to itself. Holds are kept to GPU work: Inductor's
+  compilation (CPU) runs unlocked (``filters.torch_compile``), so timing never waits for a compile.
 * ``memory``: every task holds it shared from start to end; a task that ran out of memory next to the
   others is re-run holding it exclusively (no other task's tensors on the GPU), so an ``oom`` verdict
   means the task does not fit alone.
@@ -114,18 +114,6 @@ class GpuLock:
             if had_shared:
                 self._acquire(exclusive=False)
 
-    @contextlib.contextmanager
-    def released(self) -> Iterator[None]:
-        """Give up a shared hold for the duration (CPU-only work such as compiling); no-op otherwise."""
-        if self.mode != "shared":
-            yield
-            return
-        self._release()
-        try:
-            yield
-        finally:
-            self._acquire(exclusive=False)
-
     def close(self) -> None:
         if self._fh is not None:
             self._fh.close()
@@ -164,11 +152,6 @@ def gpu_work(device) -> contextlib.AbstractContextManager:
 def gpu_timing(device) -> contextlib.AbstractContextManager:
     """Context for a timed measurement: ``compute`` exclusive on CUDA, nothing on CPU."""
     return gpu_lock("compute").exclusive() if _is_cuda(device) else contextlib.nullcontext()
-
-
-def gpu_released(device) -> contextlib.AbstractContextManager:
-    """Context for CPU-only work inside GPU work (compilation): ``compute`` released on CUDA."""
-    return gpu_lock("compute").released() if _is_cuda(device) else contextlib.nullcontext()
 
 
 def lock_waits() -> dict[str, float]:

@@ -57,6 +57,7 @@ class RuntimeFilter(Filter):
     name = "runtime"
     cost = Cost.DEVICE
     order = 15
+    gpu_work_lock = False  # time_call holds the compute lock exclusively
 
     @classmethod
     def default_thresholds(cls) -> dict[str, Any]:

@@ -79,6 +79,9 @@ def main() -> None:
         return
     if kind != "settings":
         raise SystemExit(f"sandbox child: expected the settings message first, got {kind!r}")
+    if settings["device"] == "cuda":
+        # several sandboxes share the GPU: expandable segments keep each one's cached memory unfragmented
+        os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     info = _apply(settings)
 
     from opforge.filters.chain import FilterSettings, make_chain, run_chain
@@ -120,15 +123,19 @@ def _run_on_gpu(run, chain, stage, alone: bool) -> dict:
     An ``oom`` next to other tasks may be the neighbours' fault: such a result comes back with
     ``retry_alone: True`` and the dispatcher runs the task again with ``alone`` once the others are done
     (one drain of the GPU at the end of a run instead of one per oom). A result run alone has
-    ``retried_alone: True``. ``lock_wait_s`` says how long the task waited for each lock.
+    ``retried_alone: True``. ``lock_wait_s`` says how long the task waited for each lock, ``gpu_peak_gib``
+    the most GPU memory its tensors held at once (GiB).
     """
+    import torch
     from opforge.filters.chain import run_chain
     from opforge.filters.gpu_locks import gpu_lock, lock_waits
 
     before = lock_waits()
     memory = gpu_lock("memory")
     with memory.exclusive() if alone else memory.shared():
+        torch.cuda.reset_peak_memory_stats()
         result = run_chain(run, chain, on_stage=stage)
+        result["gpu_peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
         run.model = run.inputs = run.outputs = run.unseeded_outputs = None
         try:
             _release_gpu_memory()

@@ -5,9 +5,10 @@ Dynamo's recompile limits nor keeps earlier tasks' graphs alive. The compiled mo
 filter's inputs after the same ``CALL_SEED`` and must be allclose to the eager outputs at the evaluation
 tolerance (atol = rtol = 1e-2).
 
-On CUDA the default Inductor backend is wrapped so that Inductor's compilation (FX passes, code generation,
-Triton builds: CPU work) runs with the GPU's ``compute`` lock released (``filters.gpu_locks``): a
-neighbour's timing does not wait for a compile, and this sandbox re-takes the lock to run the kernels.
+On CUDA the default Inductor backend is wrapped so that only the compiled graph's execution holds the GPU's
+``compute`` lock (shared, ``filters.gpu_locks``); Dynamo tracing and Inductor's compilation (FX passes,
+code generation, Triton builds: seconds of CPU work) run unlocked, so a neighbour's timing never waits
+for a compile. Output comparison holds it shared, timing exclusively.
 """
 
 from __future__ import annotations
@@ -17,18 +18,25 @@ from typing import Any
 
 import torch
 from opforge.filters.execution import TaskRun, failure_metrics, outputs_error
-from opforge.filters.gpu_locks import gpu_released
+from opforge.filters.gpu_locks import gpu_work
 from opforge.filters.timing import time_call
 from opforge.filters.verdict import Cost, Filter, Verdict
 
 
-def _inductor_outside_gpu_lock(device: str):
-    """An Inductor backend for ``torch.compile`` that compiles with the GPU ``compute`` lock released."""
+def _inductor_locking_execution(device: str):
+    """An Inductor backend for ``torch.compile`` whose compiled graphs run holding the GPU's ``compute``
+    lock shared, while Dynamo, AOTAutograd and Inductor themselves (CPU) run unlocked."""
     from torch._inductor.compile_fx import compile_fx
 
     def backend(gm, example_inputs):
-        with gpu_released(device):
-            return compile_fx(gm, example_inputs)
+        compiled = compile_fx(gm, example_inputs)
+
+        def run(*args):
+            with gpu_work(device):
+                return compiled(*args)
+
+        run._boxed_call = getattr(compiled, "_boxed_call", False)  # Dynamo's calling convention flag
+        return run
 
     return backend
 
@@ -47,6 +55,7 @@ class CompileFilter(Filter):
     name = "compile"
     cost = Cost.DEVICE
     order = 50
+    gpu_work_lock = False  # see the module docstring
 
     @classmethod
     def default_thresholds(cls) -> dict[str, Any]:
@@ -59,14 +68,16 @@ class CompileFilter(Filter):
         try:
             backend = t["backend"]
             if backend == "inductor" and t["mode"] is None and run.device.startswith("cuda"):
-                backend = _inductor_outside_gpu_lock(run.device)
+                backend = _inductor_locking_execution(run.device)
             compiled = torch.compile(run.model, backend=backend, mode=t["mode"])
             start = time.perf_counter()
             out = run.call(model=compiled)
             if run.device.startswith("cuda"):
                 torch.cuda.synchronize()
             m["compile_s"] = time.perf_counter() - start
-            m["err_compile"] = outputs_error(run.outputs, out)
+            with gpu_work(run.device):
+                m["err_compile"] = outputs_error(run.outputs, out)
+            del out
             timed = run.device.startswith("cuda") if t["time_compiled"] is None else t["time_compiled"]
             if timed:
                 inputs = run.inputs

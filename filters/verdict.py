@@ -69,6 +69,9 @@ class Filter:
     name: ClassVar[str] = "filter"
     cost: ClassVar[Cost] = Cost.STATIC
     order: ClassVar[int] = 0
+    # on CUDA, hold the GPU's ``compute`` lock shared for the whole ``score`` (``filters.gpu_locks``);
+    # a filter that mixes long CPU work with GPU work sets False and takes the lock around its GPU parts
+    gpu_work_lock: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

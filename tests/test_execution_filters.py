@@ -143,7 +143,7 @@ def test_time_call_stops_after_one_call_far_above_the_limit():
 
 def test_gpu_lock_modes_nest_and_show_across_processes(tmp_path, monkeypatch):
     """``compute`` on the physical GPU of CUDA_VISIBLE_DEVICES: exclusive inside shared gives up and takes
-    back the shared hold, ``released`` frees it for CPU work, exclusive is re-entrant; another process
+    back the shared hold, exclusive is re-entrant, shared nests; another process
     sees each state through ``flock``. No GPU needed (plain lock files)."""
     import subprocess
     import sys
@@ -175,13 +175,11 @@ def test_gpu_lock_modes_nest_and_show_across_processes(tmp_path, monkeypatch):
             with lock.exclusive():  # re-entrant: a task re-run alone times under the lock it holds
                 assert seen() == "exclusive"
         assert lock.mode == "shared" and seen() == "shareable"
-        with lock.released():
-            assert lock.mode is None and seen() == "free"
         with lock.shared():  # nested shared: no-op
             assert lock.mode == "shared"
         assert lock.mode == "shared"
     assert lock.mode is None and seen() == "free"
-    assert len(syncs) == 4  # every release synchronised first: shared->exclusive, exclusive, released, end
+    assert len(syncs) == 3  # every release synchronised first: shared->exclusive, exclusive, end
     lock.close()
 
 
