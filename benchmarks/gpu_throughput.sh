@@ -3,6 +3,9 @@
 #   carry: .whl runs/seeds runs/reference runs/gpu/cand_h200_1100.parquet
 #   MODE=single bash benchmarks/gpu_throughput.sh   # opforge on GPU 0 + naive baseline (same candidates)
 #   MODE=scale  bash benchmarks/gpu_throughput.sh   # opforge filter stage on every GPU, same candidates
+#   MODE=resume RESUME=runs/gpu/resume bash ...     # finish a carried single-GPU run on every GPU
+#   CALIB_N=300 (any mode): afterwards compose CALIB_N fresh candidates (seed 1, h200 profile) and time
+#   them (static, eager, runtime only) to check the profile's calibration
 #
 # single: `opforge run` (compose N candidates, filter with --device cuda, select, Hub folder) pinned to
 # GPU 0 and CPUs 0-15 (one H200 with 16 cores, the single-GPU kind's shape). On a machine with a second GPU
@@ -49,18 +52,25 @@ import sys, pandas as pd
 a, b = (set(pd.read_parquet(p)["task_id"]) for p in sys.argv[1:3])
 print(f"carried candidates == run's own composition: {a == b} ({len(a & b)} shared of {len(a)})")
 EOF
+elif [ "${MODE}" = resume ]; then  # finish a carried single-GPU run directory (RESUME) on every GPU
+    cp -r "$RESUME" "$W/run"
+    TORCHINDUCTOR_CACHE_DIR=$W/cache-opforge TRITON_CACHE_DIR=$W/cache-opforge/triton timeout "${LIMIT:-420}" \
+        python3 -m opforge.pipeline.cli run --device cuda \
+        --target "${TARGET:-600}" --workers "$WORKERS" --out "$W/run" --seeds-catalog runs/seeds/catalog.parquet \
+        --device-profile h200 --round-size "$N" --candidate-budget "$N" --timeout-s 60 --kernelbench "$KB" 2>&1 \
+        | tr "\r" "\n" | grep --line-buffered -v -E "(it|task|block|problem)/s" | tee "$W/run.log"
 else
     TORCHINDUCTOR_CACHE_DIR=$W/cache-scale TRITON_CACHE_DIR=$W/cache-scale/triton timeout "${LIMIT:-420}" \
         python3 -m opforge.pipeline.cli filter "$CANDS" --out "$W/filter-scale" --device cuda --workers "$WORKERS" \
         --timeout-s 60 --kernelbench "$KB" 2>&1 | tr "\r" "\n" \
         | grep --line-buffered -v -E "(it|task|block|problem)/s" | tee "$W/run.log"
-    if [ -n "${CALIB_N:-}" ]; then  # check of the calibrated profile: eager time of fresh candidates
-        python3 -m opforge.pipeline.cli compose --seeds runs/seeds/catalog.parquet --n "$CALIB_N" --seed 1 \
-            --device-profile h200 --out "$W/calib.parquet" --workers 16 2>&1 | tail -1 | tee -a "$W/run.log"
-        timeout 240 python3 -m opforge.pipeline.cli filter "$W/calib.parquet" --out "$W/filter-calib" \
-            --device cuda --workers "$WORKERS" --only static,eager,runtime --timeout-s 60 2>&1 | tr "\r" "\n" \
-            | grep --line-buffered -v -E "(it|task|block|problem)/s" | tee -a "$W/run.log"
-    fi
+fi
+if [ -n "${CALIB_N:-}" ]; then  # check of the calibrated profile: eager time of fresh candidates
+    python3 -m opforge.pipeline.cli compose --seeds runs/seeds/catalog.parquet --n "$CALIB_N" --seed 1 \
+        --device-profile h200 --out "$W/calib.parquet" --workers 16 2>&1 | tail -1 | tee -a "$W/run.log"
+    timeout "${CALIB_LIMIT:-150}" python3 -m opforge.pipeline.cli filter "$W/calib.parquet" --out "$W/filter-calib" \
+        --device cuda --workers "$WORKERS" --only static,eager,runtime --timeout-s 60 2>&1 | tr "\r" "\n" \
+        | grep --line-buffered -v -E "(it|task|block|problem)/s" | tee -a "$W/calib.log"
 fi
 kill $SMI 2>/dev/null
 cd "$W" && rm -rf run/seeds cache-* run/hf/data && tar czf "$OUT/results.tgz" --exclude='*.log' . && cp ./*.log "$OUT/" 2>/dev/null
