@@ -1,11 +1,9 @@
 """Device profiles for the composer's cost model.
 
 Peak numbers are datasheet values (NVIDIA H100 SXM5 and H200 SXM datasheets: FP32 non-tensor 67 TFLOP/s,
-HBM3 3.35 TB/s and HBM3e 4.8 TB/s). Eager PyTorch reaches only part of them: the ``*_efficiency`` factors
-(FLOP 0.23, bandwidth 0.54; launch overhead 6 us per op) were fitted on one H200 to the eager times of 499
-composed candidates timed with the GPU to themselves (benchmarks/README.md, "Calibration": fit on one
-half, checked on the other). The H100 profile uses the same factors with its own datasheet peaks (not
-measured on an H100). The ``cpu`` profile describes one 2-core CI machine (measured loosely:
+HBM3 3.35 TB/s and HBM3e 4.8 TB/s). Eager PyTorch reaches only part of them; the ``*_efficiency`` factors
+and ``launch_overhead_ms`` are starting guesses to be calibrated against measured eager times
+(benchmarks/ on the lent GPU). The ``cpu`` profile describes one 2-core CI machine (measured loosely:
 ~20 GFLOP/s fp32 GEMM, ~5 GB/s effective elementwise bandwidth).
 """
 
@@ -34,8 +32,8 @@ _GPU_SIZES = {"C": (16, 32, 64, 128), "K": (16, 32, 64, 128, 256), "L": (64, 128
               "H": (16, 32, 64), "W": (16, 32, 64), "D": (8, 16)}
 
 PROFILES: dict[str, DeviceProfile] = {
-    "h100": DeviceProfile("h100", 67e12, 3.35e12, 0.006, 0.23, 0.54, 8 << 30, (1.0, 100.0), _GPU_SIZES, 1 << 20),
-    "h200": DeviceProfile("h200", 67e12, 4.8e12, 0.006, 0.23, 0.54, 8 << 30, (1.0, 100.0), _GPU_SIZES, 1 << 20),
+    "h100": DeviceProfile("h100", 67e12, 3.35e12, 0.006, 0.35, 0.6, 8 << 30, (1.0, 100.0), _GPU_SIZES, 1 << 20),
+    "h200": DeviceProfile("h200", 67e12, 4.8e12, 0.006, 0.35, 0.6, 8 << 30, (1.0, 100.0), _GPU_SIZES, 1 << 20),
     "cpu": DeviceProfile("cpu", 20e9, 5e9, 0.02, 1.0, 1.0, 1 << 30, (1.0, 100.0),
                          {"C": (8, 16, 32), "K": (8, 16, 32, 64), "L": (16, 32, 64), "H": (8, 16, 32),
                           "W": (8, 16, 32), "D": (4, 8)}, 4096),
