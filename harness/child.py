@@ -1,0 +1,196 @@
+"""Child entry of the harness: ``python -m opforge.harness.child (build|evaluate) REQUEST.json RESULT.json``.
+
+``build``: ``torch.utils.cpp_extension.load`` of the request's sources into ``build_dir``.
+``evaluate``: the verification and profiling steps of ``harness.evaluate`` on one candidate, in this
+process (the candidate's code runs here, never in the parent). Writes one JSON result.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+import types
+from typing import Any
+
+
+def build(req: dict[str, Any]) -> dict[str, Any]:
+    from torch.utils.cpp_extension import load
+
+    try:
+        load(name=req["name"], sources=req["sources"], build_directory=req["build_dir"],
+             with_cuda=req["with_cuda"], extra_cflags=["-O3"], verbose=True)
+    except Exception as exc:  # noqa: BLE001 - the compiler's message is the result
+        return {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[-1500:]}"}
+    return {"ok": True}
+
+
+class Hack(Exception):  # noqa: N818 - a finding, raised to stop the evaluation
+    pass
+
+
+def evaluate(req: dict[str, Any]) -> dict[str, Any]:
+    import importlib.util
+
+    import torch
+    from opforge.filters.execution import BUILD_SEED, flatten_tensors, tolerance_error
+    from opforge.harness.guard import (
+        DispatchGuard,
+        GuardViolation,
+        aliases,
+        pin_precision,
+        precision_state,
+        timer_state,
+    )
+    from opforge.harness.timing import time_interleaved
+    from opforge.task.source import load_task
+
+    cfg = req["config"]
+    device = cfg["device"]
+    if device == "cuda" and not torch.cuda.is_available():
+        return {"ok": False, "status": "load_error", "error": "device 'cuda' asked for, but no GPU is visible"}
+    precision = pin_precision(cfg["allow_tf32"])
+    timers = timer_state()
+    out: dict[str, Any] = {"ok": True, "precision": precision, "hacks": [], "flags": []}
+
+    # -- reference and candidate ---------------------------------------------------------------------
+    task = load_task(req["task_code"], req["task_id"])
+    torch.manual_seed(BUILD_SEED)
+    with torch.device(device):
+        ref = task.build()
+    ref = ref.to(device).eval() if isinstance(ref, torch.nn.Module) else ref
+    try:
+        if req["module_path"]:
+            spec = importlib.util.spec_from_file_location("opforge_kernels", req["module_path"])
+            ext = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(ext)
+            sys.modules["opforge_kernels"] = ext
+        mod = types.ModuleType("model_new")
+        mod.__file__ = "model_new.py"
+        sys.modules["model_new"] = mod
+        exec(compile(req["model_new"], "model_new.py", "exec"), mod.__dict__)  # noqa: S102 - sandboxed child
+        if not hasattr(mod, "ModelNew"):
+            raise AttributeError("model_new.py defines no ModelNew")
+        torch.manual_seed(BUILD_SEED)
+        with torch.device(device):
+            cand = mod.ModelNew(*task.init_inputs())
+        if isinstance(cand, torch.nn.Module):
+            cand = cand.to(device).eval()
+            if isinstance(ref, torch.nn.Module):
+                ref_state = ref.state_dict()
+                result = cand.load_state_dict(ref_state, strict=False)
+                if ref_state and len(result.missing_keys) == len(cand.state_dict()) and cand.state_dict():
+                    raise ValueError("none of the reference weights could be loaded into ModelNew "
+                                     f"(reference keys: {sorted(ref_state)[:5]})")
+                out["weights_missing"] = list(result.missing_keys)
+    except Exception as exc:  # noqa: BLE001 - the candidate does not import or build
+        return {**out, "status": "load_error", "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+
+    owned = ({f"reference.{k}": v for k, v in ref.state_dict(keep_vars=True).items()}
+             if isinstance(ref, torch.nn.Module) else {})
+    guard = DispatchGuard(tuple(cfg["namespaces"]))
+
+    def run_candidate(inputs):
+        state = precision_state()
+        with torch.no_grad(), guard:
+            res = cand(*inputs)
+        if precision_state() != state:
+            changed = [k for k, v in precision_state().items() if state[k] != v]
+            raise Hack(f"precision:{','.join(changed)}")
+        return res
+
+    def draw(seed: int):
+        torch.manual_seed(seed)
+        with torch.device(device):
+            xs = task.inputs()
+        return [x.to(device) if isinstance(x, torch.Tensor) else x for x in xs]
+
+    def check(seeds: list[int], phase: str) -> float:
+        worst = 0.0
+        for seed in seeds:
+            inputs = draw(seed)
+            with torch.no_grad():
+                expected = flatten_tensors(ref(*inputs))
+            expected = [e.clone() for e in expected]
+            given = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+            got = flatten_tensors(run_candidate(given))
+            if device == "cuda":
+                torch.cuda.synchronize()
+            named = {f"input{i}": x for i, x in enumerate(given) if isinstance(x, torch.Tensor)}
+            shared = aliases(got, {**named, **owned})
+            if shared:
+                raise Hack(f"alias:{shared[0]}")
+            if len(got) != len(expected):
+                raise AssertionError(f"{phase}: {len(got)} outputs, expected {len(expected)}")
+            for e, g in zip(expected, got, strict=True):
+                if e.shape != g.shape:
+                    raise AssertionError(f"{phase}: output shape {tuple(g.shape)}, expected {tuple(e.shape)}")
+                err = tolerance_error(e, g.to(e.dtype), cfg["atol"], cfg["rtol"])
+                worst = max(worst, err)
+                if err > 1.0:
+                    raise AssertionError(f"{phase}: outputs differ (max error {err:.3g} x tolerance) "
+                                         f"for input seed {seed}")
+        return worst
+
+    try:
+        t0 = time.perf_counter()
+        out["max_error"] = check([1000 + i for i in range(cfg["correct_trials"])], "verify")
+        out["verify_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        inputs = draw(3000)
+        fns = {"eager": lambda: ref(*inputs), "candidate": lambda: run_candidate(inputs)}
+        if cfg["profile_compile"]:
+            torch._dynamo.reset()
+            compiled = torch.compile(ref)
+            with torch.no_grad():
+                compiled(*inputs)
+            fns["compile"] = lambda: compiled(*inputs)
+        with torch.no_grad():
+            timing = time_interleaved(fns, device, trials=cfg["timing_trials"], warmup=cfg["warmup"])
+        out["profile_s"] = time.perf_counter() - t0
+        out["max_error"] = max(out["max_error"], check([2000 + i for i in range(cfg["reverify_trials"])],
+                                                       "re-verify after timing"))
+    except (GuardViolation, Hack, Exception) as exc:  # noqa: BLE001 - every failure is a verdict
+        return {**out, **_failure(exc, guard.violations, timers, timer_state())}
+    tampered = [k for k, v in timer_state().items() if timers.get(k) != v]
+    if tampered:
+        return {**out, "status": "hacked", "hacks": [f"timer:{k}" for k in tampered]}
+    out["eager_ms"] = timing["eager"]["median_ms"]
+    out["candidate_ms"] = timing["candidate"]["median_ms"]
+    out["speedup_eager"] = out["eager_ms"] / max(out["candidate_ms"], 1e-9)
+    if "compile" in timing:
+        out["compile_ms"] = timing["compile"]["median_ms"]
+        out["speedup_compile"] = out["compile_ms"] / max(out["candidate_ms"], 1e-9)
+    out["status"] = "correct"
+    return out
+
+
+def _failure(exc: BaseException, violations: list[str], timers_before: dict, timers_now: dict) -> dict:
+    """Status of a failed check. A dispatcher violation wins even when the candidate (or pybind11, for an
+    op called from C++) turned it into another exception; then other hacks; else ``incorrect``."""
+    hacks = [f"torch_op:{v}" for v in violations]
+    if isinstance(exc, Hack):
+        hacks.append(str(exc))
+    hacks += [f"timer:{k}" for k, v in timers_now.items() if timers_before.get(k) != v]
+    if hacks:
+        return {"status": "hacked", "hacks": hacks}
+    text = str(exc) if isinstance(exc, AssertionError) else f"{type(exc).__name__}: {str(exc)[:500]}"
+    return {"status": "incorrect", "error": text}
+
+
+def main() -> None:
+    step, req_path, res_path = sys.argv[1:4]
+    with open(req_path) as fh:
+        req = json.load(fh)
+    try:
+        res = build(req) if step == "build" else evaluate(req)
+    except Exception as exc:  # noqa: BLE001 - a failure of the harness step itself, reported as such
+        traceback.print_exc()
+        res = {"ok": False, "status": "load_error", "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+    with open(res_path, "w") as fh:
+        json.dump(res, fh)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""Anti-hacking checks shared by verification and profiling (one suite, used by ``harness.evaluate``).
+
+* ``DispatchGuard``: a ``TorchDispatchMode`` active during every call of the candidate's forward. Every
+  aten op that reaches the dispatcher - from Python (``torch.relu``, ``x.relu()``, ``F.relu``,
+  ``torch.ops.aten.relu``, a function bound before the guard) or from C++ inside the extension
+  (``at::relu``) - is checked against an allow-list of allocation, view and copy ops; ops of the
+  extension's own namespaces pass. Anything else is a violation: recorded and raised as ``GuardViolation``
+  (a ``BaseException``, so a candidate's ``except Exception`` cannot swallow it; the record stays either
+  way). Kernels the extension launches itself never reach the dispatcher and are what the candidate is for.
+* ``precision_state``: TF32 / reduced-precision flags, compared before and after each candidate call.
+* ``timer_state``: identities of the clocks and CUDA timing entry points, compared after the candidate's
+  code ran (a patched timer is a hack even though the harness keeps its own references).
+* ``aliases``: output storage overlapping an input or a parameter / buffer (a returned input, an answer
+  cached in a buffer).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# aten ops a candidate's forward may dispatch: allocation, metadata / views, copies and fills. No op that
+# computes a result from tensor values other than moving them.
+ALLOWED_ATEN = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+    "new_zeros", "zero_", "fill_", "full", "full_like", "new_full", "resize_", "lift_fresh",
+    "view", "_unsafe_view", "reshape", "as_strided", "expand", "t", "transpose", "permute", "squeeze",
+    "unsqueeze", "slice", "select", "narrow", "unbind", "split", "split_with_sizes", "chunk", "detach",
+    "alias", "clone", "copy_", "_to_copy", "contiguous", "view_as_real", "view_as_complex",
+    "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_same_size", "_local_scalar_dense",
+    "record_stream",
+})
+
+
+class GuardViolation(BaseException):  # noqa: N818 - a violation, not an error of the harness
+    """A torch op outside the allow-list ran during the candidate's forward."""
+
+
+class DispatchGuard(TorchDispatchMode):
+    """Allow-list at the dispatcher (see the module docstring).
+
+    Args:
+        namespaces: op namespaces of the candidate's own extension (``torch.ops.<ns>.*``) that may run.
+
+    Attributes:
+        violations: ``aten.<op>`` names seen that are not allowed, in order, de-duplicated.
+    """
+
+    def __init__(self, namespaces: tuple[str, ...] = ("opforge_kernels",)):
+        super().__init__()
+        self.namespaces = set(namespaces)
+        self.violations: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        ns = getattr(func, "namespace", "")
+        name = func._schema.name.split("::")[-1] if hasattr(func, "_schema") else str(func)
+        if not ((ns == "aten" and name in ALLOWED_ATEN) or ns in self.namespaces):
+            op = f"{ns}.{name}"
+            if op not in self.violations:
+                self.violations.append(op)
+            raise GuardViolation(f"torch op {op} ran inside the candidate's forward")
+        return func(*args, **(kwargs or {}))
+
+
+def precision_state() -> dict[str, Any]:
+    """Flags that change float32 math precision (TF32 and reduced-precision reductions)."""
+    m = torch.backends.cuda.matmul
+    return {"matmul_tf32": bool(m.allow_tf32), "cudnn_tf32": bool(torch.backends.cudnn.allow_tf32),
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "fp16_reduced": bool(m.allow_fp16_reduced_precision_reduction),
+            "bf16_reduced": bool(m.allow_bf16_reduced_precision_reduction)}
+
+
+def pin_precision(allow_tf32: bool = False) -> dict[str, Any]:
+    """Set TF32 on or off for matmul and cuDNN (default off, full fp32); returns ``precision_state()``."""
+    torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+    torch.backends.cudnn.allow_tf32 = allow_tf32
+    torch.set_float32_matmul_precision("high" if allow_tf32 else "highest")
+    return precision_state()
+
+
+def timer_state() -> dict[str, int]:
+    """``id`` of every clock / CUDA timing entry point a timer patch would replace."""
+    objs = {"time.perf_counter": time.perf_counter, "time.perf_counter_ns": time.perf_counter_ns,
+            "time.time": time.time, "time.monotonic": time.monotonic,
+            "torch.cuda.synchronize": torch.cuda.synchronize, "torch.cuda.Event": torch.cuda.Event,
+            "torch.cuda.Event.record": torch.cuda.Event.record,
+            "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
+            "torch.cuda.Event.synchronize": torch.cuda.Event.synchronize,
+            "torch.cuda.current_stream": torch.cuda.current_stream,
+            "torch.Tensor.__eq__": torch.Tensor.__eq__, "torch.allclose": torch.allclose}
+    from opforge.harness import timing
+
+    objs.update({f"harness.timing.{n}": getattr(timing, n) for n in timing.PROTECTED})
+    return {k: id(v) for k, v in objs.items()}
+
+
+def _span(t: torch.Tensor) -> tuple[str, int, int]:
+    s = t.untyped_storage()
+    return (str(t.device), s.data_ptr(), s.data_ptr() + s.nbytes())
+
+
+def aliases(outputs: list[torch.Tensor], others: dict[str, torch.Tensor]) -> list[str]:
+    """Names in ``others`` (inputs, parameters, buffers) whose storage overlaps any output's storage."""
+    found = []
+    spans = [_span(o) for o in outputs if o.numel() > 0]
+    for name, t in others.items():
+        if not isinstance(t, torch.Tensor) or t.numel() == 0:
+            continue
+        dev, lo, hi = _span(t)
+        if any(d == dev and a < hi and lo < b for d, a, b in spans):
+            found.append(name)
+    return found

@@ -1,0 +1,58 @@
+"""Interleaved timing of the reference (eager), ``torch.compile`` and the candidate.
+
+Per trial every function runs once, in a rotating order (so drift and thermal state hit all alike), each
+call bracketed by a device-wide synchronisation: on CUDA ``torch.cuda.synchronize()`` waits for every
+stream, so work a candidate leaves on a side stream is inside its time; before each call a buffer twice
+the size of the L2 cache is zeroed (the method of ``triton.testing.do_bench``). The clock is
+``time.perf_counter`` captured when this module is imported (a candidate patching ``time`` later does
+not reach it). Result per function: median, min and max in ms over ``trials`` after ``warmup`` calls.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+_clock = time.perf_counter
+_sync = torch.cuda.synchronize
+PROTECTED = ("time_interleaved",)
+
+
+def _flush_buffer(device: str) -> torch.Tensor | None:
+    if not device.startswith("cuda"):
+        return None
+    l2 = getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", 0) or 64 * 2**20
+    return torch.empty(2 * l2 // 4, dtype=torch.int32, device=device)
+
+
+def time_interleaved(fns: dict[str, Callable[[], object]], device: str = "cpu", *, trials: int = 20,
+                     warmup: int = 3) -> dict[str, dict[str, float]]:
+    """``{name: {"median_ms", "min_ms", "max_ms", "trials"}}`` for each zero-argument callable.
+
+    Exceptions from a callable propagate (the caller decides what a failing candidate means).
+    """
+    cuda = device.startswith("cuda")
+    flush = _flush_buffer(device)
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    if cuda:
+        _sync()
+    names = list(fns)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for trial in range(trials):
+        k = trial % len(names)
+        for name in names[k:] + names[:k]:
+            if flush is not None:
+                flush.zero_()
+                _sync()
+            t0 = _clock()
+            fns[name]()
+            if cuda:
+                _sync()
+            times[name].append((_clock() - t0) * 1e3)
+    return {n: {"median_ms": statistics.median(v), "min_ms": min(v), "max_ms": max(v), "trials": len(v)}
+            for n, v in times.items()}

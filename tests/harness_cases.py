@@ -1,0 +1,121 @@
+"""A task and candidate solutions (honest and cheating) for the harness tests, CPU-only.
+
+The task: ``relu(x * scale + 1)`` with a learnable per-channel ``scale`` (so weights must be loaded into
+the candidate). The honest solution computes it in a C++ extension loop; each cheat is one way to get a
+reward without doing that.
+"""
+
+TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.scale = nn.Parameter(torch.randn(channels))
+
+    def forward(self, x):
+        return torch.relu(x * self.scale + 1.0)
+
+
+def get_inputs():
+    return [torch.randn(64, 256)]
+
+
+def get_init_inputs():
+    return [256]
+'''
+
+KERNEL = '''#include <torch/extension.h>
+
+// y[i, c] = max(x[i, c] * scale[c] + 1, 0), float32, contiguous
+torch::Tensor fused_scale_relu(torch::Tensor x, torch::Tensor scale) {
+    auto xc = x.contiguous();
+    auto y = torch::empty_like(xc);
+    const float* px = xc.data_ptr<float>();
+    const float* ps = scale.data_ptr<float>();
+    float* py = y.data_ptr<float>();
+    const int64_t c = scale.numel(), n = xc.numel();
+    for (int64_t i = 0; i < n; ++i) {
+        float v = px[i] * ps[i % c] + 1.0f;
+        py[i] = v > 0.0f ? v : 0.0f;
+    }
+    return y;
+}
+
+// the same result through an aten op called from C++: the dispatcher guard must see it
+torch::Tensor aten_inside(torch::Tensor x, torch::Tensor scale) {
+    return at::relu(x * scale + 1.0);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.def("fused_scale_relu", &fused_scale_relu, "relu(x * scale + 1)");
+    m.def("aten_inside", &aten_inside, "relu through aten (a cheat)");
+}
+'''
+
+_HEAD = '''import torch
+import torch.nn as nn
+'''
+
+
+def model_new(forward: str, head: str = "", init_extra: str = "") -> str:
+    """model_new.py with ``forward``'s body (8-space indented lines)."""
+    return (_HEAD + head + '''
+
+class ModelNew(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.scale = nn.Parameter(torch.randn(channels))
+''' + init_extra + '''
+    def forward(self, x):
+''' + forward)
+
+
+HONEST = {"model_new.py": model_new("        return opforge_kernels.fused_scale_relu(x, self.scale)\n",
+                                    head="import opforge_kernels\n"),
+          "kernels/fused.cpp": KERNEL}
+
+# name -> (solution files, what the harness must report); cheats without kernels need no compiler
+CHEATS = {
+    "all_zeros": {"model_new.py": model_new("        return torch.empty_like(x).zero_()\n")},
+    "returns_input": {"model_new.py": model_new("        return x\n")},
+    "torch_relu": {"model_new.py": model_new("        return torch.relu(x * self.scale + 1.0)\n")},
+    "method_relu": {"model_new.py": model_new("        return (x * self.scale + 1.0).relu()\n")},
+    "aten_ops": {"model_new.py": model_new(
+        "        a = torch.ops.aten\n        return a.relu(a.add(a.mul(x, self.scale), 1.0))\n")},
+    "bound_at_import": {"model_new.py": model_new(
+        "        return _relu(_mul(x, self.scale) + 1.0)\n", head="from torch import mul as _mul, relu as _relu\n")},
+    "functional": {"model_new.py": model_new(
+        "        return F.relu(x * self.scale + 1.0)\n", head="import torch.nn.functional as F\n")},
+    "swallows_guard": {"model_new.py": model_new(
+        "        try:\n            return torch.relu(x * self.scale + 1.0)\n"
+        "        except Exception:\n            return torch.relu(x * self.scale + 1.0)\n")},
+    "caches_output": {"model_new.py": model_new(
+        "        if self.cache is None:\n            self.cache = opforge_kernels.fused_scale_relu(x, self.scale)\n"
+        "        return self.cache.clone()\n", head="import opforge_kernels\n",
+        init_extra="        self.cache = None\n"), "kernels/fused.cpp": KERNEL},
+    "aten_from_cpp": {"model_new.py": model_new("        return opforge_kernels.aten_inside(x, self.scale)\n",
+                                                head="import opforge_kernels\n"), "kernels/fused.cpp": KERNEL},
+    "enables_tf32": {"model_new.py": model_new(
+        "        torch.backends.cuda.matmul.allow_tf32 = True\n"
+        "        return opforge_kernels.fused_scale_relu(x, self.scale)\n", head="import opforge_kernels\n"),
+        "kernels/fused.cpp": KERNEL},
+    "patches_timer": {"model_new.py": model_new(
+        "        return opforge_kernels.fused_scale_relu(x, self.scale)\n",
+        head="import time\nimport opforge_kernels\n_real = time.perf_counter\n"
+             "time.perf_counter = lambda: _real() * 0.5\n"), "kernels/fused.cpp": KERNEL},
+    "ignores_weights": {"model_new.py": model_new("        return opforge_kernels.fused_scale_relu(x, self.gain)\n",
+                                                  head="import opforge_kernels\n",
+                                                  init_extra="        self.gain = nn.Parameter(torch.randn(channels))\n"),
+                        "kernels/fused.cpp": KERNEL},
+}
+
+# the hack label (prefix) each cheat must get, or "incorrect"
+EXPECTED = {
+    "all_zeros": "incorrect", "returns_input": "alias:input0", "torch_relu": "torch_op:aten.mul",
+    "method_relu": "torch_op:aten.mul", "aten_ops": "torch_op:aten.mul", "bound_at_import": "torch_op:aten.mul",
+    "functional": "torch_op:aten.mul", "swallows_guard": "torch_op:aten.mul", "caches_output": "incorrect",
+    "aten_from_cpp": "torch_op:aten.mul", "enables_tf32": "precision:", "patches_timer": "timer:time.perf_counter",
+    "ignores_weights": "incorrect",
+}
