@@ -2,6 +2,10 @@
 
 C++ only (CPU) or with ``.cu`` files (CUDA, nvcc). The module is named ``opforge_kernels``; the build
 directory is keyed by the SHA-256 of the sources, so the same sources are built once per cache.
+
+Sources that register functions with ``OPFORGE_EXPORT`` (``templates/registry.h``) get the harness's own
+``kernels/binding.cpp`` and ``kernels/registry.h``, whatever the solution holds under those names; sources
+with their own ``PYBIND11_MODULE`` are built as they are.
 """
 
 from __future__ import annotations
@@ -12,6 +16,20 @@ from pathlib import Path
 
 from opforge.harness.sandbox import run_child
 from opforge.harness.solution import MODULE_NAME, Solution
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+FIXED_BINDING = ("kernels/binding.cpp", "kernels/registry.h")
+
+
+def extension_sources(solution: Solution) -> dict[str, str]:
+    """The files to compile: the solution's sources, with the fixed binding files put in (replacing any
+    of the same name) unless a source defines its own ``PYBIND11_MODULE``."""
+    sources = dict(solution.sources)
+    own_module = any("PYBIND11_MODULE" in text for rel, text in sources.items() if rel not in FIXED_BINDING)
+    if sources and not own_module:
+        for rel in FIXED_BINDING:
+            sources[rel] = (TEMPLATES / Path(rel).name).read_text(encoding="utf-8")
+    return sources
 
 
 @dataclass
@@ -49,15 +67,16 @@ def build_extension(solution: Solution, build_root: str | Path | None = None, ti
     """
     if not solution.sources:
         return BuildResult(True, None, 0.0)
-    build_dir = Path(build_root or default_build_root()) / solution.digest()[:24]
+    sources = extension_sources(solution)
+    build_dir = Path(build_root or default_build_root()) / Solution({"model_new.py": "", **sources}).digest()[:24]
     so = _built(build_dir)
     if so is not None:
         return BuildResult(True, str(so), 0.0, cached=True)
     src_dir = build_dir / "src"
-    for rel, text in solution.sources.items():
+    for rel, text in sources.items():
         (src_dir / rel).parent.mkdir(parents=True, exist_ok=True)
         (src_dir / rel).write_text(text, encoding="utf-8")
-    request = {"sources": [str(src_dir / r) for r in solution.sources if not r.endswith((".h", ".hpp", ".cuh"))],
+    request = {"sources": [str(src_dir / r) for r in sources if not r.endswith((".h", ".hpp", ".cuh"))],
                "build_dir": str(build_dir), "name": MODULE_NAME, "with_cuda": solution.uses_cuda}
     out, seconds = run_child("build", request, build_dir, timeout_s)
     so = _built(build_dir) if out.get("ok") else None

@@ -10,6 +10,8 @@ import typer
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="opforge: build KernelBench-format fused-op datasets.")
 seeds_app = typer.Typer(no_args_is_help=True, help="Seed-operator catalog: harvest and list.")
 app.add_typer(seeds_app, name="seeds")
+harness_app = typer.Typer(no_args_is_help=True, help="Evaluation environment: task workspaces for agents.")
+app.add_typer(harness_app, name="harness")
 
 DEFAULT_CATALOG = Path("runs/seeds/catalog.parquet")
 
@@ -227,6 +229,74 @@ def publish_cmd(
         raise typer.Exit(2) from None
     typer.echo(f"published {res.files} files to {res.repo_id} (commit {res.commit}"
                + (f", tag {res.tag}" if res.tag else "") + f"): {res.url}")
+
+
+@harness_app.command("init")
+def harness_init_cmd(
+    dataset: str = typer.Option(..., help="Dataset: an opforge hf/ folder, a .parquet / .jsonl file or a Hub id."),
+    task: str = typer.Option(..., "--task", help="task_id of the task to materialise."),
+    out: Path = typer.Option(..., help="Workspace directory to create."),
+    force: bool = typer.Option(False, "--force", help="Replace a non-empty OUT."),
+):
+    """Write a task workspace: model.py, model_new.py, kernels/ (fixed binding), RULES.md, tools/."""
+    from opforge.harness.dataset import DatasetError
+    from opforge.harness.workspace import WorkspaceError, init_workspace
+
+    try:
+        path = init_workspace(dataset, task, out, force=force)
+    except (DatasetError, WorkspaceError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"workspace for {task} in {path}: edit model_new.py and kernels/, then python tools/profile.py")
+
+
+@app.command("eval")
+def eval_cmd(
+    dataset: str = typer.Option(..., help="Dataset: an opforge hf/ folder, a .parquet / .jsonl file or a Hub id."),
+    solutions: Path = typer.Option(..., help="Directory with one subfolder per task_id (model_new.py, kernels/)."),
+    out: Path = typer.Option(..., help="Report directory: results.jsonl (resumable) and report.json."),
+    device: str = typer.Option("cpu", help="cpu | cuda."),
+    reward: str = typer.Option("milestone", help="milestone | speedup."),
+    no_compile: bool = typer.Option(False, "--no-compile", help="Do not profile torch.compile."),
+    atol: float = typer.Option(1e-2, help="Absolute tolerance."),
+    rtol: float = typer.Option(1e-2, help="Relative tolerance."),
+):
+    """Evaluate every solution against its task on Dask workers; write per-solution results and the
+    pass rate / faster-than rates / geomean speed-ups, overall and per data_source."""
+    import json
+
+    from opforge.harness.batch import evaluate_many
+    from opforge.harness.dataset import DatasetError, get_task, load_tasks
+    from opforge.harness.evaluate import EvalConfig
+    from opforge.harness.report import report
+    from opforge.harness.solution import Solution, SolutionError
+    from pydantic import ValidationError
+
+    try:
+        config = EvalConfig(device=device, reward=reward, profile_compile=not no_compile, atol=atol, rtol=rtol)
+        tasks = load_tasks(dataset)
+        if not solutions.is_dir():
+            raise DatasetError(f"{solutions}: not a directory")
+        pairs, skipped = [], []
+        for sub in sorted(p for p in solutions.iterdir() if p.is_dir()):
+            try:
+                pairs.append((get_task(tasks, sub.name, dataset), Solution.from_dir(sub).files))
+            except (DatasetError, SolutionError) as exc:
+                skipped.append(f"{sub.name}: {exc}")
+    except (DatasetError, ValidationError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    for line in skipped:
+        typer.echo(f"skipped {line}", err=True)
+    out.mkdir(parents=True, exist_ok=True)
+    results = evaluate_many(pairs, config, results_path=out / "results.jsonl")
+    rep = {**report(results), "config": config.model_dump(mode="json"), "skipped": skipped,
+           "dataset": str(dataset), "solutions": str(solutions)}
+    (out / "report.json").write_text(json.dumps(rep, indent=1))
+    o = rep["overall"]
+    typer.echo(f"{o['n']} solutions: pass {o.get('pass_rate', 0):.1%}, faster than eager "
+               f"{o.get('faster_than_eager_rate', 0):.1%}, faster than compile {o.get('faster_than_compile_rate', 0):.1%}"
+               f"; report: {out / 'report.json'}")
 
 
 if __name__ == "__main__":

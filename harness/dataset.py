@@ -1,0 +1,58 @@
+"""Tasks for the harness: an opforge dataset as published (DESIGN.md §2 columns), from a Hub folder,
+a Parquet / JSONL file, or a Hub dataset id.
+
+Only ``task_id``, ``code`` and (when present) ``data_source`` / ``ops`` are used. A dataset without
+``task_id`` (Ops-6K's layout) gets ``task.identity.task_id_for(code)``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from opforge.task.identity import task_id_for
+
+
+class DatasetError(ValueError):
+    """The dataset cannot be read or lacks a column / task; the message names the path or id."""
+
+
+def load_tasks(source: str | Path, split: str = "train") -> pd.DataFrame:
+    """Rows with ``task_id``, ``code``, ``data_source`` (None when absent), indexed by ``task_id``.
+
+    ``source``: a directory (an opforge run's ``hf/`` folder, or any folder ``datasets.load_dataset``
+    reads), a ``.parquet`` / ``.jsonl`` file, or a Hub id ``ORG/NAME`` (needs network or the HF cache).
+
+    Raises:
+        DatasetError: unreadable source, no ``code`` column, or duplicate task ids.
+    """
+    path = Path(source)
+    try:
+        if path.is_file() and path.suffix == ".parquet":
+            df = pd.read_parquet(path)
+        elif path.is_file() and path.suffix in (".jsonl", ".json"):
+            df = pd.read_json(path, lines=True)
+        else:
+            import datasets
+
+            name = str(path) if path.exists() else str(source)
+            df = datasets.load_dataset(name, split=split).to_pandas()
+    except Exception as exc:  # noqa: BLE001 - re-raised with the source named
+        raise DatasetError(f"{source}: cannot read the dataset ({type(exc).__name__}: {exc})") from None
+    if "code" not in df.columns:
+        raise DatasetError(f"{source}: no 'code' column (columns: {', '.join(map(str, df.columns))})")
+    if "task_id" not in df.columns:
+        df["task_id"] = [task_id_for(c) for c in df["code"]]
+    if "data_source" not in df.columns:
+        df["data_source"] = None
+    if df["task_id"].duplicated().any():
+        dup = df.loc[df["task_id"].duplicated(), "task_id"].iloc[0]
+        raise DatasetError(f"{source}: task_id {dup!r} appears more than once")
+    return df.set_index("task_id", drop=False)
+
+
+def get_task(tasks: pd.DataFrame, task_id: str, source: str | Path = "dataset") -> dict:
+    """One row as a dict (``task_id``, ``code``, ``data_source``...). Raises DatasetError naming the id."""
+    if task_id not in tasks.index:
+        raise DatasetError(f"{source}: no task {task_id!r} ({len(tasks)} tasks)")
+    return tasks.loc[task_id].to_dict()
