@@ -16,7 +16,12 @@ from typing import Any
 
 
 def build(req: dict[str, Any]) -> dict[str, Any]:
+    import os
+
     from torch.utils.cpp_extension import load
+
+    # ninja (a dependency) lives next to this interpreter in a virtual environment that is not activated
+    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
 
     try:
         load(name=req["name"], sources=req["sources"], build_directory=req["build_dir"],
