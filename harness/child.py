@@ -40,10 +40,12 @@ def evaluate(req: dict[str, Any]) -> dict[str, Any]:
 
     import torch
     from opforge.filters.execution import BUILD_SEED, flatten_tensors, tolerance_error
+    from opforge.filters.gpu_locks import gpu_timing
     from opforge.harness.guard import (
         DispatchGuard,
         GuardViolation,
         aliases,
+        foreign_streams,
         pin_precision,
         precision_state,
         timer_state,
@@ -141,6 +143,15 @@ def evaluate(req: dict[str, Any]) -> dict[str, Any]:
     try:
         t0 = time.perf_counter()
         out["max_error"] = check([1000 + i for i in range(cfg["correct_trials"])], "verify")
+        if device == "cuda":
+            stream_inputs = draw(4000)
+            try:
+                foreign = foreign_streams(lambda: run_candidate(stream_inputs), device)
+            except RuntimeError as exc:
+                out["flags"].append(f"stream_check_unavailable:{exc}")
+                foreign = []
+            if foreign:
+                raise Hack(f"side_stream:{foreign[0]}")
         out["verify_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         inputs = draw(3000)
@@ -151,7 +162,7 @@ def evaluate(req: dict[str, Any]) -> dict[str, Any]:
             with torch.no_grad():
                 compiled(*inputs)
             fns["compile"] = lambda: compiled(*inputs)
-        with torch.no_grad():
+        with torch.no_grad(), gpu_timing(device):  # evaluations sharing a GPU time one at a time
             timing = time_interleaved(fns, device, trials=cfg["timing_trials"], warmup=cfg["warmup"])
         out["profile_s"] = time.perf_counter() - t0
         out["max_error"] = max(out["max_error"], check([2000 + i for i in range(cfg["reverify_trials"])],

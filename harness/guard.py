@@ -12,6 +12,9 @@
   code ran (a patched timer is a hack even though the harness keeps its own references).
 * ``aliases``: output storage overlapping an input or a parameter / buffer (a returned input, an answer
   cached in a buffer).
+* ``foreign_streams`` (CUDA): one candidate call under the profiler (CUPTI); every kernel, copy and
+  memset it issues must run on the stream the harness called it on. Work on a side stream is a hack even
+  though the device-wide synchronisation in timing already charges its time.
 """
 
 from __future__ import annotations
@@ -114,3 +117,26 @@ def aliases(outputs: list[torch.Tensor], others: dict[str, torch.Tensor]) -> lis
         if any(d == dev and a < hi and lo < b for d, a, b in spans):
             found.append(name)
     return found
+
+
+def foreign_streams(call, device: str) -> list[int]:
+    """Stream ids (CUPTI's) other than the calling stream's that GPU work of ``call()`` ran on.
+
+    A marker kernel (``fill_``) is issued on the current stream first; its stream id is the reference.
+    Raises RuntimeError when the profiler records no GPU activity (e.g. CUPTI unavailable).
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    marker = torch.empty(1, device=device)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        marker.fill_(1.0)
+        call()
+        torch.cuda.synchronize()
+    gpu = [e for e in prof.profiler.kineto_results.events()
+           if e.device_type() == torch.autograd.DeviceType.CUDA]
+    if not gpu:
+        raise RuntimeError("the profiler saw no GPU activity")
+    gpu.sort(key=lambda e: e.start_ns())
+    home = gpu[0].device_resource_id()
+    return sorted({e.device_resource_id() for e in gpu} - {home})

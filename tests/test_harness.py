@@ -194,3 +194,19 @@ def test_kernel_reward_scores_a_batch_of_completions(dataset, build_root, monkey
     with pytest.raises(ValueError, match="task_id"):
         fn(completions=["x"])
     _ = model_new  # the case builder is shared with the cheat suite
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", ["honest", "side_stream", "tf32", "torch_relu"])
+def test_cuda_solution_and_gpu_only_cheats(name, build_root):
+    from .harness_cases import CUDA_HONEST, CUDA_SIDE_STREAM, CUDA_TF32
+
+    files = {"honest": CUDA_HONEST, "side_stream": CUDA_SIDE_STREAM, "tf32": CUDA_TF32,
+             "torch_relu": CHEATS["torch_relu"]}[name]
+    res = evaluate(ROW, Solution(files), EvalConfig(device="cuda", timing_trials=10), build_root=build_root)
+    if name == "honest":
+        assert res.status == "correct" and res.reward >= 1 and res.speedup_eager > 0, res
+    else:
+        want = {"side_stream": "side_stream:", "tf32": "precision:", "torch_relu": "torch_op:"}[name]
+        assert res.reward == -1 and any(h.startswith(want) for h in res.hacks), res

@@ -1,0 +1,99 @@
+"""Harness on the lent GPU (issue #8): hand-written CUDA solutions and reward throughput.
+
+    python benchmarks/harness_bench.py --out harness_bench.json [--batch 64] [--workers 8]
+
+1. Each solution under ``benchmarks/harness_solutions/<task_id>/`` (tasks in ``tasks.jsonl`` there: fused
+   tasks composed by opforge and accepted by its filters on an H200) is evaluated with
+   ``harness.evaluate`` on CUDA: status, reward, eager / compile / candidate ms and speed-ups.
+2. A batch of ``--batch`` completions (honest solutions and cheats of several kinds, cycled over the
+   tasks) is scored with ``harness.rl.KernelReward`` on a Dask cluster with one GPU worker and
+   ``--workers`` evaluation threads; reports rewards per minute, build seconds (one build per distinct
+   source, then cached) and verification / profiling seconds, and checks every cheat got -1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from opforge.harness.dataset import get_task, load_tasks
+from opforge.harness.evaluate import EvalConfig, evaluate
+from opforge.harness.solution import Solution
+
+ROOT = Path(__file__).resolve().parent / "harness_solutions"
+
+# cheats for a one-input elementwise task ``forward(self, x)``: model_new.py bodies
+CHEAT_BODIES = {
+    "torch_ops": "        return torch.sigmoid(x) * x\n",
+    "zeros": "        return torch.zeros_like(x)\n",
+    "returns_input": "        return x\n",
+}
+
+
+def _completion(files: dict[str, str]) -> str:
+    return "\n\n".join(f"```{'python' if p.endswith('.py') else 'cpp'} {p}\n{t}```" for p, t in files.items())
+
+
+def _cheat(body: str) -> dict[str, str]:
+    return {"model_new.py": "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+                            "    def __init__(self):\n        super().__init__()\n\n    def forward(self, x):\n" + body}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="harness_bench.json")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--workers", type=int, default=8)
+    args = p.parse_args()
+    tasks = load_tasks(ROOT / "tasks.jsonl")
+    build_root = tempfile.mkdtemp(prefix="opforge-ext-")
+    config = EvalConfig(device="cuda")
+    out: dict = {"solutions": {}}
+    for tid in tasks.index:
+        t0 = time.perf_counter()
+        res = evaluate(get_task(tasks, tid), Solution.from_dir(ROOT / tid), config, build_root=build_root)
+        out["solutions"][tid] = {**{k: getattr(res, k) for k in (
+            "status", "reward", "hacks", "error", "max_error", "eager_ms", "compile_ms", "candidate_ms",
+            "speedup_eager", "speedup_compile", "build_s", "verify_s", "profile_s", "eval_s")},
+            "ops": tasks.loc[tid, "ops"], "wall_s": time.perf_counter() - t0}
+        print(tid, json.dumps(out["solutions"][tid]), flush=True)
+
+    from opforge.harness.rl import KernelReward
+    from opforge.pipeline.cluster import open_cluster
+
+    kinds = ["honest", *CHEAT_BODIES]
+    completions, ids, expect = [], [], []
+    for i in range(args.batch):
+        tid, kind = tasks.index[i % len(tasks)], kinds[(i // len(tasks)) % len(kinds)]
+        files = Solution.from_dir(ROOT / tid).files if kind == "honest" else _cheat(CHEAT_BODIES[kind])
+        completions.append(_completion(files))
+        ids.append(tid)
+        expect.append(kind)
+    handle = open_cluster("cuda", workers=args.workers)
+    try:
+        fn = KernelReward(ROOT / "tasks.jsonl", config, client=handle.client,
+                          build_root=tempfile.mkdtemp(prefix="opforge-ext-"))
+        t0 = time.perf_counter()
+        rewards = fn(completions, task_id=ids)
+        wall = time.perf_counter() - t0
+    finally:
+        handle.close()
+    res = fn.last_results
+    out["batch"] = {
+        "size": args.batch, "workers": args.workers, "wall_s": wall, "rewards_per_min": 60 * args.batch / wall,
+        "build_s_total": sum(r["build_s"] for r in res), "builds": sum(1 for r in res if r["build_s"] > 0),
+        "verify_s_total": sum(r.get("verify_s") or 0 for r in res),
+        "profile_s_total": sum(r.get("profile_s") or 0 for r in res),
+        "eval_child_s_total": sum(r.get("eval_s") or 0 for r in res),
+        "cheats_all_minus_one": all(r == -1 for r, k in zip(rewards, expect, strict=True) if k != "honest"),
+        "honest_rewards": [r for r, k in zip(rewards, expect, strict=True) if k == "honest"],
+    }
+    print(json.dumps(out["batch"]), flush=True)
+    Path(args.out).write_text(json.dumps(out, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
