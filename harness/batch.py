@@ -29,12 +29,13 @@ def evaluate_one(task: dict[str, Any], files: dict[str, str], config_json: str,
 
 def evaluate_many(pairs: list[tuple[dict[str, Any], dict[str, str]]], config: EvalConfig, client=None,
                   results_path: str | Path | None = None, build_root: str | None = None,
-                  progress: bool = True) -> list[dict[str, Any]]:
+                  progress: bool = True, workers: int | None = None) -> list[dict[str, Any]]:
     """Evaluate ``(task row, solution files)`` pairs; results in input order.
 
     With ``results_path`` (JSONL), results already there (same ``task_id``) are reused and new ones are
     appended as they finish, so a killed run resumes. ``client``: a ``distributed.Client`` (default: a
-    local cluster for ``config.device``, closed afterwards).
+    local cluster for ``config.device`` with ``workers`` evaluations at once - on CUDA per GPU, default 4 -
+    closed afterwards).
     """
     from distributed import as_completed
     from tqdm.auto import tqdm
@@ -54,7 +55,7 @@ def evaluate_many(pairs: list[tuple[dict[str, Any], dict[str, str]]], config: Ev
     if todo and client is None:
         from opforge.pipeline.cluster import open_cluster
 
-        handle = open_cluster(config.device)
+        handle = open_cluster(config.device, workers or (4 if config.device == "cuda" else None))
         client = handle.client
     try:
         if todo:

@@ -48,7 +48,7 @@ def evaluate(req: dict[str, Any]) -> dict[str, Any]:
         foreign_streams,
         pin_precision,
         precision_state,
-        timer_state,
+        tamper_state,
     )
     from opforge.harness.timing import time_interleaved
     from opforge.task.source import load_task
@@ -58,7 +58,7 @@ def evaluate(req: dict[str, Any]) -> dict[str, Any]:
     if device == "cuda" and not torch.cuda.is_available():
         return {"ok": False, "status": "load_error", "error": "device 'cuda' asked for, but no GPU is visible"}
     precision = pin_precision(cfg["allow_tf32"])
-    timers = timer_state()
+    timers = tamper_state()
     out: dict[str, Any] = {"ok": True, "precision": precision, "hacks": [], "flags": []}
 
     # -- reference and candidate ---------------------------------------------------------------------
@@ -168,10 +168,10 @@ def evaluate(req: dict[str, Any]) -> dict[str, Any]:
         out["max_error"] = max(out["max_error"], check([2000 + i for i in range(cfg["reverify_trials"])],
                                                        "re-verify after timing"))
     except (GuardViolation, Hack, Exception) as exc:  # noqa: BLE001 - every failure is a verdict
-        return {**out, **_failure(exc, guard.violations, timers, timer_state())}
-    tampered = [k for k, v in timer_state().items() if timers.get(k) != v]
+        return {**out, **_failure(exc, guard.violations, timers, tamper_state())}
+    tampered = [k for k, v in tamper_state().items() if timers.get(k) != v]
     if tampered:
-        return {**out, "status": "hacked", "hacks": [f"timer:{k}" for k in tampered]}
+        return {**out, "status": "hacked", "hacks": [f"tamper:{k}" for k in tampered]}
     out["eager_ms"] = timing["eager"]["median_ms"]
     out["candidate_ms"] = timing["candidate"]["median_ms"]
     out["speedup_eager"] = out["eager_ms"] / max(out["candidate_ms"], 1e-9)
@@ -188,7 +188,7 @@ def _failure(exc: BaseException, violations: list[str], timers_before: dict, tim
     hacks = [f"torch_op:{v}" for v in violations]
     if isinstance(exc, Hack):
         hacks.append(str(exc))
-    hacks += [f"timer:{k}" for k, v in timers_now.items() if timers_before.get(k) != v]
+    hacks += [f"tamper:{k}" for k, v in timers_now.items() if timers_before.get(k) != v]
     if hacks:
         return {"status": "hacked", "hacks": hacks}
     text = str(exc) if isinstance(exc, AssertionError) else f"{type(exc).__name__}: {str(exc)[:500]}"

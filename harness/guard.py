@@ -8,8 +8,9 @@
   (a ``BaseException``, so a candidate's ``except Exception`` cannot swallow it; the record stays either
   way). Kernels the extension launches itself never reach the dispatcher and are what the candidate is for.
 * ``precision_state``: TF32 / reduced-precision flags, compared before and after each candidate call.
-* ``timer_state``: identities of the clocks and CUDA timing entry points, compared after the candidate's
-  code ran (a patched timer is a hack even though the harness keeps its own references).
+* ``tamper_state``: identities of the clocks, the CUDA timing entry points and the harness's own checks
+  (guard, comparison), compared after the candidate's code ran (a patch is a hack even though the
+  harness keeps its own references).
 * ``aliases``: output storage overlapping an input or a parameter / buffer (a returned input, an answer
   cached in a buffer).
 * ``foreign_streams`` (CUDA): one candidate call under the profiler (CUPTI); every kernel, copy and
@@ -85,8 +86,9 @@ def pin_precision(allow_tf32: bool = False) -> dict[str, Any]:
     return precision_state()
 
 
-def timer_state() -> dict[str, int]:
-    """``id`` of every clock / CUDA timing entry point a timer patch would replace."""
+def tamper_state() -> dict[str, int]:
+    """``id`` of every clock / CUDA timing entry point a timer patch would replace, and of the harness's
+    own checking functions (the guard, the comparison)."""
     objs = {"time.perf_counter": time.perf_counter, "time.perf_counter_ns": time.perf_counter_ns,
             "time.time": time.time, "time.monotonic": time.monotonic,
             "torch.cuda.synchronize": torch.cuda.synchronize, "torch.cuda.Event": torch.cuda.Event,
@@ -95,9 +97,17 @@ def timer_state() -> dict[str, int]:
             "torch.cuda.Event.synchronize": torch.cuda.Event.synchronize,
             "torch.cuda.current_stream": torch.cuda.current_stream,
             "torch.Tensor.__eq__": torch.Tensor.__eq__, "torch.allclose": torch.allclose}
+    from opforge.filters import execution
     from opforge.harness import timing
 
     objs.update({f"harness.timing.{n}": getattr(timing, n) for n in timing.PROTECTED})
+    # the checks themselves: a candidate importing them and replacing them must not go unnoticed
+    objs.update({"DispatchGuard.__torch_dispatch__": DispatchGuard.__torch_dispatch__,
+                 "TorchDispatchMode.__enter__": TorchDispatchMode.__enter__,
+                 "TorchDispatchMode.__exit__": TorchDispatchMode.__exit__,
+                 "guard.aliases": aliases, "guard.precision_state": precision_state,
+                 "execution.tolerance_error": execution.tolerance_error,
+                 "execution.flatten_tensors": execution.flatten_tensors})
     return {k: id(v) for k, v in objs.items()}
 
 

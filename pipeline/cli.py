@@ -256,6 +256,7 @@ def eval_cmd(
     solutions: Path = typer.Option(..., help="Directory with one subfolder per task_id (model_new.py, kernels/)."),
     out: Path = typer.Option(..., help="Report directory: results.jsonl (resumable) and report.json."),
     device: str = typer.Option("cpu", help="cpu | cuda."),
+    workers: int = typer.Option(None, help="Evaluations at once (CPU: processes, default cores; CUDA: per GPU, default 4)."),
     reward: str = typer.Option("milestone", help="milestone | speedup."),
     no_compile: bool = typer.Option(False, "--no-compile", help="Do not profile torch.compile."),
     atol: float = typer.Option(1e-2, help="Absolute tolerance."),
@@ -289,7 +290,7 @@ def eval_cmd(
     for line in skipped:
         typer.echo(f"skipped {line}", err=True)
     out.mkdir(parents=True, exist_ok=True)
-    results = evaluate_many(pairs, config, results_path=out / "results.jsonl")
+    results = evaluate_many(pairs, config, results_path=out / "results.jsonl", workers=workers)
     rep = {**report(results), "config": config.model_dump(mode="json"), "skipped": skipped,
            "dataset": str(dataset), "solutions": str(solutions)}
     (out / "report.json").write_text(json.dumps(rep, indent=1))

@@ -105,6 +105,13 @@ CHEATS = {
         "        return opforge_kernels.fused_scale_relu(x, self.scale)\n",
         head="import time\nimport opforge_kernels\n_real = time.perf_counter\n"
              "time.perf_counter = lambda: _real() * 0.5\n"), "kernels/fused.cpp": KERNEL},
+    "patches_guard": {"model_new.py": model_new(
+        "        return torch.relu(x * self.scale + 1.0)\n",
+        head="import opforge.harness.guard as _g\n"
+             "_g.DispatchGuard.__torch_dispatch__ = lambda self, f, t, a=(), k=None: f(*a, **(k or {}))\n")},
+    "patches_comparison": {"model_new.py": model_new(
+        "        return torch.empty_like(x).zero_()\n",
+        head="import opforge.filters.execution as _e\n_e.tolerance_error = lambda *a, **k: 0.0\n")},
     "ignores_weights": {"model_new.py": model_new("        return opforge_kernels.fused_scale_relu(x, self.gain)\n",
                                                   head="import opforge_kernels\n",
                                                   init_extra="        self.gain = nn.Parameter(torch.randn(channels))\n"),
@@ -116,8 +123,9 @@ EXPECTED = {
     "all_zeros": "incorrect", "returns_input": "alias:input0", "torch_relu": "torch_op:aten.mul",
     "method_relu": "torch_op:aten.mul", "aten_ops": "torch_op:aten.mul", "bound_at_import": "torch_op:aten.mul",
     "functional": "torch_op:aten.mul", "swallows_guard": "torch_op:aten.mul", "caches_output": "incorrect",
-    "aten_from_cpp": "torch_op:aten.mul", "enables_tf32": "precision:", "patches_timer": "timer:time.perf_counter",
-    "ignores_weights": "incorrect",
+    "aten_from_cpp": "torch_op:aten.mul", "enables_tf32": "precision:", "patches_timer": "tamper:time.perf_counter",
+    "ignores_weights": "incorrect", "patches_guard": "tamper:DispatchGuard.__torch_dispatch__",
+    "patches_comparison": "tamper:execution.tolerance_error",
 }
 
 # the honest kernel in the workspace style: registered with OPFORGE_EXPORT, fixed binding added by the harness
