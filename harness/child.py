@@ -45,6 +45,7 @@ def evaluate(req: dict[str, Any]) -> dict[str, Any]:
         DispatchGuard,
         GuardViolation,
         aliases,
+        audited_ops,
         foreign_streams,
         pin_precision,
         precision_state,
@@ -143,6 +144,10 @@ def evaluate(req: dict[str, Any]) -> dict[str, Any]:
     try:
         t0 = time.perf_counter()
         out["max_error"] = check([1000 + i for i in range(cfg["correct_trials"])], "verify")
+        audit_inputs = draw(5000)
+        unseen = audited_ops(lambda: run_candidate(audit_inputs), tuple(cfg["namespaces"]))
+        if unseen:
+            raise Hack(f"torch_op:{unseen[0].replace('::', '.')}")
         if device == "cuda":
             stream_inputs = draw(4000)
             try:

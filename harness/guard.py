@@ -13,6 +13,10 @@
   harness keeps its own references).
 * ``aliases``: output storage overlapping an input or a parameter / buffer (a returned input, an answer
   cached in a buffer).
+* ``audited_ops``: a second, independent look at the same rule: one candidate call under the profiler,
+  whose RecordFunction observers see every dispatcher op even when the candidate steps around Python
+  dispatch modes (``_disable_current_modes``, popping the mode stack); the op names must pass the same
+  allow-list.
 * ``foreign_streams`` (CUDA): one candidate call under the profiler (CUPTI); every kernel, copy and
   memset it issues must run on the stream the harness called it on. Work on a side stream is a hack even
   though the device-wide synchronisation in timing already charges its time.
@@ -35,7 +39,7 @@ ALLOWED_ATEN = frozenset({
     "unsqueeze", "slice", "select", "narrow", "unbind", "split", "split_with_sizes", "chunk", "detach",
     "alias", "clone", "copy_", "_to_copy", "contiguous", "view_as_real", "view_as_complex",
     "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_same_size", "_local_scalar_dense",
-    "record_stream",
+    "record_stream", "resolve_conj", "resolve_neg", "result_type", "_has_compatible_shallow_copy_type",
 })
 
 
@@ -127,6 +131,25 @@ def aliases(outputs: list[torch.Tensor], others: dict[str, torch.Tensor]) -> lis
         if any(d == dev and a < hi and lo < b for d, a, b in spans):
             found.append(name)
     return found
+
+
+def audited_ops(call, namespaces: tuple[str, ...] = ("opforge_kernels",)) -> list[str]:
+    """Dispatcher ops of ``call()`` outside the allow-list (``ns::op`` names, de-duplicated, in order),
+    as recorded by ``torch.profiler`` (CPU activity)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        call()
+    bad: list[str] = []
+    for e in prof.events():
+        ns, _, op = e.name.partition("::")
+        if not op:
+            continue  # not a dispatcher op (a profiler range)
+        if (ns == "aten" and op in ALLOWED_ATEN) or ns in namespaces:
+            continue
+        if e.name not in bad:
+            bad.append(e.name)
+    return bad
 
 
 def foreign_streams(call, device: str) -> list[int]:
