@@ -41,6 +41,12 @@ def physical_gpu(index: int | None = 0) -> str:
     return ids[index] if index < len(ids) else str(index)
 
 
+# Called with True when a lock acquisition starts to block and with False when it got the lock; a sandbox
+# child reports both to its parent, which stops the task's timeout clock in between (waiting for a
+# neighbour is not the task's time).
+on_wait: Callable[[bool], None] | None = None
+
+
 class GpuLock:
     """One named reader/writer lock over one physical GPU (see the module docstring).
 
@@ -62,15 +68,30 @@ class GpuLock:
         if self._fh is None:
             self._fh, self._turn = open(self.paths[0], "a"), open(self.paths[1], "a")  # noqa: SIM115
 
+    def _flock(self, fh, mode: int) -> None:
+        """``flock(fh, mode)``; when it would block, ``on_wait(True)`` before and ``on_wait(False)`` after."""
+        try:
+            fcntl.flock(fh, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        if on_wait is not None:
+            on_wait(True)
+        try:
+            fcntl.flock(fh, mode)
+        finally:
+            if on_wait is not None:
+                on_wait(False)
+
     def _acquire(self, exclusive: bool) -> None:
         self._open()
         t0 = time.perf_counter()
-        fcntl.flock(self._turn, fcntl.LOCK_EX)
+        self._flock(self._turn, fcntl.LOCK_EX)
         if exclusive:
-            fcntl.flock(self._fh, fcntl.LOCK_EX)  # the turnstile stays held: later shared holders queue
+            self._flock(self._fh, fcntl.LOCK_EX)  # the turnstile stays held: later shared holders queue
         else:
             fcntl.flock(self._turn, fcntl.LOCK_UN)
-            fcntl.flock(self._fh, fcntl.LOCK_SH)
+            self._flock(self._fh, fcntl.LOCK_SH)
         self.waited_s += time.perf_counter() - t0
         self.mode = "exclusive" if exclusive else "shared"
 

@@ -8,7 +8,8 @@ the child's stdout / stderr go to ``log_path`` (or nowhere).
 
 Outcomes the child cannot report itself become verdicts here:
 
-* ``timeout`` - no result within ``timeout_s``; the child's whole process group is killed;
+* ``timeout`` - no result within ``timeout_s``, not counting time the child reported waiting for a GPU
+  lock (``filters.gpu_locks``, up to ``max_lock_wait_s``); the child's whole process group is killed;
 * ``crash:<SIGNAL>`` or ``crash:exit<code>`` - the child died (``os.abort()``, a segfault in a kernel...);
 * a result flagged ``cuda_broken`` (a task's kernel broke the child's CUDA context) keeps its verdict,
   and the child is replaced before the next task;
@@ -76,6 +77,7 @@ class Sandbox:
         log_path: file that receives the child's stdout and stderr (appended); None discards them.
         start_timeout_s: limit for importing torch and building the chain in a fresh child.
         poll_s: how often the parent checks the child's memory and liveness while it works.
+        max_lock_wait_s: most seconds of GPU-lock waiting per task that do not count towards its timeout.
 
     Attributes:
         starts: how many children were started (1 + replacements).
@@ -83,12 +85,14 @@ class Sandbox:
     """
 
     def __init__(self, settings: dict[str, Any], env: dict[str, str] | None = None,
-                 log_path: str | Path | None = None, start_timeout_s: float = 300.0, poll_s: float = 0.2):
+                 log_path: str | Path | None = None, start_timeout_s: float = 300.0, poll_s: float = 0.2,
+                 max_lock_wait_s: float = 600.0):
         self.settings = settings
         self.env = env or {}
         self.log_path = Path(log_path) if log_path else None
         self.start_timeout_s = start_timeout_s
         self.poll_s = poll_s
+        self.max_lock_wait_s = max_lock_wait_s
         self.proc: subprocess.Popen | None = None
         self._rfd: int | None = None
         self.starts = 0
@@ -168,12 +172,17 @@ class Sandbox:
     def _wait(self, timeout_s: float) -> Any:
         """Next non-progress message from the child, or a failure verdict (timeout / crash / oom)."""
         deadline = time.monotonic() + timeout_s
+        paused_at: float | None = None
+        waited = 0.0
         stage = ""
         margin = self.settings.get("memory_gib", 0) * 2**30
         # the guard is relative to the child's size at start; while it starts, only the timeout applies
         limit = self.child_info["rss"] + margin if margin and "rss" in self.child_info else 0
         while True:
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
+            if paused_at is not None:  # waiting for a lock: the clock stands, within the cap
+                left += min(now - paused_at, max(0.0, self.max_lock_wait_s - waited))
             if left <= 0:
                 return self._failure("timeout", stage)
             ready, _, _ = select.select([self._rfd], [], [], min(self.poll_s, left))
@@ -184,6 +193,18 @@ class Sandbox:
                     return self._failure(self._death_reason(), stage)
                 if isinstance(msg, tuple) and msg[0] == "stage":
                     stage = msg[1]
+                    continue
+                if isinstance(msg, tuple) and msg[0] == "lock_wait":
+                    # time spent waiting for a neighbour on a shared GPU is not the task's: stop the clock,
+                    # up to max_lock_wait_s in all
+                    if msg[1]:
+                        paused_at = time.monotonic()
+                    elif paused_at is not None:
+                        paused = time.monotonic() - paused_at
+                        credit = min(paused, max(0.0, self.max_lock_wait_s - waited))
+                        deadline += credit
+                        waited += paused
+                        paused_at = None
                     continue
                 return msg
             if self.proc.poll() is not None:

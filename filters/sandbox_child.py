@@ -2,7 +2,9 @@
 
 Protocol (length-prefixed pickles, see ``filters.sandbox``): the parent sends ``("settings", dict)`` first;
 the child imports torch, applies the settings and answers ``("ready", info)``. Then for each
-``("task", task_id, code)`` it sends ``("stage", filter_name)`` before every filter and finally the
+``("task", task_id, code)`` it sends ``("stage", filter_name)`` before every filter, ``("lock_wait",
+True / False)`` when it starts / stops waiting for a GPU lock (the parent's timeout clock stops in
+between), and finally the
 ``run_chain`` result dict (``("task", task_id, code, True)`` runs it alone on its GPU, see
 ``_run_on_gpu``). ``("stop",)`` or a closed stdin ends the child; so does the parent's death
 (checked every second), so an orphaned child never keeps a GPU busy.
@@ -88,6 +90,9 @@ def main() -> None:
     from opforge.filters.execution import TaskRun
 
     chain = make_chain(FilterSettings.model_validate(settings))
+    from opforge.filters import gpu_locks
+
+    gpu_locks.on_wait = lambda waiting: send_message(out, ("lock_wait", waiting))
     send_message(out, ("ready", info))
     while True:
         try:

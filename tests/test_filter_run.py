@@ -193,3 +193,35 @@ def test_oom_next_to_others_is_rerun_alone_after_everything_else(tmp_path, monke
     assert ledger.done["big1"]["retried_alone"] and "retry_alone" not in ledger.done["big4"]
     ledger.close()
     assert res.funnel["oom_rerun_alone"] == 2 and res.funnel["accepted_tasks"] == 10
+
+
+def test_time_waiting_for_a_gpu_lock_does_not_count_against_the_timeout(tmp_path, monkeypatch):
+    """A task waiting 3 s for a GPU lock held by a neighbour finishes under a 2 s timeout: the child
+    reports the wait and the parent extends the deadline by it (plain lock files: no GPU needed)."""
+    import tempfile
+    import threading
+
+    from opforge.filters.gpu_locks import GpuLock
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    code = task("        from opforge.filters.gpu_locks import GpuLock\n"
+                "        with GpuLock('waittest', 'compute').shared():\n            pass\n        return x * 2.0")
+    settings = FilterSettings(only=["eager"], timeout_s=2.0).model_dump()
+
+    def run_behind_a_neighbour(max_lock_wait_s: float) -> tuple[dict, float]:
+        with Sandbox(settings, env={"TMPDIR": str(tmp_path)}, max_lock_wait_s=max_lock_wait_s) as box:
+            holder = GpuLock("waittest", "compute")
+            result: dict = {}
+            with holder.exclusive():
+                started = time.monotonic()
+                runner = threading.Thread(target=lambda: result.update(box.run("w", code, timeout_s=2.0)))
+                runner.start()
+                time.sleep(3.0)  # the task waits for this neighbour's hold
+            runner.join(timeout=60)
+            holder.close()
+        return result, time.monotonic() - started
+
+    result, seconds = run_behind_a_neighbour(600.0)
+    assert result.get("accepted") and seconds >= 3.0, result
+    result, _ = run_behind_a_neighbour(0.0)  # no credit for waiting: the same task times out
+    assert result["reason"] == "timeout", result
