@@ -177,6 +177,7 @@ def evaluate(req: dict[str, Any]) -> dict[str, Any]:
     tampered = [k for k, v in tamper_state().items() if timers.get(k) != v]
     if tampered:
         return {**out, "status": "hacked", "hacks": [f"tamper:{k}" for k in tampered]}
+    out["timing"] = timing
     out["eager_ms"] = timing["eager"]["median_ms"]
     out["candidate_ms"] = timing["candidate"]["median_ms"]
     out["speedup_eager"] = out["eager_ms"] / max(out["candidate_ms"], 1e-9)

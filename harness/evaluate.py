@@ -82,6 +82,7 @@ class EvalResult(BaseModel):
     profile_s: float | None = None
     eval_s: float = 0.0
     precision: dict[str, Any] = {}
+    timing: dict[str, Any] = {}  # per function: median / min / max / wall median ms, trials
     device: str = "cpu"
     logs: dict[str, str] = {}
 
