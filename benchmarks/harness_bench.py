@@ -1,6 +1,10 @@
 """Harness on the lent GPU (issue #8): hand-written CUDA solutions and reward throughput.
 
     python benchmarks/harness_bench.py --out harness_bench.json [--batch 64] [--workers 8]
+    python benchmarks/harness_bench.py --device cpu --out harness_bench_cpu.json --workers 2
+
+With ``--device cpu`` the task and solutions are those of ``tests/harness_cases.py`` (a small task with a
+C++ extension and cheats of the same kinds), so the batch measurement runs on any machine.
 
 1. Each solution under ``benchmarks/harness_solutions/<task_id>/`` (tasks in ``tasks.jsonl`` there: fused
    tasks composed by opforge and accepted by its filters on an H200) is evaluated with
@@ -47,7 +51,10 @@ def main() -> None:
     p.add_argument("--out", default="harness_bench.json")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     args = p.parse_args()
+    if args.device == "cpu":
+        return cpu_batch(args)
     tasks = load_tasks(ROOT / "tasks.jsonl")
     build_root = tempfile.mkdtemp(prefix="opforge-ext-")
     config = EvalConfig(device="cuda")
@@ -61,9 +68,6 @@ def main() -> None:
             "ops": tasks.loc[tid, "ops"], "wall_s": time.perf_counter() - t0}
         print(tid, json.dumps(out["solutions"][tid]), flush=True)
 
-    from opforge.harness.rl import KernelReward
-    from opforge.pipeline.cluster import open_cluster
-
     kinds = ["honest", *CHEAT_BODIES]
     completions, ids, expect = [], [], []
     for i in range(args.batch):
@@ -72,27 +76,58 @@ def main() -> None:
         completions.append(_completion(files))
         ids.append(tid)
         expect.append(kind)
-    handle = open_cluster("cuda", workers=args.workers)
+    out["batch"] = score_batch(ROOT / "tasks.jsonl", completions, ids, expect, config, "cuda", args.workers)
+    Path(args.out).write_text(json.dumps(out, indent=1, default=str))
+
+
+def score_batch(dataset, completions, ids, expect, config, device: str, workers: int) -> dict:
+    """Score one batch with ``KernelReward`` on a fresh cluster and a fresh build cache; timings."""
+    from opforge.harness.rl import KernelReward
+    from opforge.pipeline.cluster import open_cluster
+
+    handle = open_cluster(device, workers=workers)
     try:
-        fn = KernelReward(ROOT / "tasks.jsonl", config, client=handle.client,
-                          build_root=tempfile.mkdtemp(prefix="opforge-ext-"))
+        fn = KernelReward(dataset, config, client=handle.client, build_root=tempfile.mkdtemp(prefix="opforge-ext-"))
         t0 = time.perf_counter()
         rewards = fn(completions, task_id=ids)
         wall = time.perf_counter() - t0
     finally:
         handle.close()
     res = fn.last_results
-    out["batch"] = {
-        "size": args.batch, "workers": args.workers, "wall_s": wall, "rewards_per_min": 60 * args.batch / wall,
+    batch = {
+        "size": len(completions), "device": device, "workers": workers, "wall_s": wall,
+        "rewards_per_min": 60 * len(completions) / wall,
         "build_s_total": sum(r["build_s"] for r in res), "builds": sum(1 for r in res if r["build_s"] > 0),
         "verify_s_total": sum(r.get("verify_s") or 0 for r in res),
         "profile_s_total": sum(r.get("profile_s") or 0 for r in res),
         "eval_child_s_total": sum(r.get("eval_s") or 0 for r in res),
         "cheats_all_minus_one": all(r == -1 for r, k in zip(rewards, expect, strict=True) if k != "honest"),
         "honest_rewards": [r for r, k in zip(rewards, expect, strict=True) if k == "honest"],
+        "status": {s: sum(1 for r in res if r["status"] == s) for s in {r["status"] for r in res}},
     }
-    print(json.dumps(out["batch"]), flush=True)
-    Path(args.out).write_text(json.dumps(out, indent=1, default=str))
+    print(json.dumps(batch), flush=True)
+    return batch
+
+
+def cpu_batch(args) -> None:
+    """The batch measurement on CPU with the test suite's task, honest C++ solution and cheats."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.harness_cases import CHEATS, HONEST, TASK
+
+    work = Path(tempfile.mkdtemp(prefix="opforge-harness-bench-"))
+    (work / "tasks.jsonl").write_text(json.dumps({"task_id": "scale_relu", "code": TASK,
+                                                  "data_source": "torch#2"}) + "\n")
+    kinds = {"honest": HONEST, "torch_ops": CHEATS["torch_relu"], "zeros": CHEATS["all_zeros"],
+             "returns_input": CHEATS["returns_input"]}
+    names = list(kinds)
+    expect = [names[i % len(names)] for i in range(args.batch)]
+    completions = [_completion(kinds[k]) for k in expect]
+    config = EvalConfig(device="cpu", timing_trials=10)
+    batch = score_batch(work / "tasks.jsonl", completions, ["scale_relu"] * args.batch, expect, config, "cpu",
+                        args.workers)
+    Path(args.out).write_text(json.dumps({"batch": batch}, indent=1, default=str))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ with their own ``PYBIND11_MODULE`` are built as they are.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -69,15 +71,26 @@ def build_extension(solution: Solution, build_root: str | Path | None = None, ti
         return BuildResult(True, None, 0.0)
     sources = extension_sources(solution)
     build_dir = Path(build_root or default_build_root()) / Solution({"model_new.py": "", **sources}).digest()[:24]
-    so = _built(build_dir)
-    if so is not None:
-        return BuildResult(True, str(so), 0.0, cached=True)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    # one build per source set: concurrent evaluations of the same sources wait for the first build
+    with open(build_dir / "build.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        t0 = time.perf_counter()
+        so = _built(build_dir)
+        if so is not None:
+            return BuildResult(True, str(so), 0.0, cached=True)
+        result = _build(sources, build_dir, solution.uses_cuda, timeout_s)
+        result.seconds = time.perf_counter() - t0
+        return result
+
+
+def _build(sources: dict[str, str], build_dir: Path, with_cuda: bool, timeout_s: float) -> BuildResult:
     src_dir = build_dir / "src"
     for rel, text in sources.items():
         (src_dir / rel).parent.mkdir(parents=True, exist_ok=True)
         (src_dir / rel).write_text(text, encoding="utf-8")
     request = {"sources": [str(src_dir / r) for r in sources if not r.endswith((".h", ".hpp", ".cuh"))],
-               "build_dir": str(build_dir), "name": MODULE_NAME, "with_cuda": solution.uses_cuda}
+               "build_dir": str(build_dir), "name": MODULE_NAME, "with_cuda": with_cuda}
     out, seconds = run_child("build", request, build_dir, timeout_s)
     so = _built(build_dir) if out.get("ok") else None
     return BuildResult(bool(so), str(so) if so else None, seconds, error=None if so else out.get("error"),
