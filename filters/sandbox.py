@@ -172,17 +172,20 @@ class Sandbox:
     def _wait(self, timeout_s: float) -> Any:
         """Next non-progress message from the child, or a failure verdict (timeout / crash / oom)."""
         deadline = time.monotonic() + timeout_s
-        paused_at: float | None = None
-        waited = 0.0
+        paused_at: float | None = None  # the child is waiting for a GPU lock since then
+        waited = 0.0  # lock-waiting seconds already credited or refused
+
+        def credit(now: float) -> float:
+            """Seconds of the current lock wait that do not count, within ``max_lock_wait_s`` in all."""
+            return min(now - paused_at, max(0.0, self.max_lock_wait_s - waited)) if paused_at is not None else 0.0
+
         stage = ""
         margin = self.settings.get("memory_gib", 0) * 2**30
         # the guard is relative to the child's size at start; while it starts, only the timeout applies
         limit = self.child_info["rss"] + margin if margin and "rss" in self.child_info else 0
         while True:
             now = time.monotonic()
-            left = deadline - now
-            if paused_at is not None:  # waiting for a lock: the clock stands, within the cap
-                left += min(now - paused_at, max(0.0, self.max_lock_wait_s - waited))
+            left = deadline - now + credit(now)  # while the child waits for a lock, the clock stands
             if left <= 0:
                 return self._failure("timeout", stage)
             ready, _, _ = select.select([self._rfd], [], [], min(self.poll_s, left))
@@ -197,13 +200,12 @@ class Sandbox:
                 if isinstance(msg, tuple) and msg[0] == "lock_wait":
                     # time spent waiting for a neighbour on a shared GPU is not the task's: stop the clock,
                     # up to max_lock_wait_s in all
+                    now = time.monotonic()
                     if msg[1]:
-                        paused_at = time.monotonic()
+                        paused_at = now
                     elif paused_at is not None:
-                        paused = time.monotonic() - paused_at
-                        credit = min(paused, max(0.0, self.max_lock_wait_s - waited))
-                        deadline += credit
-                        waited += paused
+                        deadline += credit(now)
+                        waited += now - paused_at
                         paused_at = None
                     continue
                 return msg
