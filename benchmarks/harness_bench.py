@@ -25,7 +25,7 @@ from pathlib import Path
 
 from opforge.harness.dataset import get_task, load_tasks
 from opforge.harness.evaluate import EvalConfig, evaluate
-from opforge.harness.solution import Solution
+from opforge.harness.solution import Solution, format_completion
 
 ROOT = Path(__file__).resolve().parent / "harness_solutions"
 
@@ -35,10 +35,6 @@ CHEAT_BODIES = {
     "zeros": "        return torch.zeros_like(x)\n",
     "returns_input": "        return x\n",
 }
-
-
-def _completion(files: dict[str, str]) -> str:
-    return "\n\n".join(f"```{'python' if p.endswith('.py') else 'cpp'} {p}\n{t}```" for p, t in files.items())
 
 
 def _cheat(body: str) -> dict[str, str]:
@@ -73,7 +69,7 @@ def main() -> None:
     for i in range(args.batch):
         tid, kind = tasks.index[i % len(tasks)], kinds[(i // len(tasks)) % len(kinds)]
         files = Solution.from_dir(ROOT / tid).files if kind == "honest" else _cheat(CHEAT_BODIES[kind])
-        completions.append(_completion(files))
+        completions.append(format_completion(files))
         ids.append(tid)
         expect.append(kind)
     out["batch"] = score_batch(ROOT / "tasks.jsonl", completions, ids, expect, config, "cuda", args.workers)
@@ -123,7 +119,7 @@ def cpu_batch(args) -> None:
              "returns_input": CHEATS["returns_input"]}
     names = list(kinds)
     expect = [names[i % len(names)] for i in range(args.batch)]
-    completions = [_completion(kinds[k]) for k in expect]
+    completions = [format_completion(kinds[k]) for k in expect]
     config = EvalConfig(device="cpu", timing_trials=10)
     batch = score_batch(work / "tasks.jsonl", completions, ["scale_relu"] * args.batch, expect, config, "cpu",
                         args.workers)

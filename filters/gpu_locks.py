@@ -33,11 +33,20 @@ import time
 from collections.abc import Callable, Iterator
 
 
+def visible_gpu_ids() -> list[str] | None:
+    """The entries of ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs, as given; ``-1`` and blanks dropped), or
+    None when it is not set."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is None:
+        return None
+    return [v.strip() for v in env.split(",") if v.strip() and v.strip() != "-1"]
+
+
 def physical_gpu(index: int | None = 0) -> str:
     """The id of the physical GPU behind visible device ``index``: its ``CUDA_VISIBLE_DEVICES`` entry
     (else the index itself)."""
     index = index or 0
-    ids = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    ids = visible_gpu_ids() or []
     return ids[index] if index < len(ids) else str(index)
 
 

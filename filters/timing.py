@@ -42,7 +42,9 @@ class Timing:
 _FLUSH: dict[int, torch.Tensor] = {}
 
 
-def _l2_flush_buffer(device: torch.device) -> torch.Tensor:
+def l2_flush_buffer(device: torch.device) -> torch.Tensor:
+    """An int32 buffer twice the size of ``device``'s L2 cache (64 MiB assumed when unknown); zeroing it
+    before a timed call evicts the previous call's data. One per device, kept for the process."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _FLUSH:
         l2 = getattr(torch.cuda.get_device_properties(index), "L2_cache_size", 0) or 64 * 2**20
@@ -109,7 +111,7 @@ def _time_cpu(fn, warmup, min_trials, max_trials, budget_s, stop_above_ms) -> Ti
 
 
 def _time_cuda(fn, device, warmup, min_trials, max_trials, budget_s, stop_above_ms) -> Timing:
-    flush = _l2_flush_buffer(device)
+    flush = l2_flush_buffer(device)
     with torch.cuda.device(device):
         torch.cuda.synchronize()
 

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from opforge.harness.sandbox import run_child
-from opforge.harness.solution import MODULE_NAME, Solution
+from opforge.harness.solution import MODULE_NAME, Solution, sources_digest
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 FIXED_BINDING = ("kernels/binding.cpp", "kernels/registry.h")
@@ -70,7 +70,7 @@ def build_extension(solution: Solution, build_root: str | Path | None = None, ti
     if not solution.sources:
         return BuildResult(True, None, 0.0)
     sources = extension_sources(solution)
-    build_dir = Path(build_root or default_build_root()) / Solution({"model_new.py": "", **sources}).digest()[:24]
+    build_dir = Path(build_root or default_build_root()) / sources_digest(sources)[:24]
     build_dir.mkdir(parents=True, exist_ok=True)
     # one build per source set: concurrent evaluations of the same sources wait for the first build
     with open(build_dir / "build.lock", "a") as lock:

@@ -39,7 +39,7 @@ def evaluate(req: dict[str, Any]) -> dict[str, Any]:
     import importlib.util
 
     import torch
-    from opforge.filters.execution import BUILD_SEED, flatten_tensors, tolerance_error
+    from opforge.filters.execution import BUILD_SEED, TaskRun, flatten_tensors, tolerance_error
     from opforge.filters.gpu_locks import gpu_timing, gpu_work
     from opforge.harness.guard import (
         DispatchGuard,
@@ -52,7 +52,6 @@ def evaluate(req: dict[str, Any]) -> dict[str, Any]:
         tamper_state,
     )
     from opforge.harness.timing import time_interleaved
-    from opforge.task.source import load_task
 
     cfg = req["config"]
     device = cfg["device"]
@@ -62,12 +61,10 @@ def evaluate(req: dict[str, Any]) -> dict[str, Any]:
     timers = tamper_state()
     out: dict[str, Any] = {"ok": True, "precision": precision, "hacks": [], "flags": []}
 
-    # -- reference and candidate ---------------------------------------------------------------------
-    task = load_task(req["task_code"], req["task_id"])
-    torch.manual_seed(BUILD_SEED)
-    with torch.device(device):
-        ref = task.build()
-    ref = ref.to(device).eval() if isinstance(ref, torch.nn.Module) else ref
+    # -- reference and candidate (built the way the filters build tasks: filters.execution.TaskRun) --------
+    reference = TaskRun(req["task_code"], req["task_id"], device)
+    task = reference.load()
+    ref = reference.build_model()
     try:
         if req["module_path"]:
             spec = importlib.util.spec_from_file_location("opforge_kernels", req["module_path"])
@@ -108,16 +105,10 @@ def evaluate(req: dict[str, Any]) -> dict[str, Any]:
             raise Hack(f"precision:{','.join(changed)}")
         return res
 
-    def draw(seed: int):
-        torch.manual_seed(seed)
-        with torch.device(device):
-            xs = task.inputs()
-        return [x.to(device) if isinstance(x, torch.Tensor) else x for x in xs]
-
     def check(seeds: list[int], phase: str) -> float:
         worst = 0.0
         for seed in seeds:
-            inputs = draw(seed)
+            inputs = reference.draw_inputs(seed)
             with torch.no_grad():
                 expected = flatten_tensors(ref(*inputs))
             expected = [e.clone() for e in expected]
@@ -145,12 +136,12 @@ def evaluate(req: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         with gpu_work(device):  # other evaluations on this GPU do not time meanwhile
             out["max_error"] = check([1000 + i for i in range(cfg["correct_trials"])], "verify")
-            audit_inputs = draw(5000)
+            audit_inputs = reference.draw_inputs(5000)
             unseen = audited_ops(lambda: run_candidate(audit_inputs), tuple(cfg["namespaces"]))
             if unseen:
                 raise Hack(f"torch_op:{unseen[0].replace('::', '.')}")
             if device == "cuda":
-                stream_inputs = draw(4000)
+                stream_inputs = reference.draw_inputs(4000)
                 try:
                     foreign = foreign_streams(lambda: run_candidate(stream_inputs), device)
                 except RuntimeError as exc:
@@ -160,7 +151,7 @@ def evaluate(req: dict[str, Any]) -> dict[str, Any]:
                     raise Hack(f"side_stream:{foreign[0]}")
         out["verify_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        inputs = draw(3000)
+        inputs = reference.draw_inputs(3000)
         fns = {"eager": lambda: ref(*inputs), "candidate": lambda: run_candidate(inputs)}
         if cfg["profile_compile"]:
             torch._dynamo.reset()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 from opforge.task.identity import task_id_for
+from opforge.task.task_file import InputError, read_tasks
 
 
 class DatasetError(ValueError):
@@ -21,28 +22,30 @@ def load_tasks(source: str | Path, split: str = "train") -> pd.DataFrame:
     """Rows with ``task_id``, ``code``, ``data_source`` (None when absent), indexed by ``task_id``.
 
     ``source``: a directory (an opforge run's ``hf/`` folder, or any folder ``datasets.load_dataset``
-    reads), a ``.parquet`` / ``.jsonl`` file, or a Hub id ``ORG/NAME`` (needs network or the HF cache).
+    reads), a ``.parquet`` / ``.jsonl`` file (read by ``task.task_file.read_tasks``, as ``opforge filter``
+    reads its input), or a Hub id ``ORG/NAME`` (needs network or the HF cache).
 
     Raises:
         DatasetError: unreadable source, no ``code`` column, or duplicate task ids.
     """
     path = Path(source)
-    try:
-        if path.is_file() and path.suffix == ".parquet":
-            df = pd.read_parquet(path)
-        elif path.is_file() and path.suffix in (".jsonl", ".json"):
-            df = pd.read_json(path, lines=True)
-        else:
+    if path.is_file():
+        try:
+            df = read_tasks(path)
+        except InputError as exc:
+            raise DatasetError(str(exc)) from None
+    else:
+        try:
             import datasets
 
             name = str(path) if path.exists() else str(source)
             df = datasets.load_dataset(name, split=split).to_pandas()
-    except Exception as exc:  # noqa: BLE001 - re-raised with the source named
-        raise DatasetError(f"{source}: cannot read the dataset ({type(exc).__name__}: {exc})") from None
-    if "code" not in df.columns:
-        raise DatasetError(f"{source}: no 'code' column (columns: {', '.join(map(str, df.columns))})")
-    if "task_id" not in df.columns:
-        df["task_id"] = [task_id_for(c) for c in df["code"]]
+        except Exception as exc:  # noqa: BLE001 - re-raised with the source named
+            raise DatasetError(f"{source}: cannot read the dataset ({type(exc).__name__}: {exc})") from None
+        if "code" not in df.columns:
+            raise DatasetError(f"{source}: no 'code' column (columns: {', '.join(map(str, df.columns))})")
+        if "task_id" not in df.columns:
+            df["task_id"] = [task_id_for(c) for c in df["code"]]
     if "data_source" not in df.columns:
         df["data_source"] = None
     if df["task_id"].duplicated().any():

@@ -68,13 +68,6 @@ class Solution:
     def uses_cuda(self) -> bool:
         return any(k.endswith((".cu", ".cuh")) for k in self.files)
 
-    def digest(self) -> str:
-        """SHA-256 over the extension sources (the build cache key), hex."""
-        h = hashlib.sha256()
-        for k, v in self.sources.items():
-            h.update(k.encode() + b"\0" + v.encode() + b"\0")
-        return h.hexdigest()
-
     @classmethod
     def from_dir(cls, path: str | Path) -> Solution:
         """Read ``model_new.py`` and ``kernels/**`` from a directory. Raises SolutionError when the
@@ -98,6 +91,14 @@ class Solution:
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_text(text, encoding="utf-8")
         return root
+
+
+def sources_digest(sources: dict[str, str]) -> str:
+    """SHA-256 (hex) over ``{path: text}`` in path order: the extension build cache key."""
+    h = hashlib.sha256()
+    for k, v in sorted(sources.items()):
+        h.update(k.encode() + b"\0" + v.encode() + b"\0")
+    return h.hexdigest()
 
 
 # A fenced block whose info string or first line names the file:  ```cpp kernels/fused.cpp   or
@@ -128,3 +129,10 @@ def extract_solution(completion: str) -> Solution:
         if name:
             files[name] = body
     return Solution(files, origin="completion")
+
+
+def format_completion(files: dict[str, str], preamble: str = "") -> str:
+    """``files`` as a reply in the answer format ``extract_solution`` reads (one fenced block per file, the
+    path after the language) - for examples, tests and benchmarks."""
+    blocks = [f"```{'python' if path.endswith('.py') else 'cpp'} {path}\n{text}```" for path, text in files.items()]
+    return "\n\n".join([preamble, *blocks] if preamble else blocks)

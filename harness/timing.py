@@ -18,18 +18,12 @@ import time
 from collections.abc import Callable
 
 import torch
+from opforge.filters.timing import l2_flush_buffer
 
 _clock = time.perf_counter
 _sync = torch.cuda.synchronize
 _event = torch.cuda.Event
 PROTECTED = ("time_interleaved",)
-
-
-def _flush_buffer(device: str) -> torch.Tensor | None:
-    if not device.startswith("cuda"):
-        return None
-    l2 = getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", 0) or 64 * 2**20
-    return torch.empty(2 * l2 // 4, dtype=torch.int32, device=device)
 
 
 def time_interleaved(fns: dict[str, Callable[[], object]], device: str = "cpu", *, trials: int = 20,
@@ -39,7 +33,7 @@ def time_interleaved(fns: dict[str, Callable[[], object]], device: str = "cpu", 
     Exceptions from a callable propagate (the caller decides what a failing candidate means).
     """
     cuda = device.startswith("cuda")
-    flush = _flush_buffer(device)
+    flush = l2_flush_buffer(torch.device(device)) if cuda else None
     for _ in range(warmup):
         for fn in fns.values():
             fn()

@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass
 
 from distributed import Client, LocalCluster, Nanny, Scheduler, SpecCluster
+from opforge.filters.gpu_locks import visible_gpu_ids
 from opforge.pipeline.ledger import gpu_names
 
 
@@ -77,7 +78,5 @@ def open_cluster(device: str, workers: int | None = None, scheduler: str | None 
 def visible_gpus(count: int) -> list[str]:
     """GPU ids a CUDA run uses: the entries of ``CUDA_VISIBLE_DEVICES`` when set (indices or UUIDs, as
     given), else ``0 .. count-1``."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is None:
-        return [str(i) for i in range(count)]
-    return [v.strip() for v in env.split(",") if v.strip() and v.strip() != "-1"]
+    ids = visible_gpu_ids()
+    return [str(i) for i in range(count)] if ids is None else ids

@@ -18,65 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow.parquet as pq
 from distributed import as_completed, get_worker
 from opforge.filters.chain import FILTER_NAMES, FilterSettings, make_corpus_filters
 from opforge.filters.sandbox import Sandbox
 from opforge.pipeline.cluster import ClusterHandle, open_cluster
 from opforge.pipeline.ledger import Ledger, environment, fingerprint
-from opforge.task.identity import task_id_for
+from opforge.task.task_file import InputError, read_tasks  # noqa: F401 - InputError is part of this API
 from tqdm.auto import tqdm
-
-
-class InputError(ValueError):
-    """The filter input cannot be read; the message names the file and, where known, the line or column."""
-
-
-def read_tasks(path: str | Path) -> pd.DataFrame:
-    """Read tasks from ``.jsonl`` / ``.json`` (one object per line) or ``.parquet``.
-
-    Returns a frame with ``row`` (input position), ``task_id`` (given, else ``task_id_for(code)``),
-    ``code`` and, when present, ``ops`` and ``data_source``. A ``code`` that is not a string stays as it
-    is: the ``static`` filter turns it into an ``invalid_task`` verdict naming the row.
-
-    Raises:
-        InputError: missing file, unknown extension, a line that is not JSON, or no ``code`` column.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise InputError(f"{path}: no such file")
-    if path.suffix == ".parquet":
-        try:
-            df = pq.read_table(path).to_pandas()
-        except Exception as exc:  # noqa: BLE001 - re-raised with the file named
-            raise InputError(f"{path}: not a readable Parquet file ({exc})") from None
-    elif path.suffix in (".jsonl", ".json"):
-        rows = []
-        with open(path, encoding="utf-8") as fh:
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise InputError(f"{path}:{n}: not a JSON object ({exc.msg})") from None
-                if not isinstance(obj, dict):
-                    raise InputError(f"{path}:{n}: expected a JSON object, got {type(obj).__name__}")
-                rows.append(obj)
-        df = pd.DataFrame(rows)
-    else:
-        raise InputError(f"{path}: expected .jsonl, .json or .parquet")
-    if "code" not in df.columns:
-        raise InputError(f"{path}: no 'code' column (columns: {', '.join(map(str, df.columns)) or 'none'})")
-    keep = [c for c in ("task_id", "code", "ops", "data_source") if c in df.columns]
-    df = df[keep].copy()
-    given = df["task_id"] if "task_id" in df.columns else pd.Series([None] * len(df), index=df.index)
-    df["task_id"] = [str(t) if isinstance(t, str) and t else
-                     (task_id_for(c) if isinstance(c, str) else f"row{i}")
-                     for i, (t, c) in enumerate(zip(given, df["code"], strict=True))]
-    df.insert(0, "row", range(len(df)))
-    return df.reset_index(drop=True)
-
 
 # -- worker side --------------------------------------------------------------------------------------
 _SANDBOXES: dict[tuple[int, str], Sandbox] = {}

@@ -144,54 +144,6 @@ EDITS_PROTECTED = model_new("        return opforge_kernels.fused_scale_relu(x, 
 
 def completion(files: dict[str, str]) -> str:
     """A model reply holding ``files`` in the answer format of RULES.md."""
-    parts = ["Here is my solution."]
-    for path, text in files.items():
-        lang = "python" if path.endswith(".py") else "cpp"
-        parts.append(f"```{lang} {path}\n{text}```")
-    return "\n\n".join(parts)
+    from opforge.harness.solution import format_completion
 
-# CUDA versions (GPU tests only): the kernel in a .cu file, registered from a .cpp (no pybind11 in nvcc)
-CUDA_KERNEL = '''#include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
-
-__global__ void scale_relu_kernel(const float* __restrict__ x, const float* __restrict__ scale,
-                                  float* __restrict__ y, int64_t n, int64_t c) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float v = x[i] * scale[i % c] + 1.0f;
-        y[i] = v > 0.0f ? v : 0.0f;
-    }
-}
-
-// launches on the caller's current stream (at::cuda::getCurrentCUDAStream), or on a pool stream when
-// side is true (a cheat: the caller's stream does not wait for it)
-torch::Tensor launch_scale_relu(torch::Tensor x, torch::Tensor scale, bool side) {
-    auto xc = x.contiguous();
-    auto y = torch::empty_like(xc);
-    int64_t n = xc.numel(), c = scale.numel();
-    int threads = 256, blocks = (int)std::min<int64_t>((n + threads - 1) / threads, 65535);
-    cudaStream_t stream = side ? at::cuda::getStreamFromPool().stream() : at::cuda::getCurrentCUDAStream().stream();
-    scale_relu_kernel<<<blocks, threads, 0, stream>>>(xc.data_ptr<float>(), scale.data_ptr<float>(),
-                                                      y.data_ptr<float>(), n, c);
-    return y;
-}
-'''
-
-CUDA_BINDING = '''#include "registry.h"
-
-torch::Tensor launch_scale_relu(torch::Tensor x, torch::Tensor scale, bool side);
-
-torch::Tensor scale_relu(torch::Tensor x, torch::Tensor scale) { return launch_scale_relu(x, scale, false); }
-torch::Tensor scale_relu_side_stream(torch::Tensor x, torch::Tensor scale) { return launch_scale_relu(x, scale, true); }
-
-OPFORGE_EXPORT(scale_relu, "relu(x * scale + 1) on the current stream");
-OPFORGE_EXPORT(scale_relu_side_stream, "the same on a side stream (a cheat)");
-'''
-
-CUDA_HONEST = {"model_new.py": model_new("        return opforge_kernels.scale_relu(x, self.scale)\n",
-                                         head="import opforge_kernels\n"),
-               "kernels/scale_relu.cu": CUDA_KERNEL, "kernels/ops.cpp": CUDA_BINDING}
-CUDA_SIDE_STREAM = {**CUDA_HONEST, "model_new.py": model_new(
-    "        return opforge_kernels.scale_relu_side_stream(x, self.scale)\n", head="import opforge_kernels\n")}
-CUDA_TF32 = {**CUDA_HONEST, "model_new.py": model_new(
-    "        torch.backends.cuda.matmul.allow_tf32 = True\n        return opforge_kernels.scale_relu(x, self.scale)\n",
-    head="import opforge_kernels\n")}
+    return format_completion(files, "Here is my solution.")

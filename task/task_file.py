@@ -1,0 +1,61 @@
+"""Reading a file of tasks (JSONL or Parquet with a ``code`` column): what ``opforge filter`` takes as
+input and what the harness reads a dataset file with."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+from opforge.task.identity import task_id_for
+
+
+class InputError(ValueError):
+    """A task file cannot be read; the message names the file and, where known, the line or column."""
+
+
+def read_tasks(path: str | Path) -> pd.DataFrame:
+    """Read tasks from ``.jsonl`` / ``.json`` (one object per line) or ``.parquet``.
+
+    Returns a frame with ``row`` (input position), ``task_id`` (given, else ``task_id_for(code)``),
+    ``code`` and, when present, ``ops`` and ``data_source``. A ``code`` that is not a string stays as it
+    is: the ``static`` filter turns it into an ``invalid_task`` verdict naming the row.
+
+    Raises:
+        InputError: missing file, unknown extension, a line that is not JSON, or no ``code`` column.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.suffix == ".parquet":
+        try:
+            df = pq.read_table(path).to_pandas()
+        except Exception as exc:  # noqa: BLE001 - re-raised with the file named
+            raise InputError(f"{path}: not a readable Parquet file ({exc})") from None
+    elif path.suffix in (".jsonl", ".json"):
+        rows = []
+        with open(path, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise InputError(f"{path}:{n}: not a JSON object ({exc.msg})") from None
+                if not isinstance(obj, dict):
+                    raise InputError(f"{path}:{n}: expected a JSON object, got {type(obj).__name__}")
+                rows.append(obj)
+        df = pd.DataFrame(rows)
+    else:
+        raise InputError(f"{path}: expected .jsonl, .json or .parquet")
+    if "code" not in df.columns:
+        raise InputError(f"{path}: no 'code' column (columns: {', '.join(map(str, df.columns)) or 'none'})")
+    keep = [c for c in ("task_id", "code", "ops", "data_source") if c in df.columns]
+    df = df[keep].copy()
+    given = df["task_id"] if "task_id" in df.columns else pd.Series([None] * len(df), index=df.index)
+    df["task_id"] = [str(t) if isinstance(t, str) and t else
+                     (task_id_for(c) if isinstance(c, str) else f"row{i}")
+                     for i, (t, c) in enumerate(zip(given, df["code"], strict=True))]
+    df.insert(0, "row", range(len(df)))
+    return df.reset_index(drop=True)
