@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field, field_validator
 
 # Modules whose Filter subclasses make up the chain (importing a module registers its filters).
 FILTER_MODULES = ("duplicate", "static", "contamination", "eager", "determinism", "degenerate", "runtime",
-                  "torch_compile")
+                  "torch_compile")  # runtime.py holds runtime_screen and runtime
 
 
 def load_filters() -> dict[str, type[Filter]]:
@@ -42,6 +42,12 @@ class FilterSettings(BaseModel):
             (resident size, checked by the parent; on CPU also an address-space cap in the child).
         address_space_cap: apply the CPU address-space cap (off: only the resident-size watchdog).
         cpu_threads: torch intra-op threads per CPU sandbox child (None = cores / workers).
+        gpu_memory_fraction: share of a GPU's memory its tasks may reserve together
+            (``filters.gpu_locks.MemoryBudget``; the rest is CUDA contexts, cuBLAS / Triton workspaces).
+        gpu_admit_gib: what a task reserves on its GPU before it starts (GiB; about the median peak of
+            composed tasks on an H200 run, 7.7 GiB, rounded down: most tasks measure less after ``eager``).
+        gpu_growth: before each filter a task's reservation grows to this factor x the memory its
+            allocator has held so far (room for the outputs and compiled graphs still to come).
         thresholds: per-filter threshold overrides, e.g. ``{"determinism": {"max_drift": 0.05}}``.
         kernelbench: where the contamination filter's KernelBench problems come from (a .jsonl/.parquet
             path or ``hub:REPO@REVISION``; None = ``filters.kernelbench.default_reference()``).
@@ -58,6 +64,9 @@ class FilterSettings(BaseModel):
     memory_gib: float = 8.0
     address_space_cap: bool = True
     cpu_threads: int | None = None
+    gpu_memory_fraction: float = Field(0.85, gt=0, le=1)
+    gpu_admit_gib: float = Field(6.0, gt=0)
+    gpu_growth: float = Field(1.5, ge=1)
     thresholds: dict[str, dict[str, Any]] = Field(default_factory=dict)
     kernelbench: str | None = None
     kernelbench_levels: tuple[int, ...] = (1, 2, 3)
@@ -102,8 +111,8 @@ class FilterSettings(BaseModel):
 
 # Chain order (must match the classes' ``order``; a test checks it); kept literal so the client can
 # validate names without importing torch.
-FILTER_NAMES = ("duplicate", "static", "contamination", "eager", "runtime", "determinism", "degenerate",
-                "compile")
+FILTER_NAMES = ("duplicate", "static", "contamination", "eager", "runtime_screen", "determinism", "degenerate",
+                "compile", "runtime")
 # Filters that score the whole input at once on the client (``corpus = True``), before dispatch.
 CORPUS_FILTERS = ("duplicate",)
 
@@ -117,7 +126,7 @@ def make_chain(settings: FilterSettings) -> list[Filter]:
         if name in CORPUS_FILTERS:
             continue
         overrides = dict(settings.thresholds.get(name, {}))
-        if name == "runtime" and settings.runtime_window_ms is not None:
+        if name in ("runtime", "runtime_screen") and settings.runtime_window_ms is not None:
             overrides.setdefault("window_ms", list(settings.runtime_window_ms))
         if name == "contamination":
             chain.append(registry[name](index=settings.kernelbench_index, **overrides))

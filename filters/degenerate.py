@@ -28,6 +28,7 @@ from opforge.filters.execution import (
     comparable,
     tolerance_error,
 )
+from opforge.filters.gpu_locks import gpu_work
 from opforge.filters.verdict import Cost, Filter, Verdict
 
 
@@ -69,6 +70,7 @@ class DegenerateFilter(Filter):
     name = "degenerate"
     cost = Cost.DEVICE
     order = 30
+    gpu_work_lock = False  # TaskRun's steps and the statistics below hold the GPU lock one by one
 
     @classmethod
     def default_thresholds(cls) -> dict[str, Any]:
@@ -77,13 +79,18 @@ class DegenerateFilter(Filter):
     def score(self, run: TaskRun) -> dict[str, Any]:
         other = run.call(inputs=run.draw_inputs(ALT_INPUT_SEED))
         m: dict[str, list] = {"zero_err": [], "zero_pass_fraction": [], "const_err": [], "input_err": []}
-        for i, o in enumerate(run.outputs):
+        with gpu_work(run.device):
+            self._statistics(run.outputs, other, m)
+        return m
+
+    @staticmethod
+    def _statistics(outputs: list, other: list, m: dict[str, list]) -> None:
+        for i, o in enumerate(outputs):
             zero_err, fraction = _zero_error(o)
             m["zero_err"].append(zero_err)
             m["zero_pass_fraction"].append(fraction)
             m["const_err"].append(_constant_error(o))
             m["input_err"].append(tolerance_error(o, other[i]) if i < len(other) else float("inf"))
-        return m
 
     def kinds(self, m: dict[str, Any]) -> list[str | None]:
         """Per output: the first fakeable kind ("all_zeros", "constant", "input_independent") or None."""

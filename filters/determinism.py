@@ -6,7 +6,7 @@ Three extra forward calls on the ``eager`` filter's model and inputs, compared w
 * ``err_call``: call again *without* re-seeding. RNG use inside ``forward`` (``randn_like``, dropout in
   training mode, ``bernoulli``...) changes the output here even when a fixed seed made the first call
   reproducible. When the ``runtime`` filter ran first, its last timed call (also unseeded) is used
-  instead of a new call (``TaskRun.unseeded_outputs``).
+  instead of a new call (``TaskRun.unseeded_outputs``, left by the ``runtime_screen`` filter's call).
 * ``err_reseed``: re-seed with ``CALL_SEED`` and call again: numeric run-to-run drift (atomics, split-K,
   state mutated by ``forward``).
 * ``err_rebuild``: build a second model and draw inputs again from the same seeds: drift from a
@@ -37,6 +37,7 @@ class DeterminismFilter(Filter):
     name = "determinism"
     cost = Cost.DEVICE
     order = 20
+    gpu_work_lock = False  # TaskRun's steps and outputs_error hold the GPU lock one by one
 
     @classmethod
     def default_thresholds(cls) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 from opforge.filters.execution import BUILD_SEED, CALL_SEED, TaskRun, failure_metrics
+from opforge.filters.gpu_locks import gpu_work
 from opforge.filters.verdict import Cost, Filter, Verdict
 
 
@@ -40,6 +41,7 @@ class EagerFilter(Filter):
     name = "eager"
     cost = Cost.DEVICE
     order = 10
+    gpu_work_lock = False  # TaskRun's steps hold the GPU lock one by one (see filters.execution)
 
     @classmethod
     def default_thresholds(cls) -> dict[str, Any]:
@@ -66,7 +68,9 @@ class EagerFilter(Filter):
             m["unregistered_tensors"] = stray[:5]
             try:
                 torch.manual_seed(BUILD_SEED)
-                moved = run.load().build().to(run.device).eval()
+                built = run.load().build()
+                with gpu_work(run.device):
+                    moved = built.to(run.device).eval()
                 run.call(model=moved)
                 del moved
             except Exception as exc:  # noqa: BLE001 - the task's failure is the verdict
@@ -79,7 +83,8 @@ class EagerFilter(Filter):
         m["outputs"] = [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")}
                         for o in run.outputs]
         total = sum(o.numel() for o in run.outputs)
-        bad = sum(int((~torch.isfinite(o)).sum()) for o in run.outputs if o.is_floating_point() or o.is_complex())
+        with gpu_work(run.device):
+            bad = sum(int((~torch.isfinite(o)).sum()) for o in run.outputs if o.is_floating_point() or o.is_complex())
         m["non_finite_fraction"] = bad / total if total else 0.0
         return m
 

@@ -7,6 +7,10 @@ every forward call that is compared starts from ``torch.manual_seed(CALL_SEED)``
 Tolerance: candidates are judged with ``torch.allclose(ref, out, atol=1e-2, rtol=1e-2)``, the default of
 KernelBench's ``eval_kernel_against_ref`` and of CUDA-Agent's verifier. ``tolerance_error`` expresses a
 difference in units of that tolerance: <= 1 means "allclose would pass".
+
+GPU locking: on CUDA each build, input draw, forward call and output comparison of a ``TaskRun`` holds the
+GPU's ``compute`` lock shared (``filters.gpu_locks.gpu_work``) for just that step, so a neighbour waiting
+to time its task waits for one step, not for a whole filter.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from opforge.filters.gpu_locks import gpu_work
 from opforge.task.source import LoadedTask, load_task
 
 EVAL_ATOL = 1e-2
@@ -32,8 +37,10 @@ class TaskRun:
         device: "cpu" or "cuda" (the child's visible GPU).
         task, model, inputs, outputs: filled in by the ``eager`` filter; later filters reuse them.
             ``outputs`` is the flat list of output tensors of ``model(*inputs)`` after ``CALL_SEED``.
-        unseeded_outputs: outputs of a later call made without re-seeding (left by the ``runtime``
-            filter's timing, consumed by ``determinism``), or None.
+        unseeded_outputs: outputs of a later call made without re-seeding (left by the
+            ``runtime_screen`` filter, consumed by ``determinism``), or None.
+        compiled: the ``torch.compile``-d model left by the ``compile`` filter for the ``runtime`` filter
+            to time, or None.
     """
 
     code: str
@@ -44,6 +51,7 @@ class TaskRun:
     inputs: list[Any] = field(default_factory=list)
     outputs: list[torch.Tensor] = field(default_factory=list)
     unseeded_outputs: list[torch.Tensor] | None = None
+    compiled: Any = None
 
     def load(self) -> LoadedTask:
         if self.task is None:
@@ -55,21 +63,24 @@ class TaskRun:
         initialises its own parameters), moved there, in ``eval()`` mode."""
         task = self.load()
         torch.manual_seed(BUILD_SEED)
-        with torch.device(self.device):  # parameters are created (and initialised) on the device
+        with gpu_work(self.device), torch.device(self.device):  # parameters are initialised on the device
             model = task.build()
-        if isinstance(model, torch.nn.Module):
-            model = model.to(self.device).eval()
+            if isinstance(model, torch.nn.Module):
+                model = model.to(self.device).eval()
         return model
 
     def draw_inputs(self, seed: int = INPUT_SEED) -> list[Any]:
         """``get_inputs()`` after ``torch.manual_seed(seed)``, tensors moved to the device."""
+        task = self.load()
         torch.manual_seed(seed)
-        with torch.device(self.device):  # drawn on the device: no host copy of GB-sized inputs
-            inputs = self.load().inputs()
-        return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in inputs]
+        with gpu_work(self.device), torch.device(self.device):  # drawn on the device: no host copy
+            inputs = task.inputs()
+            return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in inputs]
 
-    def call(self, model=None, inputs=None, seed: int | None = CALL_SEED) -> list[torch.Tensor]:
+    def call(self, model=None, inputs=None, seed: int | None = CALL_SEED, lock: bool = True) -> list[torch.Tensor]:
         """Flat output tensors of ``model(*inputs)`` under ``no_grad``; ``seed=None`` keeps the RNG state.
+        ``lock=False`` leaves the GPU lock to the callee (a ``torch.compile``-d model whose first call
+        compiles, see ``filters.torch_compile``).
 
         Raises:
             TypeError: the forward returned no tensor.
@@ -78,12 +89,21 @@ class TaskRun:
         inputs = self.inputs if inputs is None else inputs
         if seed is not None:
             torch.manual_seed(seed)
-        with torch.no_grad():
+        with gpu_work(self.device if lock else "cpu"), torch.no_grad():
             out = model(*inputs)
         flat = flatten_tensors(out)
         if not flat:
             raise TypeError(f"forward returned {type(out).__name__} with no tensor in it")
         return flat
+
+    def release(self) -> None:
+        """Drop the model, tensors and compiled graphs of this task (``torch._dynamo.reset`` when a compiled
+        model was kept), so the next task in this process starts with free memory."""
+        had_compiled = self.compiled is not None
+        self.model = self.compiled = self.unseeded_outputs = None
+        self.inputs, self.outputs = [], []
+        if had_compiled:
+            torch._dynamo.reset()
 
 
 def flatten_tensors(obj: Any) -> list[torch.Tensor]:
@@ -153,7 +173,8 @@ def outputs_error(ref: list[torch.Tensor], out: list[torch.Tensor], atol: float 
     """The largest ``tolerance_error`` over paired outputs; ``inf`` when the counts differ."""
     if len(ref) != len(out):
         return float("inf")
-    return max((tolerance_error(r, o, atol, rtol) for r, o in zip(ref, out, strict=True)), default=0.0)
+    with gpu_work(ref[0].device if ref else "cpu"):
+        return max((tolerance_error(r, o, atol, rtol) for r, o in zip(ref, out, strict=True)), default=0.0)
 
 
 def failure_metrics(exc: BaseException, limit: int = 300) -> dict[str, Any]:

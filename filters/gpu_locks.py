@@ -8,9 +8,11 @@ another's GPU work. Two locks per physical GPU coordinate them:
   neighbour's kernel running during a timed call would land inside the CUDA-event window and inflate the
   measurement; with the lock, a timed call has the GPU to itself. Holds are kept to GPU work: Inductor's
   compilation (CPU) runs unlocked (``filters.torch_compile``), so timing never waits for a compile.
-* ``memory``: every task holds it shared from start to end; a task that ran out of memory next to the
-  others is re-run holding it exclusively (no other task's tensors on the GPU), so an ``oom`` verdict
-  means the task does not fit alone.
+
+Memory is shared by admission instead (``MemoryBudget``): a task reserves GiB before it starts, grows its
+reservation to what it measured after each filter, and new tasks wait until theirs fits next to the
+others'; a task that ran out of memory next to the others is re-run reserving the whole GPU (no other
+task's tensors on it), so an ``oom`` verdict means the task does not fit alone.
 
 Implementation: ``flock`` on ``$TMPDIR/opforge-gpu-<gpu>.<name>`` (shared / exclusive) behind a turnstile
 file ``.<name>.turnstile``: an exclusive holder takes the turnstile before waiting, so a stream of shared
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import tempfile
 import time
@@ -185,8 +188,133 @@ def gpu_timing(device) -> contextlib.AbstractContextManager:
 
 
 def lock_waits() -> dict[str, float]:
-    """Seconds waited so far in this process, per lock name (summed over GPUs)."""
+    """Seconds waited so far in this process, per lock name (summed over GPUs; ``memory`` is the
+    ``MemoryBudget``'s admission)."""
     out: dict[str, float] = {}
     for (_, name), lock in _LOCKS.items():
         out[name] = out.get(name, 0.0) + lock.waited_s
+    for budget in _BUDGETS.values():
+        out["memory"] = out.get("memory", 0.0) + budget.waited_s
     return out
+
+
+class MemoryBudget:
+    """Admission of tasks to one physical GPU by reserved memory, across processes.
+
+    A task is admitted (``admit``) when the reservations of the tasks already on the GPU plus its own fit
+    ``capacity_gib``, or when no task holds any; first come, first served: a waiting task holds back the
+    ones that ask after it, so a large reservation (a task re-run alone asks for all of it) is never
+    starved by a stream of small ones. A running task's reservation grows (``resize``) without waiting:
+    it records what the task measured, and two growing tasks must never wait for each other; the
+    over-commit only holds back new tasks. Waiting reports through ``on_wait`` like the locks.
+
+    State: JSON ``{"held": {owner: GiB}, "queue": [owner, ...]}`` in ``$TMPDIR/opforge-gpu-<gpu>.budget``,
+    read and written under ``flock``. Owners are process ids (``owner`` overrides, for tests); an owner
+    whose process is gone (a child killed on timeout) is dropped, so its share comes back.
+
+    Attributes:
+        waited_s: seconds this process has waited for admission.
+        held_gib: this owner's reservation now (0 when none).
+    """
+
+    POLL_S = 0.01
+
+    def __init__(self, gpu: str, capacity_gib: float, owner: str | None = None):
+        self.path = os.path.join(tempfile.gettempdir(), f"opforge-gpu-{gpu}.budget")
+        self.capacity_gib = float(capacity_gib)
+        self.owner = owner or str(os.getpid())
+        self.waited_s = 0.0
+        self.held_gib = 0.0
+
+    @contextlib.contextmanager
+    def _state(self) -> Iterator[dict]:
+        with open(self.path, "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            fh.seek(0)
+            text = fh.read()
+            try:
+                state = json.loads(text) if text.strip() else {}
+            except json.JSONDecodeError:
+                state = {}
+            state.setdefault("held", {})
+            state.setdefault("queue", [])
+            alive = {o for o in [*state["held"], *state["queue"]] if _alive(o)}
+            state["held"] = {o: g for o, g in state["held"].items() if o in alive}
+            state["queue"] = [o for o in state["queue"] if o in alive]
+            yield state
+            fh.seek(0)
+            fh.truncate()
+            fh.write(json.dumps(state))
+
+    def admit(self, gib: float) -> None:
+        """Wait until ``gib`` (capped at the capacity) fits next to the other reservations, then hold it.
+        Raises RuntimeError when this owner already holds a reservation."""
+        gib = min(float(gib), self.capacity_gib)
+        if self.held_gib:
+            raise RuntimeError(f"{self.owner} already holds {self.held_gib} GiB of {self.path}")
+        t0 = time.perf_counter()
+        waiting = False
+        try:
+            while True:
+                with self._state() as state:
+                    if self.owner not in state["queue"]:
+                        state["queue"].append(self.owner)
+                    used = sum(g for o, g in state["held"].items() if o != self.owner)
+                    if state["queue"][0] == self.owner and (not state["held"] or used + gib <= self.capacity_gib):
+                        state["queue"].remove(self.owner)
+                        state["held"][self.owner] = gib
+                        self.held_gib = gib
+                        return
+                if not waiting and on_wait is not None:
+                    on_wait(True)
+                waiting = True
+                time.sleep(self.POLL_S)
+        finally:
+            if waiting and on_wait is not None:
+                on_wait(False)
+            self.waited_s += time.perf_counter() - t0
+
+    def resize(self, gib: float) -> None:
+        """Set this owner's reservation to ``gib`` (capped at the capacity) at once, never waiting."""
+        gib = min(float(gib), self.capacity_gib)
+        with self._state() as state:
+            state["held"][self.owner] = gib
+        self.held_gib = gib
+
+    def release(self) -> None:
+        """Give this owner's reservation (and any queue place) back."""
+        with self._state() as state:
+            state["held"].pop(self.owner, None)
+            if self.owner in state["queue"]:
+                state["queue"].remove(self.owner)
+        self.held_gib = 0.0
+
+    def usage(self) -> tuple[float, int]:
+        """(GiB reserved by all owners, owners waiting)."""
+        with self._state() as state:
+            return sum(state["held"].values()), len(state["queue"])
+
+
+def _alive(owner: str) -> bool:
+    """False only for a numeric owner whose process no longer exists."""
+    if not owner.isdigit():
+        return True
+    try:
+        os.kill(int(owner), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_BUDGETS: dict[str, MemoryBudget] = {}
+
+
+def memory_budget(capacity_gib: float, gpu: str | None = None) -> MemoryBudget:
+    """This process's ``MemoryBudget`` over physical GPU ``gpu`` (default: the one behind visible device
+    0). ``capacity_gib`` is used when it is first made."""
+    gpu = physical_gpu(0) if gpu is None else gpu
+    if gpu not in _BUDGETS:
+        _BUDGETS[gpu] = MemoryBudget(gpu, capacity_gib)
+    return _BUDGETS[gpu]

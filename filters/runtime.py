@@ -1,22 +1,31 @@
-"""``runtime`` filter: the eager forward's median time lies inside the runtime window.
+"""``runtime_screen`` and ``runtime`` filters: the eager forward's median time lies inside the runtime window.
 
 Default window 1-100 ms on CUDA (the default named in opforge issue #4 and ../shared/DESIGN.md).
 On CPU the window is off by default and the time is recorded as a flag (``in_window``): CPU times say
-little about GPU times. Timing method: ``filters.timing.time_call``.
+little about GPU times. Timing method: ``filters.timing.time_calls``.
 
-Runs right after ``eager`` (order 15): a task outside the window is dropped before the other filters
-spend GPU time on it, and one far above the window (its first timed call longer than ``stop_above`` x
-the upper edge) after that single call. The timed calls are made without re-seeding; the last one's
-outputs are kept on ``TaskRun.unseeded_outputs`` for the ``determinism`` filter (which would otherwise
-make that call itself).
+Timing is the one phase a task needs the GPU to itself for (``filters.gpu_locks``: every other sandbox on
+the GPU waits meanwhile), so each task gets exactly one such exclusive section, at the end of the chain:
+
+* ``runtime_screen`` (order 15, right after ``eager``): one warm, unseeded call timed while the GPU is
+  shared, after an L2 flush. Sharing the GPU can only lengthen a measured call, never shorten it, so a
+  call below ``screen_factor`` x the window's lower edge (0.9: room for one call's noise against the
+  median) is certainly too fast and the task is dropped before determinism, degenerate and compile
+  spend anything on it. The call's outputs serve the ``determinism`` filter's ``err_call``
+  (``TaskRun.unseeded_outputs``), so the screen costs no forward call of its own.
+* ``runtime`` (order 60, after ``compile``): the exclusive measurement. Eager and, when the ``compile``
+  filter left a compiled model (``TaskRun.compiled``), the compiled model are timed interleaved in one
+  exclusive section; the window is decided on the eager median. A first eager call longer than
+  ``stop_above`` x the upper edge ends the measurement after that call.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from opforge.filters.execution import TaskRun
-from opforge.filters.timing import time_call
+from opforge.filters.timing import l2_flush_buffer, time_call, time_calls
 from opforge.filters.verdict import Cost, Filter, Verdict
 
 CUDA_WINDOW_MS = (1.0, 100.0)
@@ -44,27 +53,86 @@ def measure_eager_ms(code: str, task_id: str = "<task>", device: str = "cpu", bu
     return time_call(lambda: run.call(seed=None), device, budget_s=budget_s).median_ms
 
 
+def _window_verdict(f: Filter, m: dict[str, Any], key: str) -> Verdict:
+    """Accept / reject ``m`` on ``m[key]`` (ms) against ``f.thresholds["window_ms"]``; adds ``in_window``."""
+    window = f.thresholds["window_ms"]
+    if window is None:
+        return f.accept({**m, "in_window": None})
+    lo, hi = window
+    m = {**m, "in_window": lo <= m[key] <= hi}
+    if m[key] < lo:
+        return f.reject("runtime_out_of_window:too_fast", m)
+    if m[key] > hi:
+        return f.reject("runtime_out_of_window:too_slow", m)
+    return f.accept(m)
+
+
+class RuntimeScreenFilter(Filter):
+    """Rejects ``runtime_out_of_window:too_fast`` when one warm call on the shared GPU is below
+    ``screen_factor`` x the window's lower edge (see the module docstring); never rejects without a window.
+
+    Thresholds: ``window_ms`` ([lo, hi] in ms, or None), ``screen_factor``.
+    Metrics: ``screen_ms`` (the call, ms: CUDA events after an L2 flush, or ``perf_counter`` on CPU),
+    ``certainly_too_fast`` (bool).
+    """
+
+    name = "runtime_screen"
+    cost = Cost.DEVICE
+    order = 15
+
+    @classmethod
+    def default_thresholds(cls) -> dict[str, Any]:
+        return {"window_ms": None, "screen_factor": 0.9}
+
+    def score(self, run: TaskRun) -> dict[str, Any]:
+        if run.device.startswith("cuda"):
+            import torch
+
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            l2_flush_buffer(torch.device(run.device)).zero_()
+            start.record()
+            run.unseeded_outputs = run.call(seed=None)
+            end.record()
+            end.synchronize()
+            ms = start.elapsed_time(end)
+        else:
+            t = time.perf_counter()
+            run.unseeded_outputs = run.call(seed=None)
+            ms = (time.perf_counter() - t) * 1e3
+        window = self.thresholds["window_ms"]
+        return {"screen_ms": ms,
+                "certainly_too_fast": window is not None and ms < window[0] * self.thresholds["screen_factor"]}
+
+    def decide(self, m: dict[str, Any]) -> Verdict:
+        if m["certainly_too_fast"]:
+            return self.reject("runtime_out_of_window:too_fast", m)
+        return self.accept(m)
+
+
 class RuntimeFilter(Filter):
     """Rejects ``runtime_out_of_window:too_fast`` / ``:too_slow`` when ``window_ms`` is set.
 
-    Thresholds: ``window_ms`` ([lo, hi] in ms, or None = record only), ``budget_s`` (timing budget per task,
-    seconds), ``warmup`` (calls before timing; the ``eager`` filter's call already warmed libraries up),
-    ``max_trials``, ``stop_above`` (factor over the window's upper edge that ends timing after one call).
+    Thresholds: ``window_ms`` ([lo, hi] in ms, or None = record only), ``budget_s`` (timing budget per
+    timed model, seconds), ``warmup`` (calls before timing; earlier filters already warmed libraries up),
+    ``max_trials``, ``stop_above`` (factor over the window's upper edge that ends timing after one call),
+    ``time_compiled`` (also time ``TaskRun.compiled`` when there is one; None = on CUDA only).
     Metrics: ``eager_ms`` (median, ms), ``min_ms``, ``max_ms``, ``trials`` (0 when stopped after the first
-    call), ``method``, ``in_window`` (bool, or None without a window).
+    call), ``method``, ``in_window`` (bool, or None without a window); with a compiled model also
+    ``compile_ms``, ``compile_min_ms``, ``compile_max_ms`` (ms).
     """
 
     name = "runtime"
     cost = Cost.DEVICE
-    order = 15
-    gpu_work_lock = False  # time_call holds the compute lock exclusively
+    order = 60
+    gpu_work_lock = False  # time_calls holds the compute lock exclusively
 
     @classmethod
     def default_thresholds(cls) -> dict[str, Any]:
         # 0.05 s: a 10 ms task gets 1 warm-up + 5 timed calls, a 0.5 ms task 50; the window's edges are a
         # factor 100 apart, so a median of >= 3 decides in or out. Every second of timing is exclusive GPU
         # time, which every other sandbox on the GPU waits for.
-        return {"window_ms": None, "budget_s": 0.05, "warmup": 1, "max_trials": 50, "stop_above": 2.0}
+        return {"window_ms": None, "budget_s": 0.05, "warmup": 1, "max_trials": 50, "stop_above": 2.0,
+                "time_compiled": None}
 
     def score(self, run: TaskRun) -> dict[str, Any]:
         t = self.thresholds
@@ -72,26 +140,19 @@ class RuntimeFilter(Filter):
         # record-only (no window): one trial is enough for a flag; with a window, at least three
         trials = 1 if t["window_ms"] is None else 3
         stop = t["window_ms"][1] * t["stop_above"] if t["window_ms"] is not None and t["stop_above"] else None
-        last: list = []
-
-        def call():
-            last[:] = [run.call(model, inputs, seed=None)]
-
-        timing = time_call(call, run.device, warmup=t["warmup"], budget_s=t["budget_s"], min_trials=trials,
-                           max_trials=t["max_trials"], stop_above_ms=stop)
-        run.unseeded_outputs = last[0]
-        m = timing.as_dict()
+        fns = {"eager": lambda: run.call(model, inputs, seed=None)}
+        timed_compiled = run.device.startswith("cuda") if t["time_compiled"] is None else t["time_compiled"]
+        if run.compiled is not None and timed_compiled:
+            compiled = run.compiled
+            fns["compile"] = lambda: run.call(compiled, inputs, seed=None)
+        timings = time_calls(fns, run.device, warmup=t["warmup"], budget_s=t["budget_s"], min_trials=trials,
+                             max_trials=t["max_trials"], stop_above_ms=stop)
+        m = timings["eager"].as_dict()
         m["eager_ms"] = m.pop("median_ms")
+        if "compile" in timings:
+            c = timings["compile"]
+            m.update(compile_ms=c.median_ms, compile_min_ms=c.min_ms, compile_max_ms=c.max_ms)
         return m
 
     def decide(self, m: dict[str, Any]) -> Verdict:
-        window = self.thresholds["window_ms"]
-        if window is None:
-            return self.accept({**m, "in_window": None})
-        lo, hi = window
-        m = {**m, "in_window": lo <= m["eager_ms"] <= hi}
-        if m["eager_ms"] < lo:
-            return self.reject("runtime_out_of_window:too_fast", m)
-        if m["eager_ms"] > hi:
-            return self.reject("runtime_out_of_window:too_slow", m)
-        return self.accept(m)
+        return _window_verdict(self, m, "eager_ms")

@@ -109,9 +109,10 @@ def main() -> None:
             send_message(out, ("stage", name))
 
         if settings["device"] == "cuda":
-            result = _run_on_gpu(run, chain, stage, alone)
+            result = _run_on_gpu(run, chain, stage, alone, settings)
         else:
             result = run_chain(run, chain, on_stage=stage)
+            run.release()
         del run
         send_message(out, result)
         if result.get("cuda_broken"):
@@ -121,31 +122,45 @@ def main() -> None:
             os._exit(4)
 
 
-def _run_on_gpu(run, chain, stage, alone: bool) -> dict:
-    """``run_chain`` on a GPU shared with other sandboxes (``filters.gpu_locks``): the task holds the GPU's
-    ``memory`` lock shared (exclusively when ``alone``) and frees its memory afterwards.
+def _run_on_gpu(run, chain, stage, alone: bool, settings: dict) -> dict:
+    """``run_chain`` on a GPU shared with other sandboxes, under the GPU's memory admission
+    (``filters.gpu_locks.MemoryBudget``): the task reserves ``gpu_admit_gib`` before it starts (the whole
+    budget when ``alone``), grows the reservation to ``gpu_growth`` x the memory it has held so far before
+    each filter, and frees its memory afterwards.
 
     An ``oom`` next to other tasks may be the neighbours' fault: such a result comes back with
-    ``retry_alone: True`` and the dispatcher runs the task again with ``alone`` once the others are done
-    (one drain of the GPU at the end of a run instead of one per oom). A result run alone has
-    ``retried_alone: True``. ``lock_wait_s`` says how long the task waited for each lock, ``gpu_peak_gib``
-    the most GPU memory its tensors held at once (GiB).
+    ``retry_alone: True`` and the dispatcher runs the task again with ``alone`` once the others are done.
+    A result run alone has ``retried_alone: True``. ``lock_wait_s`` says how long the task waited for each
+    lock (``memory``: admission), ``gpu_peak_gib`` the most GPU memory its tensors held at once and
+    ``gpu_reserved_gib`` the most the allocator held (GiB).
     """
     import torch
     from opforge.filters.chain import run_chain
-    from opforge.filters.gpu_locks import gpu_lock, lock_waits
+    from opforge.filters.gpu_locks import lock_waits, memory_budget
 
     before = lock_waits()
-    memory = gpu_lock("memory")
-    with memory.exclusive() if alone else memory.shared():
+    total_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+    budget = memory_budget(settings["gpu_memory_fraction"] * total_gib)
+    budget.admit(budget.capacity_gib if alone else settings["gpu_admit_gib"])
+
+    def grow_then_stage(name: str) -> None:
+        measured = torch.cuda.max_memory_reserved() / 2**30 * settings["gpu_growth"]
+        if measured > budget.held_gib:
+            budget.resize(measured)
+        stage(name)
+
+    try:
         torch.cuda.reset_peak_memory_stats()
-        result = run_chain(run, chain, on_stage=stage)
+        result = run_chain(run, chain, on_stage=grow_then_stage)
         result["gpu_peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
-        run.model = run.inputs = run.outputs = run.unseeded_outputs = None
+        result["gpu_reserved_gib"] = round(torch.cuda.max_memory_reserved() / 2**30, 3)
+        run.release()
         try:
             _release_gpu_memory()
         except Exception as exc:  # noqa: BLE001 - the context is unusable: say so, the child then exits
             result["cuda_broken"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    finally:
+        budget.release()
     if alone:
         result["retried_alone"] = True
     elif result["reason"] == "oom":

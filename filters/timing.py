@@ -8,7 +8,7 @@ Method (recorded with every measurement in ``Timing.method``):
 * CPU: warm-up calls, ``time.perf_counter`` around each call, median.
 
 The number of trials adapts to the call's cost: as many as fit ``budget_s`` after warm-up (estimated from
-the fastest warm-up call), clamped to ``[min_trials, max_trials]``, so a 0.05 ms op gets ``max_trials``
+the fastest warm-up call; with several functions timed together, the slowest one's), clamped to ``[min_trials, max_trials]``, so a 0.05 ms op gets ``max_trials``
 and a 500 ms op gets ``min_trials``. Warm-up stops early once it has used half the budget (a 5 s call is
 warmed up once); each warm-up call is itself timed (CUDA events), which lets ``stop_above_ms`` end the
 measurement of a far-too-slow call after one call.
@@ -55,22 +55,35 @@ def l2_flush_buffer(device: torch.device) -> torch.Tensor:
 def time_call(fn: Callable[[], object], device: str | torch.device = "cpu", *, warmup: int = 3,
               min_trials: int = 3, max_trials: int = 100, budget_s: float = 0.5,
               stop_above_ms: float | None = None) -> Timing:
-    """Median time of ``fn()`` in ms on ``device`` ("cpu" or "cuda[:i]"); see the module docstring.
+    """Median time of ``fn()`` in ms on ``device`` ("cpu" or "cuda[:i]"); see the module docstring and
+    ``time_calls`` (this is its one-function case)."""
+    return time_calls({"fn": fn}, device, warmup=warmup, min_trials=min_trials, max_trials=max_trials,
+                      budget_s=budget_s, stop_above_ms=stop_above_ms)["fn"]
+
+
+def time_calls(fns: dict[str, Callable[[], object]], device: str | torch.device = "cpu", *, warmup: int = 3,
+               min_trials: int = 3, max_trials: int = 100, budget_s: float = 0.5,
+               stop_above_ms: float | None = None) -> dict[str, Timing]:
+    """Median time in ms of each zero-argument callable of ``fns`` on ``device`` ("cpu" or "cuda[:i]"),
+    measured interleaved: each trial calls every function once, in the given order, so clock and thermal
+    drift hit all alike. ``budget_s`` is per function (trials are sized by the slowest one's warm-up).
 
     On CUDA the whole measurement (warm-up included) holds the GPU's ``compute`` lock exclusively
-    (``filters.gpu_locks.gpu_timing``): no other sandbox's kernel runs meanwhile.
+    (``filters.gpu_locks.gpu_timing``): no other sandbox's kernel runs meanwhile, and the measurement is
+    one exclusive section however many functions it times.
 
-    ``stop_above_ms``: when the first warm-up call alone takes longer (CUDA events / ``perf_counter``),
-    stop there and report that one call (``trials=0``, method ending in ``:stopped_above``): enough to
-    call a task too slow without spending seconds of GPU time on it.
+    ``stop_above_ms``: when the first function's first warm-up call alone takes longer (CUDA events /
+    ``perf_counter``), stop there and report that one call for it (``trials=0``, method ending in
+    ``:stopped_above``) and nothing for the others: enough to call a task too slow without spending
+    seconds of GPU time on it.
 
-    ``fn`` takes no arguments (close over the model and inputs). Exceptions from ``fn`` propagate.
+    Returns ``{name: Timing}`` (only the first name when stopped). Exceptions from a function propagate.
     """
     device = torch.device(device)
     if device.type == "cuda":
         with gpu_timing(device):
-            return _time_cuda(fn, device, warmup, min_trials, max_trials, budget_s, stop_above_ms)
-    return _time_cpu(fn, warmup, min_trials, max_trials, budget_s, stop_above_ms)
+            return _time_cuda(fns, device, warmup, min_trials, max_trials, budget_s, stop_above_ms)
+    return _time_cpu(fns, warmup, min_trials, max_trials, budget_s, stop_above_ms)
 
 
 def _trials(estimate_s: float, min_trials: int, max_trials: int, budget_s: float) -> int:
@@ -79,43 +92,54 @@ def _trials(estimate_s: float, min_trials: int, max_trials: int, budget_s: float
     return int(max(min_trials, min(max_trials, budget_s / estimate_s)))
 
 
-def _more_warm_up(first_ms: float, timed_call: Callable[[], float], warmup: int, budget_s: float) -> list[float]:
-    """Warm-up times in ms: ``first_ms`` plus more ``timed_call()`` up to ``warmup`` calls in all, stopping
-    once they used half of ``budget_s`` (so a call longer than that is made once)."""
-    times = [first_ms]
-    while len(times) < warmup and sum(times) <= budget_s * 1e3 / 2:
-        times.append(timed_call())
+def _warm_up(fns: dict[str, Callable[[], object]], timed: Callable[[Callable[[], object]], float], warmup: int,
+             budget_s: float, stop_above_ms: float | None) -> dict[str, list[float]] | Timing:
+    """Warm-up times in ms per function: up to ``warmup`` calls each, stopping once the calls of a
+    function used half of ``budget_s`` (a call longer than that is made once). The ``Timing`` of a stopped
+    measurement when the first function's first call exceeds ``stop_above_ms``."""
+    times: dict[str, list[float]] = {}
+    for i, (name, fn) in enumerate(fns.items()):
+        first = timed(fn)
+        if i == 0 and stop_above_ms is not None and first > stop_above_ms:
+            return Timing(first, first, first, 0, "stopped_above")
+        times[name] = [first]
+        while len(times[name]) < warmup and sum(times[name]) <= budget_s * 1e3 / 2:
+            times[name].append(timed(fn))
     return times
 
 
-def _above(first_ms: float, stop_above_ms: float | None) -> bool:
-    return stop_above_ms is not None and first_ms > stop_above_ms
+def _result(times: dict[str, list[float]], method: str) -> dict[str, Timing]:
+    return {n: Timing(statistics.median(v), min(v), max(v), len(v), method) for n, v in times.items()}
 
 
-def _stopped(ms: float, kind: str) -> Timing:
-    return Timing(ms, ms, ms, 0, f"{kind}:stopped_above")
+def _stopped(first: Timing, name: str, kind: str) -> dict[str, Timing]:
+    first.method = f"{kind}:stopped_above"
+    return {name: first}
 
 
-def _time_cpu(fn, warmup, min_trials, max_trials, budget_s, stop_above_ms) -> Timing:
-    def timed() -> float:
+def _time_cpu(fns, warmup, min_trials, max_trials, budget_s, stop_above_ms) -> dict[str, Timing]:
+    def timed(fn) -> float:
         t = time.perf_counter()
         fn()
         return (time.perf_counter() - t) * 1e3
 
-    first = timed()
-    if _above(first, stop_above_ms):
-        return _stopped(first, "cpu:perf_counter")
-    warm = _more_warm_up(first, timed, warmup, budget_s)
-    times = [timed() for _ in range(_trials(min(warm) / 1e3, min_trials, max_trials, budget_s))]
-    return Timing(statistics.median(times), min(times), max(times), len(times), "cpu:perf_counter:median")
+    warm = _warm_up(fns, timed, warmup, budget_s, stop_above_ms)
+    if isinstance(warm, Timing):
+        return _stopped(warm, next(iter(fns)), "cpu:perf_counter")
+    n = _trials(max(min(v) for v in warm.values()) / 1e3, min_trials, max_trials, budget_s)
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(n):
+        for name, fn in fns.items():
+            times[name].append(timed(fn))
+    return _result(times, "cpu:perf_counter:median")
 
 
-def _time_cuda(fn, device, warmup, min_trials, max_trials, budget_s, stop_above_ms) -> Timing:
+def _time_cuda(fns, device, warmup, min_trials, max_trials, budget_s, stop_above_ms) -> dict[str, Timing]:
     flush = l2_flush_buffer(device)
     with torch.cuda.device(device):
         torch.cuda.synchronize()
 
-        def timed() -> float:
+        def timed(fn) -> float:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
@@ -123,18 +147,19 @@ def _time_cuda(fn, device, warmup, min_trials, max_trials, budget_s, stop_above_
             end.synchronize()
             return start.elapsed_time(end)
 
-        first = timed()
-        if _above(first, stop_above_ms):
-            return _stopped(first, "cuda:events")
-        warm = _more_warm_up(first, timed, warmup, budget_s)
-        n = _trials(min(warm) / 1e3, min_trials, max_trials, budget_s)
-        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
-        for start, end in pairs:
-            flush.zero_()
-            start.record()
-            fn()
-            end.record()
+        warm = _warm_up(fns, timed, warmup, budget_s, stop_above_ms)
+        if isinstance(warm, Timing):
+            return _stopped(warm, next(iter(fns)), "cuda:events")
+        n = _trials(max(min(v) for v in warm.values()) / 1e3, min_trials, max_trials, budget_s)
+        events = {name: [] for name in fns}
+        for _ in range(n):
+            for name, fn in fns.items():
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                flush.zero_()
+                start.record()
+                fn()
+                end.record()
+                events[name].append((start, end))
         torch.cuda.synchronize()
-    times = [s.elapsed_time(e) for s, e in pairs]
-    return Timing(statistics.median(times), min(times), max(times), len(times),
-                  "cuda:events:l2_flush:median")
+    return _result({name: [s.elapsed_time(e) for s, e in pairs] for name, pairs in events.items()},
+                   "cuda:events:l2_flush:median")

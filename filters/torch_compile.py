@@ -3,12 +3,13 @@
 Each task starts from ``torch._dynamo.reset()`` so a worker that is reused across tasks neither hits
 Dynamo's recompile limits nor keeps earlier tasks' graphs alive. The compiled model gets the ``eager``
 filter's inputs after the same ``CALL_SEED`` and must be allclose to the eager outputs at the evaluation
-tolerance (atol = rtol = 1e-2).
+tolerance (atol = rtol = 1e-2). The compiled model is left on ``TaskRun.compiled`` for the ``runtime``
+filter, which times it with eager in one exclusive section.
 
 On CUDA the default Inductor backend is wrapped so that only the compiled graph's execution holds the GPU's
 ``compute`` lock (shared, ``filters.gpu_locks``); Dynamo tracing and Inductor's compilation (FX passes,
 code generation, Triton builds: seconds of CPU work) run unlocked, so a neighbour's timing never waits
-for a compile. Output comparison holds it shared, timing exclusively.
+for a compile. Output comparison holds it shared.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import Any
 import torch
 from opforge.filters.execution import TaskRun, failure_metrics, outputs_error
 from opforge.filters.gpu_locks import gpu_work
-from opforge.filters.timing import time_call
 from opforge.filters.verdict import Cost, Filter, Verdict
 
 
@@ -45,11 +45,9 @@ class CompileFilter(Filter):
     """Rejects ``compile_error:<ExceptionType>``, ``oom`` and ``compile_mismatch``.
 
     Thresholds: ``backend`` (default "inductor"), ``mode`` (None = default), ``max_err`` (1.0 = the
-    evaluation tolerance), ``time_compiled`` (also time the compiled model; None = on CUDA only),
-    ``timing_budget_s`` (seconds of timed calls, as the ``runtime`` filter's ``budget_s``; the first
-    compiled call serves as warm-up, then one more).
-    Metrics: ``compile_s`` (first compiled call, seconds), ``err_compile`` (tolerance units),
-    ``compile_ms`` (median compiled runtime, ms, when timed), ``error``.
+    evaluation tolerance).
+    Metrics: ``compile_s`` (first compiled call, seconds), ``err_compile`` (tolerance units), ``error``.
+    The compiled runtime (``compile_ms``) is measured by the ``runtime`` filter.
     """
 
     name = "compile"
@@ -59,7 +57,7 @@ class CompileFilter(Filter):
 
     @classmethod
     def default_thresholds(cls) -> dict[str, Any]:
-        return {"backend": "inductor", "mode": None, "max_err": 1.0, "time_compiled": None, "timing_budget_s": 0.05}
+        return {"backend": "inductor", "mode": None, "max_err": 1.0}
 
     def score(self, run: TaskRun) -> dict[str, Any]:
         t = self.thresholds
@@ -67,25 +65,23 @@ class CompileFilter(Filter):
         torch._dynamo.reset()
         try:
             backend = t["backend"]
-            if backend == "inductor" and t["mode"] is None and run.device.startswith("cuda"):
+            locks_itself = backend == "inductor" and t["mode"] is None and run.device.startswith("cuda")
+            if locks_itself:
                 backend = _inductor_locking_execution(run.device)
             compiled = torch.compile(run.model, backend=backend, mode=t["mode"])
             start = time.perf_counter()
-            out = run.call(model=compiled)
+            # the default Inductor backend on CUDA locks only its graphs' execution; any other backend
+            # holds the lock for the whole first call (compilation included)
+            out = run.call(model=compiled, lock=not locks_itself)
             if run.device.startswith("cuda"):
                 torch.cuda.synchronize()
             m["compile_s"] = time.perf_counter() - start
-            with gpu_work(run.device):
-                m["err_compile"] = outputs_error(run.outputs, out)
+            m["err_compile"] = outputs_error(run.outputs, out)
             del out
-            timed = run.device.startswith("cuda") if t["time_compiled"] is None else t["time_compiled"]
-            if timed:
-                inputs = run.inputs
-                m["compile_ms"] = time_call(lambda: run.call(compiled, inputs, seed=None), run.device, warmup=1,
-                                            max_trials=50, budget_s=t["timing_budget_s"]).median_ms
+            run.compiled = compiled
         except Exception as exc:  # noqa: BLE001 - any compiler failure is a verdict
             m.update(failure_metrics(exc))
-        finally:
+            run.compiled = None
             torch._dynamo.reset()
         return m
 

@@ -222,7 +222,7 @@ def _verdict_table(tasks: pd.DataFrame, ledger: Ledger, corpus: dict[int, dict])
             "filter": rec["filter"], "metrics": json.dumps(metrics, sort_keys=True),
             "eager_ms": _num(metrics.get("runtime", {}).get("eager_ms")),
             "compile_s": _num(metrics.get("compile", {}).get("compile_s")),
-            "compile_ms": _num(metrics.get("compile", {}).get("compile_ms")),
+            "compile_ms": _num(metrics.get("runtime", {}).get("compile_ms")),
             "kernelbench_nearest": kb.get("kernelbench_nearest"),
             "kernelbench_similarity": _num(kb.get("kernelbench_similarity")),
             "seconds": float(sum(rec.get("seconds", {}).values())), "worker": rec.get("worker"),

@@ -82,12 +82,60 @@ def test_stochastic_is_caught_although_the_first_call_is_seeded(no_compile):
     assert d["err_call"] > 0 and d["err_reseed"] == 0.0  # reproducible under the seed, random without it
 
 
-@pytest.mark.parametrize(("window", "reason"), [((1e4, 2e4), "runtime_out_of_window:too_fast"),
-                                                 ((0.0, 1e-6), "runtime_out_of_window:too_slow")])
-def test_runtime_window(window, reason):
+@pytest.mark.parametrize(("window", "reason", "by"), [
+    ((1e4, 2e4), "runtime_out_of_window:too_fast", "runtime_screen"),  # certain from one shared call
+    ((0.0, 1e-6), "runtime_out_of_window:too_slow", "runtime")])
+def test_runtime_window(window, reason, by):
     res = run_chain(TaskRun(GOOD, "w"), _chain(skip=["compile"], runtime_window_ms=window))
-    assert res["reason"] == reason
-    assert res["metrics"]["runtime"]["in_window"] is False
+    assert res["reason"] == reason and res["filter"] == by
+    if by == "runtime_screen":
+        m = res["metrics"]["runtime_screen"]
+        assert m["certainly_too_fast"] and 0 < m["screen_ms"] < 0.9 * window[0]
+        assert "determinism" not in res["metrics"]  # dropped before the later filters ran
+    else:
+        assert res["metrics"]["runtime"]["in_window"] is False
+
+
+SLEEPY = """
+import time
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        time.sleep(0.05)
+        return x * 2.0
+
+
+def get_inputs():
+    return [torch.randn(8, 8)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_runtime_screen_leaves_edge_cases_to_the_timed_filter():
+    """A forward that sleeps 50 ms against a window starting at 52 ms: one call cannot be sure (the screen
+    only drops calls below 0.9 x the lower edge), so the timed ``runtime`` filter decides; at 60 ms the
+    screen is sure."""
+    res = run_chain(TaskRun(SLEEPY, "s"), _chain(skip=["compile", "contamination"], runtime_window_ms=(52.0, 1e4)))
+    assert res["metrics"]["runtime_screen"]["screen_ms"] >= 50.0
+    assert res["filter"] == "runtime" and res["reason"] == "runtime_out_of_window:too_fast", res
+    res = run_chain(TaskRun(SLEEPY, "s"), _chain(skip=["compile", "contamination"], runtime_window_ms=(60.0, 1e4)))
+    assert res["filter"] == "runtime_screen"
+
+
+def test_runtime_times_the_compiled_model_with_eager():
+    """With ``time_compiled`` the compile filter's model is timed next to eager (one measurement)."""
+    chain = _chain(thresholds={"runtime": {"time_compiled": True}})
+    res = run_chain(TaskRun(GOOD, "c"), chain)
+    assert res["accepted"], res
+    m = res["metrics"]["runtime"]
+    assert m["eager_ms"] > 0 and m["compile_ms"] > 0 and m["compile_min_ms"] <= m["compile_ms"]
+    assert "compile_ms" not in res["metrics"]["compile"]
 
 
 def test_runtime_window_positive_control():
@@ -238,3 +286,74 @@ def test_gpu_lock_lets_an_exclusive_holder_in_before_later_shared_ones(tmp_path,
     assert events[("r2", "in")] < events[("r1", "out")]  # readers overlap
     assert events[("w", "in")] >= max(events[("r1", "out")], events[("r2", "out")]) - 0.05
     assert events[("r3", "in")] >= events[("w", "out")] - 0.05
+
+
+def test_memory_budget_admits_what_fits_first_come_first_served(tmp_path, monkeypatch):
+    """Reservations fit the capacity; a large request waits for releases and holds back later small ones
+    (no starvation); growing never waits; a dead process's reservation is dropped. Plain files."""
+    import os
+    import tempfile
+    import threading
+    import time
+
+    from opforge.filters.gpu_locks import MemoryBudget
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    a, b, big, small = (MemoryBudget("g", 10.0, owner=o) for o in ("a", "b", "big", "small"))
+    a.admit(4)
+    b.admit(4)
+    assert a.usage() == (8.0, 0)
+    order = []
+
+    def ask(budget, gib):
+        budget.admit(gib)
+        order.append(budget.owner)
+
+    t_big = threading.Thread(target=ask, args=(big, 20))  # capped at 10: needs the GPU to itself
+    t_big.start()
+    time.sleep(0.2)
+    t_small = threading.Thread(target=ask, args=(small, 1))  # would fit, but queues behind big
+    t_small.start()
+    time.sleep(0.2)
+    assert order == [] and a.usage() == (8.0, 2)
+    a.resize(9)  # growing past the capacity never waits
+    assert a.held_gib == 9 and a.usage()[0] == 13.0
+    a.release()
+    time.sleep(0.2)
+    assert order == []  # b still holds 4: big (10) does not fit yet
+    b.release()
+    t_big.join(5)
+    assert order == ["big"] and big.held_gib == 10.0
+    time.sleep(0.2)
+    assert order == ["big"]  # small waits until big is done
+    big.release()
+    t_small.join(5)
+    assert order == ["big", "small"] and small.waited_s > 0.3
+    small.release()
+    # a reservation of a process that is gone (a child killed on timeout) no longer counts
+    dead = MemoryBudget("g", 10.0, owner=str(2**22 + 12345))
+    if not os.path.exists(f"/proc/{dead.owner}"):
+        dead.resize(10)
+        assert a.usage() == (0.0, 0)
+
+
+def test_time_calls_interleaves_and_reports_each_function():
+    import time
+
+    from opforge.filters.timing import time_calls
+
+    calls = []
+
+    def fast():
+        calls.append("f")
+
+    def slow():
+        calls.append("s")
+        time.sleep(0.01)
+
+    t = time_calls({"fast": fast, "slow": slow}, "cpu", warmup=1, budget_s=0.05, min_trials=3)
+    assert set(t) == {"fast", "slow"} and t["fast"].trials == t["slow"].trials >= 3
+    assert t["slow"].median_ms >= 10 > t["fast"].median_ms
+    assert calls[2:] == ["f", "s"] * t["fast"].trials  # after one warm-up call each: alternating
+    stopped = time_calls({"slow": slow, "fast": fast}, "cpu", stop_above_ms=5.0)
+    assert list(stopped) == ["slow"] and stopped["slow"].trials == 0
