@@ -4,6 +4,8 @@
 #   MODE=single bash benchmarks/gpu_throughput.sh   # opforge on GPU 0 + naive baseline (same candidates)
 #   MODE=scale  bash benchmarks/gpu_throughput.sh   # opforge filter stage on every GPU, same candidates
 #   MODE=resume RESUME=runs/gpu/resume bash ...     # finish a carried single-GPU run on every GPU
+#   GPU_TESTS=1 (single, two GPUs): after the naive baseline, `pytest -m gpu` on GPU 1 (log: gpu_tests.log)
+#   HARNESS=1 (any mode): at the end, benchmarks/harness_bench.py on the last GPU (harness_bench.json)
 #   CALIB_N=300 (any mode): afterwards compose CALIB_N fresh candidates (seed 1, h200 profile) and time
 #   them (static, eager, runtime only) to check the profile's calibration
 #
@@ -38,7 +40,11 @@ naive() {  # naive baseline on GPU $1, CPUs $2, for at most $3 seconds
 
 if [ "${MODE:-single}" = single ]; then
     if [ "$NGPU" -ge 2 ] && [ "$NCPU" -ge 32 ]; then
-        naive 1 16-31 "${NAIVE_S:-420}" &
+        ( naive 1 16-31 "${NAIVE_S:-420}"
+          if [ -n "${GPU_TESTS:-}" ]; then
+              CUDA_VISIBLE_DEVICES=1 timeout "${GPU_TESTS_S:-240}" taskset -c 16-31 python3 -m pytest -m gpu -n 4 \
+                  -q -p no:cacheprovider tests > "$OUT/gpu_tests.log" 2>&1
+          fi ) &
         NAIVE=$!
     fi
     CUDA_VISIBLE_DEVICES=0 TORCHINDUCTOR_CACHE_DIR=$W/cache-opforge TRITON_CACHE_DIR=$W/cache-opforge/triton \
@@ -64,6 +70,11 @@ else
         python3 -m opforge.pipeline.cli filter "$CANDS" --out "$W/filter-scale" --device cuda --workers "$WORKERS" \
         --timeout-s 60 --kernelbench "$KB" 2>&1 | tr "\r" "\n" \
         | grep --line-buffered -v -E "(it|task|block|problem)/s" | tee "$W/run.log"
+fi
+if [ -n "${HARNESS:-}" ]; then  # hand-written CUDA solutions and the 64-completion reward batch
+    LAST=$(( NGPU - 1 ))
+    CUDA_VISIBLE_DEVICES=$LAST timeout "${HARNESS_S:-360}" python3 benchmarks/harness_bench.py \
+        --out "$OUT/harness_bench.json" --batch 64 --workers "${HARNESS_WORKERS:-8}" 2>&1 | tee "$OUT/harness.log"
 fi
 if [ -n "${CALIB_N:-}" ]; then  # check of the calibrated profile: eager time of fresh candidates
     python3 -m opforge.pipeline.cli compose --seeds runs/seeds/catalog.parquet --n "$CALIB_N" --seed 1 \

@@ -63,6 +63,7 @@ def main() -> None:
             "speedup_eager", "speedup_compile", "build_s", "verify_s", "profile_s", "eval_s")},
             "ops": tasks.loc[tid, "ops"], "wall_s": time.perf_counter() - t0}
         print(tid, json.dumps(out["solutions"][tid]), flush=True)
+        Path(args.out).write_text(json.dumps(out, indent=1, default=str))  # kept if the batch is cut off
 
     kinds = ["honest", *CHEAT_BODIES]
     completions, ids, expect = [], [], []
