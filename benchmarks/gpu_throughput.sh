@@ -5,7 +5,8 @@
 #   MODE=scale  bash benchmarks/gpu_throughput.sh   # opforge filter stage on every GPU, same candidates
 #   MODE=resume RESUME=runs/gpu/resume bash ...     # finish a carried single-GPU run on every GPU
 #   GPU_TESTS=1 (single, two GPUs): after the naive baseline, `pytest -m gpu` on GPU 1 (log: gpu_tests.log)
-#   HARNESS=1 (any mode): at the end, benchmarks/harness_bench.py on the last GPU (harness_bench.json)
+#   HARNESS=1: benchmarks/harness_bench.py (harness_bench.json, harness.log): in single mode on two GPUs on
+#   GPU 1 after the naive baseline (and the GPU tests), otherwise at the end on the last GPU
 #   CALIB_N=300 (any mode): afterwards compose CALIB_N fresh candidates (seed 1, h200 profile) and time
 #   them (static, eager, runtime only) to check the profile's calibration
 #
@@ -38,13 +39,19 @@ naive() {  # naive baseline on GPU $1, CPUs $2, for at most $3 seconds
         --device cuda --task-timeout-s 60 --max-seconds "$3" --out "$W/naive.json" > "$W/naive.log" 2>&1
 }
 
+harness() {  # hand-written CUDA solutions and the 64-completion reward batch on GPU $1, CPUs $2
+    CUDA_VISIBLE_DEVICES=$1 timeout "${HARNESS_S:-360}" taskset -c "$2" python3 benchmarks/harness_bench.py \
+        --out "$OUT/harness_bench.json" --batch 64 --workers "${HARNESS_WORKERS:-8}" > "$OUT/harness.log" 2>&1
+}
+
 if [ "${MODE:-single}" = single ]; then
     if [ "$NGPU" -ge 2 ] && [ "$NCPU" -ge 32 ]; then
         ( naive 1 16-31 "${NAIVE_S:-420}"
           if [ -n "${GPU_TESTS:-}" ]; then
               CUDA_VISIBLE_DEVICES=1 timeout "${GPU_TESTS_S:-240}" taskset -c 16-31 python3 -m pytest -m gpu -n 4 \
-                  -q -p no:cacheprovider tests > "$OUT/gpu_tests.log" 2>&1
-          fi ) &
+                  -q -p no:cacheprovider tests/test_harness.py tests/test_execution_filters.py > "$OUT/gpu_tests.log" 2>&1
+          fi
+          if [ -n "${HARNESS:-}" ]; then harness 1 16-31; fi ) &
         NAIVE=$!
     fi
     CUDA_VISIBLE_DEVICES=0 TORCHINDUCTOR_CACHE_DIR=$W/cache-opforge TRITON_CACHE_DIR=$W/cache-opforge/triton \
@@ -71,11 +78,7 @@ else
         --timeout-s 60 --kernelbench "$KB" 2>&1 | tr "\r" "\n" \
         | grep --line-buffered -v -E "(it|task|block|problem)/s" | tee "$W/run.log"
 fi
-if [ -n "${HARNESS:-}" ]; then  # hand-written CUDA solutions and the 64-completion reward batch
-    LAST=$(( NGPU - 1 ))
-    CUDA_VISIBLE_DEVICES=$LAST timeout "${HARNESS_S:-360}" python3 benchmarks/harness_bench.py \
-        --out "$OUT/harness_bench.json" --batch 64 --workers "${HARNESS_WORKERS:-8}" 2>&1 | tee "$OUT/harness.log"
-fi
+if [ -n "${HARNESS:-}" ] && [ -z "${NAIVE:-}" ]; then harness $(( NGPU - 1 )) "0-$(( NCPU - 1 ))"; fi
 if [ -n "${CALIB_N:-}" ]; then  # check of the calibrated profile: eager time of fresh candidates
     python3 -m opforge.pipeline.cli compose --seeds runs/seeds/catalog.parquet --n "$CALIB_N" --seed 1 \
         --device-profile h200 --out "$W/calib.parquet" --workers 16 2>&1 | tail -1 | tee -a "$W/run.log"

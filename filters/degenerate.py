@@ -36,18 +36,19 @@ def _zero_error(o: torch.Tensor) -> tuple[float, float]:
     """(error of an all-zeros answer in tolerance units, share of elements it gets right).
 
     The better of both argument orders: ``allclose(o, 0)`` needs ``|o| <= atol``, ``allclose(0, o)`` needs
-    ``|o| <= atol + rtol * |o|``; so the error is ``|o| / (atol + rtol * |o|)``.
+    ``|o| <= atol + rtol * |o|``; so the error is ``|o| / (atol + rtol * |o|)``. One host sync.
     """
     if o.numel() == 0:
         return 0.0, 1.0
     flat = comparable(o)
-    worst, right = 0.0, 0
+    worst, right = [], []
     for a in chunks(flat):
         a = a.abs()
         err = a / (EVAL_ATOL + EVAL_RTOL * a)
-        worst = max(worst, float(err.max()))
-        right += int((err <= 1.0).sum())
-    return worst, right / flat.numel()
+        worst.append(err.max())
+        right.append((err <= 1.0).sum())
+    summary = torch.stack([torch.stack(worst).max().double(), torch.stack(right).sum().double()]).tolist()
+    return summary[0], summary[1] / flat.numel()
 
 
 def _constant_error(o: torch.Tensor) -> float:
@@ -56,7 +57,7 @@ def _constant_error(o: torch.Tensor) -> float:
         return float("inf")
     flat = comparable(o)
     first = flat[:1]
-    return max(tolerance_error(part, first.expand_as(part)) for part in chunks(flat))
+    return tolerance_error(flat, first.expand_as(flat))
 
 
 class DegenerateFilter(Filter):

@@ -12,7 +12,10 @@ the GPU waits meanwhile), so each task gets exactly one such exclusive section, 
   call below ``screen_factor`` x the window's lower edge (0.9: room for one call's noise against the
   median) is certainly too fast and the task is dropped before determinism, degenerate and compile
   spend anything on it. The call's outputs serve the ``determinism`` filter's ``err_call``
-  (``TaskRun.unseeded_outputs``), so the screen costs no forward call of its own.
+  (``TaskRun.unseeded_outputs``), so the screen costs no forward call of its own. A call above the
+  window's upper edge may only be slowed by the neighbours: that task gets one more call, timed with the
+  GPU to itself, and is dropped as too slow when that call exceeds ``stop_above`` x the upper edge (the
+  rule by which ``runtime`` stops after one call), so a 1 s forward never reaches compile.
 * ``runtime`` (order 60, after ``compile``): the exclusive measurement. Eager and, when the ``compile``
   filter left a compiled model (``TaskRun.compiled``), the compiled model are timed interleaved in one
   exclusive section; the window is decided on the eager median. A first eager call longer than
@@ -25,6 +28,7 @@ import time
 from typing import Any
 
 from opforge.filters.execution import TaskRun
+from opforge.filters.gpu_locks import gpu_work
 from opforge.filters.timing import l2_flush_buffer, time_call, time_calls
 from opforge.filters.verdict import Cost, Filter, Verdict
 
@@ -71,41 +75,56 @@ class RuntimeScreenFilter(Filter):
     """Rejects ``runtime_out_of_window:too_fast`` when one warm call on the shared GPU is below
     ``screen_factor`` x the window's lower edge (see the module docstring); never rejects without a window.
 
-    Thresholds: ``window_ms`` ([lo, hi] in ms, or None), ``screen_factor``.
+    Rejects ``runtime_out_of_window:too_slow`` when that call is above the upper edge and one more call,
+    timed alone on the GPU, exceeds ``stop_above`` x the upper edge.
+
+    Thresholds: ``window_ms`` ([lo, hi] in ms, or None), ``screen_factor``, ``stop_above``.
     Metrics: ``screen_ms`` (the call, ms: CUDA events after an L2 flush, or ``perf_counter`` on CPU),
-    ``certainly_too_fast`` (bool).
+    ``alone_ms`` (the exclusive call, ms, when made), ``certainly_too_fast``, ``certainly_too_slow``.
     """
 
     name = "runtime_screen"
     cost = Cost.DEVICE
     order = 15
+    gpu_work_lock = False  # the shared call holds the lock shared, the call alone exclusively
 
     @classmethod
     def default_thresholds(cls) -> dict[str, Any]:
-        return {"window_ms": None, "screen_factor": 0.9}
+        return {"window_ms": None, "screen_factor": 0.9, "stop_above": 2.0}
 
     def score(self, run: TaskRun) -> dict[str, Any]:
         if run.device.startswith("cuda"):
             import torch
 
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            l2_flush_buffer(torch.device(run.device)).zero_()
-            start.record()
-            run.unseeded_outputs = run.call(seed=None)
-            end.record()
-            end.synchronize()
+            with gpu_work(run.device):
+                l2_flush_buffer(torch.device(run.device)).zero_()
+                start.record()
+                run.unseeded_outputs = run.call(seed=None)
+                end.record()
+                end.synchronize()
             ms = start.elapsed_time(end)
         else:
             t = time.perf_counter()
             run.unseeded_outputs = run.call(seed=None)
             ms = (time.perf_counter() - t) * 1e3
-        window = self.thresholds["window_ms"]
-        return {"screen_ms": ms,
-                "certainly_too_fast": window is not None and ms < window[0] * self.thresholds["screen_factor"]}
+        t = self.thresholds
+        window = t["window_ms"]
+        m = {"screen_ms": ms, "alone_ms": None, "certainly_too_slow": False,
+             "certainly_too_fast": window is not None and ms < window[0] * t["screen_factor"]}
+        if window is not None and ms > window[1]:
+            limit = window[1] * t["stop_above"]
+            alone = time_call(lambda: run.call(seed=None), run.device, warmup=1, min_trials=1, max_trials=1,
+                              budget_s=0.0, stop_above_ms=limit)
+            m["alone_ms"] = alone.median_ms
+            m["certainly_too_slow"] = alone.median_ms > limit
+        return m
 
     def decide(self, m: dict[str, Any]) -> Verdict:
         if m["certainly_too_fast"]:
             return self.reject("runtime_out_of_window:too_fast", m)
+        if m["certainly_too_slow"]:
+            return self.reject("runtime_out_of_window:too_slow", m)
         return self.accept(m)
 
 

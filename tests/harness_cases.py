@@ -147,3 +147,43 @@ def completion(files: dict[str, str]) -> str:
     from opforge.harness.solution import format_completion
 
     return format_completion(files, "Here is my solution.")
+
+# CUDA versions (GPU-marked tests): the same task as one CUDA kernel; STREAM is where it is launched
+_CUDA_KERNEL = '''#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+
+__global__ void scale_relu(const float* x, const float* s, float* y, int64_t n, int64_t c) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) {
+        float v = x[i] * s[i % c] + 1.0f;
+        y[i] = v > 0.0f ? v : 0.0f;
+    }
+}
+
+torch::Tensor fused_scale_relu(torch::Tensor x, torch::Tensor scale) {
+    TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kFloat, "float32 CUDA tensor expected");
+    auto xc = x.contiguous();
+    auto y = torch::empty_like(xc);
+    const int64_t n = xc.numel(), c = scale.numel();
+    const int threads = 256;
+    const int blocks = (int)((n + threads - 1) / threads);
+    cudaStream_t stream = STREAM;
+    scale_relu<<<blocks, threads, 0, stream>>>(xc.data_ptr<float>(), scale.data_ptr<float>(),
+                                               y.data_ptr<float>(), n, c);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return y;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.def("fused_scale_relu", &fused_scale_relu, "relu(x * scale + 1)");
+}
+'''
+_CUDA_FORWARD = "        return opforge_kernels.fused_scale_relu(x, self.scale)\n"
+CUDA_HONEST = {"model_new.py": model_new(_CUDA_FORWARD, head="import opforge_kernels\n"),
+               "kernels/fused.cu": _CUDA_KERNEL.replace("STREAM", "at::cuda::getCurrentCUDAStream().stream()")}
+# the work goes to a pool stream the caller's CUDA events do not wait for: timing would see nothing
+CUDA_SIDE_STREAM = {**CUDA_HONEST,
+                    "kernels/fused.cu": _CUDA_KERNEL.replace("STREAM", "at::cuda::getStreamFromPool().stream()")}
+# honest kernel, but TF32 switched on inside forward (matmuls elsewhere would get faster for free)
+CUDA_TF32 = {**CUDA_HONEST, "model_new.py": model_new("        torch.backends.cuda.matmul.allow_tf32 = True\n"
+                                                      + _CUDA_FORWARD, head="import opforge_kernels\n")}

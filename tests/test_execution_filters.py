@@ -84,16 +84,16 @@ def test_stochastic_is_caught_although_the_first_call_is_seeded(no_compile):
 
 @pytest.mark.parametrize(("window", "reason", "by"), [
     ((1e4, 2e4), "runtime_out_of_window:too_fast", "runtime_screen"),  # certain from one shared call
-    ((0.0, 1e-6), "runtime_out_of_window:too_slow", "runtime")])
+    ((0.0, 1e-6), "runtime_out_of_window:too_slow", "runtime_screen")])  # a call alone over 2 x the edge
 def test_runtime_window(window, reason, by):
     res = run_chain(TaskRun(GOOD, "w"), _chain(skip=["compile"], runtime_window_ms=window))
     assert res["reason"] == reason and res["filter"] == by
-    if by == "runtime_screen":
-        m = res["metrics"]["runtime_screen"]
-        assert m["certainly_too_fast"] and 0 < m["screen_ms"] < 0.9 * window[0]
-        assert "determinism" not in res["metrics"]  # dropped before the later filters ran
+    m = res["metrics"]["runtime_screen"]
+    if reason.endswith("too_fast"):
+        assert m["certainly_too_fast"] and 0 < m["screen_ms"] < 0.9 * window[0] and m["alone_ms"] is None
     else:
-        assert res["metrics"]["runtime"]["in_window"] is False
+        assert m["certainly_too_slow"] and m["alone_ms"] > 2 * window[1]
+    assert "determinism" not in res["metrics"]  # dropped before the later filters ran
 
 
 SLEEPY = """
@@ -126,6 +126,12 @@ def test_runtime_screen_leaves_edge_cases_to_the_timed_filter():
     assert res["filter"] == "runtime" and res["reason"] == "runtime_out_of_window:too_fast", res
     res = run_chain(TaskRun(SLEEPY, "s"), _chain(skip=["compile", "contamination"], runtime_window_ms=(60.0, 1e4)))
     assert res["filter"] == "runtime_screen"
+    # above the upper edge: one more call decides only beyond 2 x the edge (50 ms > 2 x 20, < 2 x 30)
+    res = run_chain(TaskRun(SLEEPY, "s"), _chain(skip=["compile", "contamination"], runtime_window_ms=(1.0, 20.0)))
+    assert res["filter"] == "runtime_screen" and res["reason"] == "runtime_out_of_window:too_slow"
+    assert res["metrics"]["runtime_screen"]["alone_ms"] >= 50.0
+    res = run_chain(TaskRun(SLEEPY, "s"), _chain(skip=["compile", "contamination"], runtime_window_ms=(1.0, 30.0)))
+    assert res["filter"] == "runtime" and res["reason"] == "runtime_out_of_window:too_slow"
 
 
 def test_runtime_times_the_compiled_model_with_eager():
@@ -242,10 +248,10 @@ def test_unregistered_tensor_attributes_are_listed():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_unregistered_tensor_breaks_the_task_on_the_gpu():
-    res = run_chain(TaskRun(BAD["eager_error:unregistered_tensor"], "u", "cuda"), _chain(device="cuda",
-                                                                                       skip=["compile"]))
+    chain = _chain(device="cuda", skip=["compile", "contamination"])
+    res = run_chain(TaskRun(BAD["eager_error:unregistered_tensor"], "u", "cuda"), chain)
     assert res["reason"] == "eager_error:unregistered_tensor", res
-    assert run_chain(TaskRun(GOOD, "g", "cuda"), _chain(device="cuda", skip=["compile"]))["accepted"]
+    assert run_chain(TaskRun(GOOD, "g", "cuda"), chain)["accepted"]
 
 
 def test_gpu_lock_lets_an_exclusive_holder_in_before_later_shared_ones(tmp_path, monkeypatch):
