@@ -65,13 +65,24 @@ import sys, pandas as pd
 a, b = (set(pd.read_parquet(p)["task_id"]) for p in sys.argv[1:3])
 print(f"carried candidates == run's own composition: {a == b} ({len(a & b)} shared of {len(a)})")
 EOF
-elif [ "${MODE}" = resume ]; then  # finish a carried single-GPU run directory (RESUME) on every GPU
+elif [ "${MODE}" = resume ]; then  # finish a carried run directory (RESUME): on every GPU, or with
+    # ONE_GPU=1 on GPU 0 and CPUs 0-15 only (then HARNESS runs at the same time on GPU 1, CPUs 16-31)
     cp -r "$RESUME" "$W/run"
+    PIN=()
+    if [ -n "${ONE_GPU:-}" ]; then
+        export CUDA_VISIBLE_DEVICES=0
+        PIN=(taskset -c 0-15)
+        if [ -n "${HARNESS:-}" ] && [ "$NGPU" -ge 2 ]; then
+            ( CUDA_VISIBLE_DEVICES=1 harness 1 16-31 ) &
+            NAIVE=$!  # waited for below, and keeps the harness from running again at the end
+        fi
+    fi
     TORCHINDUCTOR_CACHE_DIR=$W/cache-opforge TRITON_CACHE_DIR=$W/cache-opforge/triton timeout "${LIMIT:-420}" \
-        python3 -m opforge.pipeline.cli run --device cuda \
+        "${PIN[@]}" python3 -m opforge.pipeline.cli run --device cuda \
         --target "${TARGET:-600}" --workers "$WORKERS" --out "$W/run" --seeds-catalog runs/seeds/catalog.parquet \
         --device-profile h200 --round-size "$N" --candidate-budget "$N" --timeout-s 60 --kernelbench "$KB" 2>&1 \
         | tr "\r" "\n" | grep --line-buffered -v -E "(it|task|block|problem)/s" | tee "$W/run.log"
+    if [ -n "${NAIVE:-}" ]; then wait "$NAIVE"; fi
 else
     TORCHINDUCTOR_CACHE_DIR=$W/cache-scale TRITON_CACHE_DIR=$W/cache-scale/triton timeout "${LIMIT:-420}" \
         python3 -m opforge.pipeline.cli filter "$CANDS" --out "$W/filter-scale" --device cuda --workers "$WORKERS" \
