@@ -48,6 +48,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--skip-solutions", action="store_true", help="only the batch (step 2)")
     args = p.parse_args()
     if args.device == "cpu":
         return cpu_batch(args)
@@ -55,7 +56,7 @@ def main() -> None:
     build_root = tempfile.mkdtemp(prefix="opforge-ext-")
     config = EvalConfig(device="cuda")
     out: dict = {"solutions": {}}
-    for tid in tasks.index:
+    for tid in [] if args.skip_solutions else tasks.index:
         t0 = time.perf_counter()
         res = evaluate(get_task(tasks, tid), Solution.from_dir(ROOT / tid), config, build_root=build_root)
         out["solutions"][tid] = {**{k: getattr(res, k) for k in (
