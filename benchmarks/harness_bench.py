@@ -102,6 +102,8 @@ def score_batch(dataset, completions, ids, expect, config, device: str, workers:
         "cheats_all_minus_one": all(r == -1 for r, k in zip(rewards, expect, strict=True) if k != "honest"),
         "honest_rewards": [r for r, k in zip(rewards, expect, strict=True) if k == "honest"],
         "status": {s: sum(1 for r in res if r["status"] == s) for s in {r["status"] for r in res}},
+        "honest_errors": sorted({str(r.get("error"))[:400] for r, k in zip(res, expect, strict=True)
+                                 if k == "honest" and r["status"] != "correct"}),
     }
     print(json.dumps(batch), flush=True)
     return batch
