@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from opforge.filters.gpu_locks import ADMIT_FRACTION, ADMIT_GIB, ADMIT_GROWTH
 from opforge.filters.verdict import REGISTRY, Cost, Filter, TaskInput
 from pydantic import BaseModel, Field, field_validator
 
@@ -44,9 +45,9 @@ class FilterSettings(BaseModel):
         cpu_threads: torch intra-op threads per CPU sandbox child (None = cores / workers).
         gpu_memory_fraction: share of a GPU's memory its tasks may reserve together
             (``filters.gpu_locks.MemoryBudget``; the rest is CUDA contexts, cuBLAS / Triton workspaces).
-        gpu_admit_gib: what a task reserves on its GPU before it starts (GiB; half the median peak of
-            composed tasks on an H200 run, 7.7 GiB: a reservation only has to hold until ``eager`` has
-            measured the task, and waiting for admission idles a sandbox).
+        gpu_admit_gib: what a task reserves on its GPU before it starts (GiB; see
+            ``filters.gpu_locks.ADMIT_GIB``: a reservation only has to hold until ``eager`` has measured
+            the task, and waiting for admission idles a sandbox).
         gpu_growth: before each filter a task's reservation grows to this factor x the memory its
             allocator has held so far (room for the outputs and compiled graphs still to come).
         thresholds: per-filter threshold overrides, e.g. ``{"determinism": {"max_drift": 0.05}}``.
@@ -65,9 +66,9 @@ class FilterSettings(BaseModel):
     memory_gib: float = 8.0
     address_space_cap: bool = True
     cpu_threads: int | None = None
-    gpu_memory_fraction: float = Field(0.9, gt=0, le=1)
-    gpu_admit_gib: float = Field(4.0, gt=0)
-    gpu_growth: float = Field(1.25, ge=1)
+    gpu_memory_fraction: float = Field(ADMIT_FRACTION, gt=0, le=1)
+    gpu_admit_gib: float = Field(ADMIT_GIB, gt=0)
+    gpu_growth: float = Field(ADMIT_GROWTH, ge=1)
     thresholds: dict[str, dict[str, Any]] = Field(default_factory=dict)
     kernelbench: str | None = None
     kernelbench_levels: tuple[int, ...] = (1, 2, 3)

@@ -198,6 +198,13 @@ def lock_waits() -> dict[str, float]:
     return out
 
 
+# Defaults of the admission, shared by the filter stage (FilterSettings) and the harness (EvalConfig):
+# share of the GPU's memory tasks may reserve together (the rest: CUDA contexts, cuBLAS / Triton
+# workspaces); what a task reserves before it has measured anything (GiB: half the median peak of composed
+# tasks on an H200 run, 7.7 GiB); the factor over the allocator's peak so far a running task grows to.
+ADMIT_FRACTION, ADMIT_GIB, ADMIT_GROWTH = 0.9, 4.0, 1.25
+
+
 class MemoryBudget:
     """Admission of tasks to one physical GPU by reserved memory, across processes.
 
@@ -309,6 +316,26 @@ def _alive(owner: str) -> bool:
 
 
 _BUDGETS: dict[str, MemoryBudget] = {}
+
+
+def admitted_on_gpu(fraction: float = ADMIT_FRACTION, start_gib: float = ADMIT_GIB, alone: bool = False
+                    ) -> MemoryBudget:
+    """Admit this process's next task to visible GPU 0's ``MemoryBudget`` (capacity ``fraction`` x its
+    memory): ``start_gib``, or the whole capacity when ``alone``. Returns the budget (``release`` it)."""
+    import torch
+
+    budget = memory_budget(fraction * torch.cuda.get_device_properties(0).total_memory / 2**30)
+    budget.admit(budget.capacity_gib if alone else start_gib)
+    return budget
+
+
+def grow_to_peak(budget: MemoryBudget, growth: float = ADMIT_GROWTH) -> None:
+    """Grow ``budget``'s reservation to ``growth`` x the CUDA allocator's peak so far (never waits)."""
+    import torch
+
+    measured = torch.cuda.max_memory_reserved() / 2**30 * growth
+    if measured > budget.held_gib:
+        budget.resize(measured)
 
 
 def memory_budget(capacity_gib: float, gpu: str | None = None) -> MemoryBudget:

@@ -136,17 +136,13 @@ def _run_on_gpu(run, chain, stage, alone: bool, settings: dict) -> dict:
     """
     import torch
     from opforge.filters.chain import run_chain
-    from opforge.filters.gpu_locks import lock_waits, memory_budget
+    from opforge.filters.gpu_locks import admitted_on_gpu, grow_to_peak, lock_waits
 
     before = lock_waits()
-    total_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
-    budget = memory_budget(settings["gpu_memory_fraction"] * total_gib)
-    budget.admit(budget.capacity_gib if alone else settings["gpu_admit_gib"])
+    budget = admitted_on_gpu(settings["gpu_memory_fraction"], settings["gpu_admit_gib"], alone)
 
     def grow_then_stage(name: str) -> None:
-        measured = torch.cuda.max_memory_reserved() / 2**30 * settings["gpu_growth"]
-        if measured > budget.held_gib:
-            budget.resize(measured)
+        grow_to_peak(budget, settings["gpu_growth"])
         stage(name)
 
     try:

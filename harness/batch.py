@@ -16,15 +16,16 @@ from opforge.harness.solution import Solution
 
 
 def evaluate_one(task: dict[str, Any], files: dict[str, str], config_json: str,
-                 build_root: str | None = None) -> dict[str, Any]:
-    """Dask task: ``evaluate`` one solution given as files; returns the ``EvalResult`` as a dict."""
+                 build_root: str | None = None, alone: bool = False) -> dict[str, Any]:
+    """Dask task: ``evaluate`` one solution given as files (``alone``: with the whole GPU, see
+    ``harness.evaluate``); returns the ``EvalResult`` as a dict."""
     config = EvalConfig.model_validate_json(config_json)
     try:
         solution = Solution(files, origin=str(task.get("task_id")))
     except ValueError as exc:
         return EvalResult(task_id=str(task["task_id"]), data_source=task.get("data_source"), status="load_error",
                           reward=-1.0, error=str(exc), device=config.device).model_dump()
-    return evaluate(task, solution, config, build_root=build_root).model_dump()
+    return evaluate(task, solution, config, build_root=build_root, alone=alone).model_dump()
 
 
 def evaluate_many(pairs: list[tuple[dict[str, Any], dict[str, str]]], config: EvalConfig, client=None,
@@ -35,7 +36,8 @@ def evaluate_many(pairs: list[tuple[dict[str, Any], dict[str, str]]], config: Ev
     With ``results_path`` (JSONL), results already there (same ``task_id``) are reused and new ones are
     appended as they finish, so a killed run resumes. ``client``: a ``distributed.Client`` (default: a
     local cluster for ``config.device`` with ``workers`` evaluations at once - on CUDA per GPU, default 4 -
-    closed afterwards).
+    closed afterwards). An evaluation that ran out of GPU memory next to others (status ``oom``) is not
+    recorded but run again alone on its GPU once all others are done; its second result is final.
     """
     from distributed import as_completed
     from tqdm.auto import tqdm
@@ -59,17 +61,28 @@ def evaluate_many(pairs: list[tuple[dict[str, Any], dict[str, str]]], config: Ev
         client = handle.client
     try:
         if todo:
-            futures = {client.submit(evaluate_one, t, f, config.model_dump_json(), build_root, pure=False): i
-                       for i, t, f in todo}
             out = open(results_path, "a") if results_path else None  # noqa: SIM115
             bar = tqdm(total=len(todo), desc="eval", unit="solution", disable=not progress)
-            for fut in as_completed(futures):
-                res = fut.result()
-                results[futures[fut]] = res
-                if out:
-                    out.write(json.dumps(res) + "\n")
-                    out.flush()
-                bar.update(1)
+
+            def submit(batch, alone: bool) -> dict:
+                return {client.submit(evaluate_one, t, f, config.model_dump_json(), build_root, alone,
+                                      pure=False): (i, t, f) for i, t, f in batch}
+
+            futures, alone = submit(todo, False), False
+            while futures:
+                retry = []
+                for fut in as_completed(futures):
+                    res = fut.result()
+                    i, t, f = futures[fut]
+                    if res.get("status") == "oom" and not alone and config.device == "cuda":
+                        retry.append((i, t, f))
+                        continue
+                    results[i] = res
+                    if out:
+                        out.write(json.dumps(res) + "\n")
+                        out.flush()
+                    bar.update(1)
+                futures, alone = submit(retry, True), True
             bar.close()
             if out:
                 out.close()

@@ -35,11 +35,13 @@ class Hack(Exception):  # noqa: N818 - a finding, raised to stop the evaluation
     pass
 
 
-def evaluate(req: dict[str, Any]) -> dict[str, Any]:
+def evaluate(req: dict[str, Any], grow=None) -> dict[str, Any]:
+    """The evaluation step (see ``harness.evaluate``); ``grow()``, when given, is called after the models
+    are built and after verification (the memory admission's growth to the measured peak)."""
     import importlib.util
 
     import torch
-    from opforge.filters.execution import BUILD_SEED, TaskRun, flatten_tensors, tolerance_error
+    from opforge.filters.execution import BUILD_SEED, TaskRun, flatten_tensors, is_oom, tolerance_error
     from opforge.filters.gpu_locks import gpu_timing, gpu_work
     from opforge.harness.guard import (
         DispatchGuard,
@@ -90,8 +92,11 @@ def evaluate(req: dict[str, Any]) -> dict[str, Any]:
                                      f"(reference keys: {sorted(ref_state)[:5]})")
                 out["weights_missing"] = list(result.missing_keys)
     except Exception as exc:  # noqa: BLE001 - the candidate does not import or build
-        return {**out, "status": "load_error", "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+        return {**out, "status": "oom" if is_oom(exc) else "load_error",
+                "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
 
+    grow = grow or (lambda: None)
+    grow()
     owned = ({f"reference.{k}": v for k, v in ref.state_dict(keep_vars=True).items()}
              if isinstance(ref, torch.nn.Module) else {})
     guard = DispatchGuard(tuple(cfg["namespaces"]))
@@ -150,6 +155,7 @@ def evaluate(req: dict[str, Any]) -> dict[str, Any]:
                 if foreign:
                     raise Hack(f"side_stream:{foreign[0]}")
         out["verify_s"] = time.perf_counter() - t0
+        grow()
         t0 = time.perf_counter()
         inputs = reference.draw_inputs(3000)
         fns = {"eager": lambda: ref(*inputs), "candidate": lambda: run_candidate(inputs)}
@@ -183,7 +189,10 @@ def evaluate(req: dict[str, Any]) -> dict[str, Any]:
 
 def _failure(exc: BaseException, violations: list[str], timers_before: dict, timers_now: dict) -> dict:
     """Status of a failed check. A dispatcher violation wins even when the candidate (or pybind11, for an
-    op called from C++) turned it into another exception; then other hacks; else ``incorrect``."""
+    op called from C++) turned it into another exception; then other hacks; then ``oom`` (out of GPU
+    memory: not a verdict on the candidate's output); else ``incorrect``."""
+    from opforge.filters.execution import is_oom
+
     hacks = [f"torch_op:{v}" for v in violations]
     if isinstance(exc, Hack):
         hacks.append(str(exc))
@@ -191,7 +200,25 @@ def _failure(exc: BaseException, violations: list[str], timers_before: dict, tim
     if hacks:
         return {"status": "hacked", "hacks": hacks}
     text = str(exc) if isinstance(exc, AssertionError) else f"{type(exc).__name__}: {str(exc)[:500]}"
-    return {"status": "incorrect", "error": text}
+    return {"status": "oom" if is_oom(exc) else "incorrect", "error": text}
+
+
+def _admitted(req: dict) -> dict:
+    """``evaluate`` under the GPU's memory admission on CUDA (``filters.gpu_locks.MemoryBudget``): the
+    reservation starts at ``gpu_admit_gib`` (the whole budget with ``alone``) and grows to the measured
+    peak as the evaluation goes (``grow`` is called by ``evaluate`` after each stage)."""
+    import torch
+
+    cfg = req["config"]
+    if cfg["device"] != "cuda" or not torch.cuda.is_available():
+        return evaluate(req)
+    from opforge.filters.gpu_locks import admitted_on_gpu, grow_to_peak
+
+    budget = admitted_on_gpu(cfg["gpu_memory_fraction"], cfg["gpu_admit_gib"], bool(req.get("alone")))
+    try:
+        return evaluate(req, grow=lambda: grow_to_peak(budget, cfg["gpu_growth"]))
+    finally:
+        budget.release()
 
 
 def main() -> None:
@@ -199,10 +226,13 @@ def main() -> None:
     with open(req_path) as fh:
         req = json.load(fh)
     try:
-        res = build(req) if step == "build" else evaluate(req)
+        res = build(req) if step == "build" else _admitted(req)
     except Exception as exc:  # noqa: BLE001 - a failure of the harness step itself, reported as such
         traceback.print_exc()
-        res = {"ok": False, "status": "load_error", "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+        from opforge.filters.execution import is_oom
+
+        res = {"ok": False, "status": "oom" if is_oom(exc) else "load_error",
+               "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
     with open(res_path, "w") as fh:
         json.dump(res, fh)
 

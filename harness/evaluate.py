@@ -18,8 +18,8 @@ Steps (each in a child process with its own timeout, see ``harness.sandbox``):
    ``model.py``, ``tools/``, ``RULES.md``, binding template) before and after.
 
 Statuses: ``build_error``, ``load_error`` (model_new.py does not import or build, weights do not load),
-``incorrect``, ``hacked`` (any anti-hacking check), ``timeout``, ``correct``. The reward follows
-``harness.reward``.
+``incorrect``, ``hacked`` (any anti-hacking check), ``timeout``, ``oom`` (out of memory), ``correct``.
+The reward follows ``harness.reward``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
+from opforge.filters.gpu_locks import ADMIT_FRACTION, ADMIT_GIB, ADMIT_GROWTH
 from opforge.harness.build import BuildResult, build_extension
 from opforge.harness.reward import reward_for
 from opforge.harness.sandbox import run_child
@@ -56,6 +57,11 @@ class EvalConfig(BaseModel):
     eval_timeout_s: float = 600.0
     reward: Literal["milestone", "speedup"] = "milestone"
     namespaces: tuple[str, ...] = ("opforge_kernels",)
+    # GPU memory admission shared with the filter stage (filters.gpu_locks.MemoryBudget): evaluations on
+    # one GPU start only while their reservations fit, so a batch never runs out of memory by crowding
+    gpu_memory_fraction: float = Field(ADMIT_FRACTION, gt=0, le=1)
+    gpu_admit_gib: float = Field(ADMIT_GIB, gt=0)
+    gpu_growth: float = Field(ADMIT_GROWTH, ge=1)
 
 
 class EvalResult(BaseModel):
@@ -110,9 +116,14 @@ def protected_files(workspace: str | Path | None = None) -> list[Path]:
 
 def evaluate(task: dict[str, Any], solution: Solution, config: EvalConfig | None = None, *,
              workspace: str | Path | None = None, build_root: str | Path | None = None,
-             work_dir: str | Path | None = None) -> EvalResult:
+             work_dir: str | Path | None = None, alone: bool = False) -> EvalResult:
     """Evaluate ``solution`` against ``task`` (a dict with ``task_id``, ``code`` and optionally
     ``data_source``: a dataset row). See the module docstring. Never raises for the candidate's faults.
+
+    On CUDA the evaluation is admitted to its GPU by memory (``EvalConfig.gpu_*``); ``alone`` reserves
+    the whole GPU (a re-run of an ``oom``). Status ``oom``: the evaluation ran out of GPU memory; with
+    ``alone`` that is the candidate's (or task's) own need, otherwise it may be the neighbours'
+    (``harness.batch`` re-runs those alone).
 
     Raises:
         ValueError: ``task`` lacks ``task_id`` or ``code``.
@@ -130,7 +141,7 @@ def evaluate(task: dict[str, Any], solution: Solution, config: EvalConfig | None
                                   build_s=build.seconds, logs=logs), protected, before, config)
     tmp = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="opforge-eval-"))
     request = {"task_id": base["task_id"], "task_code": task["code"], "model_new": solution.model_new,
-               "module_path": build.module_path, "config": config.model_dump(mode="json")}
+               "module_path": build.module_path, "config": config.model_dump(mode="json"), "alone": alone}
     out, seconds = run_child("evaluate", request, tmp, config.eval_timeout_s)
     logs["evaluate"] = out.get("log")
     fields = {k: v for k, v in out.items() if k in EvalResult.model_fields and k not in base}

@@ -210,3 +210,13 @@ def test_cuda_solution_and_gpu_only_cheats(name, build_root):
     else:
         want = {"side_stream": "side_stream:", "tf32": "precision:", "torch_relu": "torch_op:"}[name]
         assert res.reward == -1 and any(h.startswith(want) for h in res.hacks), res
+
+
+def test_running_out_of_memory_is_its_own_status(build_root):
+    """A candidate that runs out of memory gets status ``oom`` (reward -1), not ``incorrect``: on a shared
+    GPU that may be the neighbours' fault, and ``harness.batch`` re-runs such evaluations alone."""
+    from .harness_cases import model_new
+
+    files = {"model_new.py": model_new("        raise MemoryError('simulated allocation failure')\n")}
+    res = evaluate(ROW, Solution(files), EvalConfig(device="cpu", profile_compile=False), build_root=build_root)
+    assert res.status == "oom" and res.reward == -1 and "simulated" in res.error, res
