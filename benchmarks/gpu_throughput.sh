@@ -52,14 +52,14 @@ if [ "${MODE:-single}" = single ]; then
                   -q -p no:cacheprovider tests/test_harness.py tests/test_execution_filters.py > "$OUT/gpu_tests.log" 2>&1
           fi
           if [ -n "${HARNESS:-}" ]; then harness 1 16-31; fi ) &
-        NAIVE=$!
+        BG=$!  # naive, GPU tests, harness on GPU 1
     fi
     CUDA_VISIBLE_DEVICES=0 TORCHINDUCTOR_CACHE_DIR=$W/cache-opforge TRITON_CACHE_DIR=$W/cache-opforge/triton \
         timeout "${LIMIT:-500}" taskset -c 0-15 python3 -m opforge.pipeline.cli run --device cuda \
         --target "${TARGET:-600}" --workers "$WORKERS" --out "$W/run" --seeds-catalog runs/seeds/catalog.parquet \
         --device-profile h200 --round-size "$N" --candidate-budget "$N" --timeout-s 60 --kernelbench "$KB" 2>&1 \
         | tr "\r" "\n" | grep --line-buffered -v -E "(it|task|block|problem)/s" | tee "$W/run.log"
-    if [ -n "${NAIVE:-}" ]; then wait "$NAIVE"; else naive 0 0-15 "${NAIVE_S:-240}"; fi
+    if [ -n "${BG:-}" ]; then wait "$BG"; else naive 0 0-15 "${NAIVE_S:-240}"; fi
     python3 - "$CANDS" "$W/run/candidates.parquet" <<'EOF' | tee -a "$W/run.log"
 import sys, pandas as pd
 a, b = (set(pd.read_parquet(p)["task_id"]) for p in sys.argv[1:3])
@@ -74,7 +74,7 @@ elif [ "${MODE}" = resume ]; then  # finish a carried run directory (RESUME): on
         PIN=(taskset -c 0-15)
         if [ -n "${HARNESS:-}" ] && [ "$NGPU" -ge 2 ]; then
             ( CUDA_VISIBLE_DEVICES=1 harness 1 16-31 ) &
-            NAIVE=$!  # waited for below, and keeps the harness from running again at the end
+            BG=$!
         fi
     fi
     TORCHINDUCTOR_CACHE_DIR=$W/cache-opforge TRITON_CACHE_DIR=$W/cache-opforge/triton timeout "${LIMIT:-420}" \
@@ -82,14 +82,16 @@ elif [ "${MODE}" = resume ]; then  # finish a carried run directory (RESUME): on
         --target "${TARGET:-600}" --workers "$WORKERS" --out "$W/run" --seeds-catalog runs/seeds/catalog.parquet \
         --device-profile h200 --round-size "$N" --candidate-budget "$N" --timeout-s 60 --kernelbench "$KB" 2>&1 \
         | tr "\r" "\n" | grep --line-buffered -v -E "(it|task|block|problem)/s" | tee "$W/run.log"
-    if [ -n "${NAIVE:-}" ]; then wait "$NAIVE"; fi
+    if [ -n "${BG:-}" ]; then wait "$BG"; fi
 else
     TORCHINDUCTOR_CACHE_DIR=$W/cache-scale TRITON_CACHE_DIR=$W/cache-scale/triton timeout "${LIMIT:-420}" \
         python3 -m opforge.pipeline.cli filter "$CANDS" --out "$W/filter-scale" --device cuda --workers "$WORKERS" \
         --timeout-s 60 --kernelbench "$KB" 2>&1 | tr "\r" "\n" \
         | grep --line-buffered -v -E "(it|task|block|problem)/s" | tee "$W/run.log"
 fi
-if [ -n "${HARNESS:-}" ] && [ -z "${NAIVE:-}" ]; then harness $(( NGPU - 1 )) "0-$(( NCPU - 1 ))"; fi
+if [ -n "${HARNESS:-}" ] && [ -z "${BG:-}" ]; then  # not already run on GPU 1 in the background
+    harness $(( NGPU - 1 )) "0-$(( NCPU - 1 ))"
+fi
 if [ -n "${CALIB_N:-}" ]; then  # check of the calibrated profile: eager time of fresh candidates
     python3 -m opforge.pipeline.cli compose --seeds runs/seeds/catalog.parquet --n "$CALIB_N" --seed 1 \
         --device-profile h200 --out "$W/calib.parquet" --workers 16 2>&1 | tail -1 | tee -a "$W/run.log"

@@ -5,8 +5,8 @@ Three extra forward calls on the ``eager`` filter's model and inputs, compared w
 
 * ``err_call``: call again *without* re-seeding. RNG use inside ``forward`` (``randn_like``, dropout in
   training mode, ``bernoulli``...) changes the output here even when a fixed seed made the first call
-  reproducible. When the ``runtime`` filter ran first, its last timed call (also unseeded) is used
-  instead of a new call (``TaskRun.unseeded_outputs``, left by the ``runtime_screen`` filter's call).
+  reproducible. When the ``runtime_screen`` filter ran first, its call (also unseeded) is used instead of
+  a new one (``TaskRun.unseeded_outputs``).
 * ``err_reseed``: re-seed with ``CALL_SEED`` and call again: numeric run-to-run drift (atomics, split-K,
   state mutated by ``forward``).
 * ``err_rebuild``: build a second model and draw inputs again from the same seeds: drift from a

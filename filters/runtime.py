@@ -57,20 +57,6 @@ def measure_eager_ms(code: str, task_id: str = "<task>", device: str = "cpu", bu
     return time_call(lambda: run.call(seed=None), device, budget_s=budget_s).median_ms
 
 
-def _window_verdict(f: Filter, m: dict[str, Any], key: str) -> Verdict:
-    """Accept / reject ``m`` on ``m[key]`` (ms) against ``f.thresholds["window_ms"]``; adds ``in_window``."""
-    window = f.thresholds["window_ms"]
-    if window is None:
-        return f.accept({**m, "in_window": None})
-    lo, hi = window
-    m = {**m, "in_window": lo <= m[key] <= hi}
-    if m[key] < lo:
-        return f.reject("runtime_out_of_window:too_fast", m)
-    if m[key] > hi:
-        return f.reject("runtime_out_of_window:too_slow", m)
-    return f.accept(m)
-
-
 class RuntimeScreenFilter(Filter):
     """Rejects ``runtime_out_of_window:too_fast`` when one warm call on the shared GPU is below
     ``screen_factor`` x the window's lower edge (see the module docstring); never rejects without a window.
@@ -174,4 +160,13 @@ class RuntimeFilter(Filter):
         return m
 
     def decide(self, m: dict[str, Any]) -> Verdict:
-        return _window_verdict(self, m, "eager_ms")
+        window = self.thresholds["window_ms"]
+        if window is None:
+            return self.accept({**m, "in_window": None})
+        lo, hi = window
+        m = {**m, "in_window": lo <= m["eager_ms"] <= hi}
+        if m["eager_ms"] < lo:
+            return self.reject("runtime_out_of_window:too_fast", m)
+        if m["eager_ms"] > hi:
+            return self.reject("runtime_out_of_window:too_slow", m)
+        return self.accept(m)
