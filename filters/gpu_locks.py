@@ -16,7 +16,11 @@ task's tensors on it), so an ``oom`` verdict means the task does not fit alone.
 
 Implementation: ``flock`` on ``$TMPDIR/opforge-gpu-<gpu>.<name>`` (shared / exclusive) behind a turnstile
 file ``.<name>.turnstile``: an exclusive holder takes the turnstile before waiting, so a stream of shared
-holders cannot starve it. Per process the state is re-entrant: ``shared`` inside ``shared`` or
+holders cannot starve it. It holds the turnstile for at most ``GpuLock.DRAIN_S`` while the shared holders
+drain; when one of them is still in a long step (a forward call of seconds, slowed further by the GPU's
+time-slicing), it lets the turnstile go, backs off and tries again, so one long step holds up the one
+task that wants to time, not every sandbox on the GPU (a 60 s stall of a whole GPU was measured without
+this). Per process the state is re-entrant: ``shared`` inside ``shared`` or
 ``exclusive`` is a no-op, ``exclusive`` inside ``shared`` gives up the shared hold first (and takes it back
 after), so two holders upgrading at once cannot deadlock. Before giving up a hold the ``before_release``
 hook runs (``torch.cuda.synchronize`` for ``compute``: queued kernels still count as this holder's work).
@@ -67,6 +71,10 @@ class GpuLock:
         mode: None, "shared" or "exclusive" - what this process holds now.
     """
 
+    # an exclusive acquisition holds the turnstile this long at most while the shared holders drain, then
+    # backs off for BACKOFF_S (doubling per failed try, at most BACKOFF_MAX_S) with the turnstile free
+    DRAIN_S, BACKOFF_S, BACKOFF_MAX_S, POLL_S = 0.25, 0.05, 1.0, 0.0005
+
     def __init__(self, gpu: str, name: str, before_release: Callable[[], None] | None = None):
         base = os.path.join(tempfile.gettempdir(), f"opforge-gpu-{gpu}.{name}")
         self.paths = (base, base + ".turnstile")
@@ -98,14 +106,52 @@ class GpuLock:
     def _acquire(self, exclusive: bool) -> None:
         self._open()
         t0 = time.perf_counter()
-        self._flock(self._turn, fcntl.LOCK_EX)
         if exclusive:
-            self._flock(self._fh, fcntl.LOCK_EX)  # the turnstile stays held: later shared holders queue
+            self._acquire_exclusive()
         else:
+            self._flock(self._turn, fcntl.LOCK_EX)
             fcntl.flock(self._turn, fcntl.LOCK_UN)
             self._flock(self._fh, fcntl.LOCK_SH)
         self.waited_s += time.perf_counter() - t0
         self.mode = "exclusive" if exclusive else "shared"
+
+    def _acquire_exclusive(self) -> None:
+        """Turnstile, then the lock itself within ``DRAIN_S``; else free the turnstile, back off, retry.
+        The turnstile stays held with the lock: later shared holders queue behind it."""
+        backoff, waiting = self.BACKOFF_S, False
+        try:
+            while True:
+                if not waiting:
+                    try:
+                        fcntl.flock(self._turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        waiting = self._start_waiting()
+                        fcntl.flock(self._turn, fcntl.LOCK_EX)
+                else:
+                    fcntl.flock(self._turn, fcntl.LOCK_EX)
+                deadline = time.perf_counter() + self.DRAIN_S
+                while True:
+                    try:
+                        fcntl.flock(self._fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        return
+                    except BlockingIOError:
+                        pass
+                    if time.perf_counter() > deadline:
+                        break
+                    waiting = waiting or self._start_waiting()
+                    time.sleep(self.POLL_S)
+                fcntl.flock(self._turn, fcntl.LOCK_UN)
+                time.sleep(backoff)
+                backoff = min(2 * backoff, self.BACKOFF_MAX_S)
+        finally:
+            if waiting and on_wait is not None:
+                on_wait(False)
+
+    @staticmethod
+    def _start_waiting() -> bool:
+        if on_wait is not None:
+            on_wait(True)
+        return True
 
     def _release(self) -> None:
         try:

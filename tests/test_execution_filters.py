@@ -254,44 +254,56 @@ def test_unregistered_tensor_breaks_the_task_on_the_gpu():
     assert run_chain(TaskRun(GOOD, "g", "cuda"), chain)["accepted"]
 
 
-def test_gpu_lock_lets_an_exclusive_holder_in_before_later_shared_ones(tmp_path, monkeypatch):
-    """Readers share a GPU lock; a waiting exclusive holder (an oom re-run) is not starved: a
-    reader arriving after it waits until it is done. Plain flock files: no GPU needed."""
+def _lock_schedule(tmp_path, plan: dict[str, tuple[str, float, float]], drain_s: float) -> dict:
+    """Run one process per ``plan`` entry (name -> (mode "s"/"x", start offset s, hold s)) on one GPU lock,
+    all timed from a common start; returns {(name, "in"/"out"): wall time}."""
     import subprocess
     import sys
     import time
 
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
     script = (
         "import sys, time, tempfile\n"
-        "tempfile.tempdir = sys.argv[4]\n"
+        "tempfile.tempdir = sys.argv[5]\n"
         "from opforge.filters.gpu_locks import GpuLock\n"
-        "name, exclusive, hold = sys.argv[1], sys.argv[2] == 'x', float(sys.argv[3])\n"
-        "lock = GpuLock('test', 'memory')\n"
+        "GpuLock.DRAIN_S = float(sys.argv[6])\n"
+        "name, exclusive, start, hold = sys.argv[1], sys.argv[2] == 'x', float(sys.argv[3]), float(sys.argv[4])\n"
+        "lock = GpuLock('test', 'compute')\n"
+        "time.sleep(max(0.0, start - time.time()))\n"
         "with lock.exclusive() if exclusive else lock.shared():\n"
         "    t_in = time.time()\n"
         "    time.sleep(hold)\n"
         "print(name, t_in, time.time())\n")
-
-    def start(name, mode, hold):
-        return subprocess.Popen([sys.executable, "-c", script, name, mode, str(hold), str(tmp_path)],
-                                stdout=subprocess.PIPE, text=True)
-
-    first = start("r1", "s", 2.0)
-    second = start("r2", "s", 2.0)  # shared with r1
-    time.sleep(1.0)
-    writer = start("w", "x", 0.5)   # waits for r1 and r2
-    time.sleep(0.5)
-    late = start("r3", "s", 0.1)    # arrives while w waits: must come after w
+    t0 = time.time() + 2.0  # every process has started (imports) before the first acquisition
+    procs = [subprocess.Popen([sys.executable, "-c", script, name, mode, str(t0 + offset), str(hold),
+                               str(tmp_path), str(drain_s)], stdout=subprocess.PIPE, text=True)
+             for name, (mode, offset, hold) in plan.items()]
     events = {}
-    for p in (first, second, writer, late):
+    for p in procs:
         out, _ = p.communicate(timeout=60)
         assert p.returncode == 0
         name, t_in, t_out = out.split()
         events[(name, "in")], events[(name, "out")] = float(t_in), float(t_out)
-    assert events[("r2", "in")] < events[("r1", "out")]  # readers overlap
-    assert events[("w", "in")] >= max(events[("r1", "out")], events[("r2", "out")]) - 0.05
-    assert events[("r3", "in")] >= events[("w", "out")] - 0.05
+    return events
+
+
+def test_gpu_lock_lets_an_exclusive_holder_in_before_later_shared_ones(tmp_path):
+    """Readers share a GPU lock; an exclusive holder (timing) waiting for short shared steps is not
+    starved: a reader arriving after it waits until it is done. Plain flock files: no GPU needed."""
+    ev = _lock_schedule(tmp_path, {"r1": ("s", 0.0, 0.4), "r2": ("s", 0.05, 0.4), "w": ("x", 0.2, 0.4),
+                                   "r3": ("s", 0.3, 0.1)}, drain_s=2.0)
+    assert ev[("r2", "in")] < ev[("r1", "out")]  # readers overlap
+    assert ev[("w", "in")] >= max(ev[("r1", "out")], ev[("r2", "out")]) - 0.05
+    assert ev[("r3", "in")] >= ev[("w", "out")] - 0.05
+
+
+def test_gpu_lock_long_shared_step_does_not_stall_other_readers(tmp_path):
+    """A shared step far longer than ``DRAIN_S`` (a multi-second forward) holds up only the exclusive
+    waiter: it backs off and lets later readers in meanwhile, and still gets the lock once the long step
+    ends. Plain flock files: no GPU needed."""
+    ev = _lock_schedule(tmp_path, {"long": ("s", 0.0, 3.0), "w": ("x", 0.3, 0.2), "r3": ("s", 1.0, 0.1)},
+                        drain_s=0.2)
+    assert ev[("r3", "in")] < ev[("long", "out")] - 1.0  # not stalled behind the waiting writer
+    assert ev[("w", "in")] >= ev[("long", "out")] - 0.05  # exclusive all the same
 
 
 def test_memory_budget_admits_what_fits_first_come_first_served(tmp_path, monkeypatch):
