@@ -19,15 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from opforge.filters.execution import (
-    ALT_INPUT_SEED,
-    EVAL_ATOL,
-    EVAL_RTOL,
-    TaskRun,
-    chunks,
-    comparable,
-    tolerance_error,
-)
+from opforge.filters.execution import ALT_INPUT_SEED, TaskRun, error_stats, tolerance_error
 from opforge.filters.gpu_locks import gpu_work
 from opforge.filters.verdict import Cost, Filter, Verdict
 
@@ -36,28 +28,21 @@ def _zero_error(o: torch.Tensor) -> tuple[float, float]:
     """(error of an all-zeros answer in tolerance units, share of elements it gets right).
 
     The better of both argument orders: ``allclose(o, 0)`` needs ``|o| <= atol``, ``allclose(0, o)`` needs
-    ``|o| <= atol + rtol * |o|``; so the error is ``|o| / (atol + rtol * |o|)``. One host sync.
+    ``|o| <= atol + rtol * |o|``; the second is ``error_stats(ref=o, out=0)``. One host sync.
     """
     if o.numel() == 0:
         return 0.0, 1.0
-    flat = comparable(o)
-    worst, right = [], []
-    for a in chunks(flat):
-        a = a.abs()
-        err = a / (EVAL_ATOL + EVAL_RTOL * a)
-        worst.append(err.max())
-        right.append((err <= 1.0).sum())
-    summary = torch.stack([torch.stack(worst).max().double(), torch.stack(right).sum().double()]).tolist()
-    return summary[0], summary[1] / flat.numel()
+    worst, within = error_stats(o, torch.zeros(1, dtype=o.dtype, device=o.device))
+    return worst, within / o.numel()
 
 
 def _constant_error(o: torch.Tensor) -> float:
     """Error, in tolerance units, of answering every element with the first one; inf for numel <= 1."""
     if o.numel() <= 1:
         return float("inf")
-    flat = comparable(o)
-    first = flat[:1]
-    return tolerance_error(flat, first.expand_as(flat))
+    flat = o.detach()
+    flat = (torch.view_as_real(flat) if flat.is_complex() else flat).reshape(-1)
+    return error_stats(flat, flat[:1])[0]
 
 
 class DegenerateFilter(Filter):

@@ -15,6 +15,7 @@ to time its task waits for one step, not for a whole filter.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,10 +124,7 @@ CHUNK_ELEMENTS = 1 << 24  # comparisons run over 16M-element slices: a 4 GB outp
 def comparable(t: torch.Tensor) -> torch.Tensor:
     """A flat real view/copy of ``t`` for comparisons: complex as (re, im) pairs; bool and int as float64;
     reduced-precision floats as float32."""
-    t = t.detach()
-    if t.is_complex():
-        t = torch.view_as_real(t)
-    flat = t.reshape(-1)
+    flat = _flat(t)
     if flat.dtype in (torch.float32, torch.float64):
         return flat
     if flat.is_floating_point():
@@ -140,16 +138,55 @@ def chunks(flat: torch.Tensor):
         yield flat[i:i + CHUNK_ELEMENTS]
 
 
-def _chunk_error(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> torch.Tensor:
-    """0-dim tensor on the chunks' device: ``max |b - a| / (atol + rtol |a|)`` over the elements finite on
-    both sides, ``inf`` when NaNs are not in the same places or infinities differ. No host sync."""
+def _chunk_stats(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """0-dim tensors on the chunks' device: ``max |b - a| / (atol + rtol |a|)`` over the elements finite on
+    both sides (``inf`` when NaNs are not in the same places or infinities differ), and the number of
+    elements within tolerance. ``b`` may be a one-element tensor. No host sync."""
+    b = b.expand_as(a)
     nan_a, nan_b = torch.isnan(a), torch.isnan(b)
     inf_a, inf_b = torch.isinf(a), torch.isinf(b)
-    mismatch = (nan_a != nan_b).any() | ((inf_a | inf_b) & (a != b)).any()
+    bad = (nan_a != nan_b) | ((inf_a | inf_b) & (a != b))
     finite = ~(nan_a | nan_b | inf_a | inf_b)
     err = torch.where(finite, (a - b).abs() / (atol + rtol * a.abs()), 0.0)
-    worst = err.max() if err.numel() else torch.zeros((), device=a.device, dtype=a.dtype)
-    return torch.where(mismatch, torch.full_like(worst, float("inf")), worst)
+    err = torch.where(bad, float("inf"), err)
+    return err.max(), (err <= 1.0).sum()
+
+
+def error_stats(ref: torch.Tensor, out: torch.Tensor, atol: float = EVAL_ATOL,
+                rtol: float = EVAL_RTOL) -> tuple[float, int]:
+    """(largest error in tolerance units, number of elements within tolerance) of ``out`` against ``ref``,
+    elementwise as in ``tolerance_error``; ``out`` has ``ref``'s numel or one element (one answer for every
+    element: the degenerate filter's constant and all-zeros answers). ``ref.numel() > 0``.
+
+    On CUDA one pass of a Triton kernel (``filters.comparison_cuda``) over both tensors in their own dtype;
+    elsewhere (or for dtypes the kernel does not load) torch over ``CHUNK_ELEMENTS`` slices, so extra memory
+    stays near one slice whatever the output size. Either way one host read: on a GPU shared by many
+    processes each sync waits for a time slice.
+    """
+    ref_flat, out_flat = _flat(ref), _flat(out.to(ref.device))
+    if out_flat.numel() not in (1, ref_flat.numel()) or ref_flat.numel() == 0:
+        raise ValueError(f"error_stats: {out_flat.numel()} elements against {ref_flat.numel()}")
+    if ref_flat.is_cuda and ref_flat.is_floating_point() and out_flat.is_floating_point():
+        try:
+            from opforge.filters.comparison_cuda import error_stats_cuda
+
+            return error_stats_cuda(ref_flat, out_flat, atol, rtol)
+        except Exception:  # noqa: BLE001 - no Triton, or a dtype it cannot load: the torch path below
+            pass
+    ref_flat, out_flat = comparable(ref_flat), comparable(out_flat)
+    outs = itertools.repeat(out_flat) if out_flat.numel() == 1 else chunks(out_flat)
+    parts = [_chunk_stats(a, b, atol, rtol) for a, b in zip(chunks(ref_flat), outs, strict=False)]
+    worst, count = torch.stack([torch.stack([p[0] for p in parts]).max().double(),
+                                torch.stack([p[1] for p in parts]).sum().double()]).tolist()
+    return worst, int(count)
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """``t`` flat, detached, complex as (re, im) pairs; dtype kept."""
+    t = t.detach()
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    return t.reshape(-1)
 
 
 def tolerance_error(ref: torch.Tensor, out: torch.Tensor, atol: float = EVAL_ATOL,
@@ -157,18 +194,14 @@ def tolerance_error(ref: torch.Tensor, out: torch.Tensor, atol: float = EVAL_ATO
     """``max |out - ref| / (atol + rtol * |ref|)`` over all elements, as a float.
 
     0 means identical values; <= 1 means ``torch.allclose(out, ref, rtol, atol)`` holds. NaN on one side
-    and not the other, a shape mismatch or mismatched infinities give ``inf``. Works slice by slice, so
-    extra memory stays near ``CHUNK_ELEMENTS`` elements whatever the output size, and reads the result
-    back once (one host sync per comparison: on a GPU shared by many processes each sync waits for a
-    time slice, so per-slice syncs made comparisons cost more GPU time than the forwards they check).
+    and not the other, a shape mismatch or mismatched infinities give ``inf``. See ``error_stats`` for how
+    it is computed (one host sync per comparison).
     """
     if ref.shape != out.shape:
         return float("inf")
     if ref.numel() == 0:
         return 0.0
-    parts = [_chunk_error(a, b, atol, rtol)
-             for a, b in zip(chunks(comparable(ref)), chunks(comparable(out).to(ref.device)), strict=True)]
-    return float(torch.stack(parts).max())
+    return error_stats(ref, out, atol, rtol)[0]
 
 
 def outputs_error(ref: list[torch.Tensor], out: list[torch.Tensor], atol: float = EVAL_ATOL,

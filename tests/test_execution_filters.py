@@ -173,6 +173,52 @@ def test_tolerance_error_matches_allclose():
     assert tolerance_error(torch.tensor([True, False]), torch.tensor([True, False])) == 0.0
 
 
+def _stats_cases(device: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Pairs (ref, out) with NaNs, infinities, reduced precision, complex and one-element answers."""
+    g = torch.Generator().manual_seed(1)
+    ref = torch.randn(70_000, generator=g) * 3
+    out = ref + 0.03 * torch.randn(70_000, generator=g)
+    ref[5], out[5] = float("nan"), float("nan")        # NaN on both sides: fine
+    ref[9], out[9] = float("inf"), float("inf")        # the same infinity: fine
+    mism = out.clone()
+    mism[11] = float("-inf")                           # an infinity not matched: inf
+    cases = [(ref, out), (ref, mism), (ref, ref.clone()), (ref.half(), out.half()), (ref.bfloat16(), out),
+             (ref.double(), out.double()), (ref, torch.zeros(1)), (ref, ref[:1]),
+             (torch.complex(ref, out), torch.complex(out, ref))]
+    return [(a.to(device), b.to(device)) for a, b in cases]
+
+
+def _stats_by_hand(ref: torch.Tensor, out: torch.Tensor) -> tuple[float, int]:
+    a, b = ref.detach().cpu(), out.detach().cpu()
+    if a.is_complex():
+        a, b = torch.view_as_real(a).reshape(-1), torch.view_as_real(b).reshape(-1)
+    a, b = a.double().reshape(-1), b.double().reshape(-1).expand(a.numel())
+    worst, within = 0.0, 0
+    for x, y in zip(a.tolist(), b.tolist(), strict=True):
+        if math.isnan(x) or math.isnan(y):
+            e = 0.0 if math.isnan(x) and math.isnan(y) else math.inf
+        elif math.isinf(x) or math.isinf(y):
+            e = 0.0 if x == y else math.inf
+        else:
+            e = abs(x - y) / (1e-2 + 1e-2 * abs(x))
+        worst, within = max(worst, e), within + (e <= 1.0)
+    return worst, within
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
+    pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")])])
+def test_error_stats_match_an_elementwise_computation(device):
+    """``error_stats`` (torch slices on CPU, the Triton kernel on CUDA) against a plain Python loop over
+    the elements: the largest error within 1e-5 relative and the count of elements within tolerance."""
+    from opforge.filters.execution import error_stats
+
+    for i, (ref, out) in enumerate(_stats_cases(device)):
+        worst, within = error_stats(ref, out)
+        want_worst, want_within = _stats_by_hand(ref, out)
+        assert within == want_within, (i, within, want_within)
+        assert worst == want_worst or abs(worst - want_worst) <= 1e-5 * want_worst, (i, worst, want_worst)
+
+
 def test_time_call_counts_trials_and_reports_ms():
     t = time_call(lambda: torch.randn(64, 64) @ torch.randn(64, 64), "cpu", budget_s=0.05)
     assert 3 <= t.trials <= 100 and 0 < t.min_ms <= t.median_ms <= t.max_ms
