@@ -26,11 +26,13 @@ profile() {  # GPU $1, CPUs $2, extra args
         timeout "${PROFILE_S:-150}" taskset -c "$c" python3 benchmarks/gpu_cost_profile.py "$CANDS" \
         --limit "${PROFILE_N:-25}" --out "$OUT/cost_gpu$g.json" "$@" > "$OUT/cost_gpu$g.log" 2>&1
 }
-profile 0 0-15 &
-P0=$!
-profile 1 16-31 --no-autotune-pointwise
-wait $P0
-tail -n 45 "$OUT/cost_gpu0.log" "$OUT/cost_gpu1.log"
+if [ -n "${PROFILE-1}" ]; then
+    profile 0 0-15 &
+    P0=$!
+    profile 1 16-31 --no-autotune-pointwise
+    wait $P0
+    tail -n 45 "$OUT/cost_gpu0.log" "$OUT/cost_gpu1.log"
+fi
 
 count() {  # ledger line counts every 5 s
     while sleep 5; do
@@ -67,6 +69,6 @@ if [ "$MPS" = 1 ]; then
 fi
 kill $CNT $SMI 2>/dev/null
 tail -n 5 "$OUT/ledger_counts.txt"
-cd "$W" && tar czf "$OUT/ledgers.tgz" f0/ledger.jsonl f1/ledger.jsonl 2>/dev/null
-ls -la "$OUT"
+cp "$W"/f0/ledger.jsonl "$OUT/ledger_plain.jsonl"; cp "$W"/f1/ledger.jsonl "$OUT/ledger_mps.jsonl"
+cd "$OUT" && tar czf /tmp/contention.tgz --exclude=contention.tgz . && mv /tmp/contention.tgz "$OUT/" && ls -la "$OUT"
 exit 0
