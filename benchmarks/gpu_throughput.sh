@@ -6,7 +6,8 @@
 #   MODE=resume RESUME=runs/gpu/resume bash ...     # finish a carried single-GPU run on every GPU
 #   GPU_TESTS=1 (single, two GPUs): after the naive baseline, `pytest -m gpu` on GPU 1 (log: gpu_tests.log)
 #   HARNESS=1: benchmarks/harness_bench.py (harness_bench.json, harness.log): in single mode on two GPUs on
-#   GPU 1 after the naive baseline (and the GPU tests), otherwise at the end on the last GPU
+#   GPU 1 after the naive baseline (and the GPU tests), otherwise at the end on the last GPU; HARNESS_ARGS
+#   adds arguments (e.g. --skip-solutions: only the 64-completion batch)
 #   CALIB_N=300 (any mode): afterwards compose CALIB_N fresh candidates (seed 1, h200 profile) and time
 #   them (static, eager, runtime only) to check the profile's calibration
 #
@@ -41,7 +42,8 @@ naive() {  # naive baseline on GPU $1, CPUs $2, for at most $3 seconds
 
 harness() {  # hand-written CUDA solutions and the 64-completion reward batch on GPU $1, CPUs $2
     CUDA_VISIBLE_DEVICES=$1 timeout "${HARNESS_S:-360}" taskset -c "$2" python3 benchmarks/harness_bench.py \
-        --out "$OUT/harness_bench.json" --batch 64 --workers "${HARNESS_WORKERS:-8}" > "$OUT/harness.log" 2>&1
+        --out "$OUT/harness_bench.json" --batch 64 --workers "${HARNESS_WORKERS:-8}" ${HARNESS_ARGS:-} \
+        > "$OUT/harness.log" 2>&1
 }
 
 if [ "${MODE:-single}" = single ]; then
@@ -102,4 +104,6 @@ fi
 kill $SMI 2>/dev/null
 cd "$W" && rm -rf run/seeds cache-* run/hf/data && tar czf "$OUT/results.tgz" --exclude='*.log' . && cp ./*.log "$OUT/" 2>/dev/null
 ls -la "$OUT"
+# the device tool brings back a few files only: everything in one archive
+cd "$OUT" && tar czf /tmp/all.tgz . && find . -mindepth 1 -delete && mv /tmp/all.tgz "$OUT/"
 exit 0

@@ -50,6 +50,12 @@ class FilterSettings(BaseModel):
             the task, and waiting for admission idles a sandbox).
         gpu_growth: before each filter a task's reservation grows to this factor x the memory its
             allocator has held so far (room for the outputs and compiled graphs still to come).
+        gpu_step_limit_s: most seconds one GPU step of a task (a forward call, a comparison, a compiled
+            model's first call with Inductor's autotuning, a timing section) may hold the GPU's lock; a
+            longer one ends the task with reason ``timeout`` (metrics ``gpu_step_s``). While a step runs,
+            every neighbour that wants to time waits for it, so one 60 s forward stalled a whole GPU for
+            60 s (H200, 14 sandboxes). 10 s shared by at most 16 time-sliced sandboxes is still >= 0.6 s
+            of the GPU to itself: 6 x the default window's top. 0 or None: no limit.
         thresholds: per-filter threshold overrides, e.g. ``{"determinism": {"max_drift": 0.05}}``.
         kernelbench: where the contamination filter's KernelBench problems come from (a .jsonl/.parquet
             path or ``hub:REPO@REVISION``; None = ``filters.kernelbench.default_reference()``).
@@ -69,6 +75,7 @@ class FilterSettings(BaseModel):
     gpu_memory_fraction: float = Field(ADMIT_FRACTION, gt=0, le=1)
     gpu_admit_gib: float = Field(ADMIT_GIB, gt=0)
     gpu_growth: float = Field(ADMIT_GROWTH, ge=1)
+    gpu_step_limit_s: float | None = Field(10.0, ge=0)
     thresholds: dict[str, dict[str, Any]] = Field(default_factory=dict)
     kernelbench: str | None = None
     kernelbench_levels: tuple[int, ...] = (1, 2, 3)

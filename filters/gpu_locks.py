@@ -61,6 +61,10 @@ def physical_gpu(index: int | None = 0) -> str:
 # child reports both to its parent, which stops the task's timeout clock in between (waiting for a
 # neighbour is not the task's time).
 on_wait: Callable[[bool], None] | None = None
+# Called with True when this process starts holding a GPU lock (any mode) and with False when it stops
+# (after the synchronisation on release, which is where a long step's time goes); a sandbox child reports
+# both, and its parent ends a task whose one step holds the GPU past ``FilterSettings.gpu_step_limit_s``.
+on_hold: Callable[[bool], None] | None = None
 
 
 class GpuLock:
@@ -114,6 +118,8 @@ class GpuLock:
             self._flock(self._fh, fcntl.LOCK_SH)
         self.waited_s += time.perf_counter() - t0
         self.mode = "exclusive" if exclusive else "shared"
+        if on_hold is not None:
+            on_hold(True)
 
     def _acquire_exclusive(self) -> None:
         """Turnstile, then the lock itself within ``DRAIN_S``; else free the turnstile, back off, retry.
@@ -162,6 +168,8 @@ class GpuLock:
             if self.mode == "exclusive":
                 fcntl.flock(self._turn, fcntl.LOCK_UN)
             self.mode = None
+            if on_hold is not None:
+                on_hold(False)
 
     # -- context managers --------------------------------------------------------------------------
     @contextlib.contextmanager

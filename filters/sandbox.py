@@ -10,6 +10,8 @@ Outcomes the child cannot report itself become verdicts here:
 
 * ``timeout`` - no result within ``timeout_s``, not counting time the child reported waiting for a GPU
   lock (``filters.gpu_locks``, up to ``max_lock_wait_s``); the child's whole process group is killed;
+  also when one GPU step holds a GPU lock longer than the settings' ``gpu_step_limit_s`` (metrics
+  ``gpu_step_s``, ``gpu_step_limit_s``): a neighbour that wants to time waits for every such step;
 * ``crash:<SIGNAL>`` or ``crash:exit<code>`` - the child died (``os.abort()``, a segfault in a kernel...);
 * a result flagged ``cuda_broken`` (a task's kernel broke the child's CUDA context) keeps its verdict,
   and the child is replaced before the next task;
@@ -180,6 +182,8 @@ class Sandbox:
             return min(now - paused_at, max(0.0, self.max_lock_wait_s - waited)) if paused_at is not None else 0.0
 
         stage = ""
+        held_since: float | None = None  # the child holds a GPU lock (one GPU step) since then
+        step_limit = self.settings.get("gpu_step_limit_s") or 0.0
         margin = self.settings.get("memory_gib", 0) * 2**30
         # the guard is relative to the child's size at start; while it starts, only the timeout applies
         limit = self.child_info["rss"] + margin if margin and "rss" in self.child_info else 0
@@ -188,6 +192,11 @@ class Sandbox:
             left = deadline - now + credit(now)  # while the child waits for a lock, the clock stands
             if left <= 0:
                 return self._failure("timeout", stage)
+            if step_limit and held_since is not None and now - held_since > step_limit:
+                failure = self._failure("timeout", stage)
+                failure["metrics"][stage or "sandbox"].update(gpu_step_s=round(now - held_since, 3),
+                                                              gpu_step_limit_s=step_limit)
+                return failure
             ready, _, _ = select.select([self._rfd], [], [], min(self.poll_s, left))
             if ready:
                 try:
@@ -196,6 +205,9 @@ class Sandbox:
                     return self._failure(self._death_reason(), stage)
                 if isinstance(msg, tuple) and msg[0] == "stage":
                     stage = msg[1]
+                    continue
+                if isinstance(msg, tuple) and msg[0] == "gpu_hold":
+                    held_since = time.monotonic() if msg[1] else None
                     continue
                 if isinstance(msg, tuple) and msg[0] == "lock_wait":
                     # time spent waiting for a neighbour on a shared GPU is not the task's: stop the clock,

@@ -4,7 +4,8 @@ Protocol (length-prefixed pickles, see ``filters.sandbox``): the parent sends ``
 the child imports torch, applies the settings and answers ``("ready", info)``. Then for each
 ``("task", task_id, code)`` it sends ``("stage", filter_name)`` before every filter, ``("lock_wait",
 True / False)`` when it starts / stops waiting for a GPU lock (the parent's timeout clock stops in
-between), and finally the
+between), ``("gpu_hold", True / False)`` when it starts / stops holding one (one GPU step: the parent
+ends the task when a step outlasts ``gpu_step_limit_s``), and finally the
 ``run_chain`` result dict (``("task", task_id, code, True)`` runs it alone on its GPU, see
 ``_run_on_gpu``). ``("stop",)`` or a closed stdin ends the child; so does the parent's death
 (checked every second), so an orphaned child never keeps a GPU busy.
@@ -93,6 +94,7 @@ def main() -> None:
     from opforge.filters import gpu_locks
 
     gpu_locks.on_wait = lambda waiting: send_message(out, ("lock_wait", waiting))
+    gpu_locks.on_hold = lambda holding: send_message(out, ("gpu_hold", holding))
     send_message(out, ("ready", info))
     while True:
         try:

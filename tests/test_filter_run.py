@@ -195,6 +195,29 @@ def test_oom_next_to_others_is_rerun_alone_after_everything_else(tmp_path, monke
     assert res.funnel["oom_rerun_alone"] == 2 and res.funnel["accepted_tasks"] == 10
 
 
+def test_one_gpu_step_longer_than_the_step_limit_ends_the_task(tmp_path, monkeypatch):
+    """A forward that holds the GPU lock for 4 s (every neighbour that wants to time would wait for it)
+    ends the task with ``timeout`` once it outlasts ``gpu_step_limit_s`` (1 s), long before the task's
+    own 60 s timeout; with no step limit the same task is accepted. Plain lock files: no GPU needed."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    code = task("        import time\n        from opforge.filters.gpu_locks import GpuLock\n"
+                "        with GpuLock('steptest', 'compute').shared():\n            time.sleep(4.0)\n"
+                "        return x * 2.0")
+    for limit in (1.0, None):
+        settings = FilterSettings(only=["eager"], timeout_s=60.0, gpu_step_limit_s=limit).model_dump()
+        with Sandbox(settings, env={"TMPDIR": str(tmp_path)}) as box:
+            t0 = time.monotonic()
+            result = box.run("s", code, timeout_s=60.0)
+            seconds = time.monotonic() - t0
+        if limit:
+            assert result["reason"] == "timeout" and seconds < 3.5, (result, seconds)
+            assert result["metrics"]["eager"]["gpu_step_s"] > 1.0
+        else:
+            assert result["accepted"] and seconds >= 4.0, result
+
+
 def test_time_waiting_for_a_gpu_lock_does_not_count_against_the_timeout(tmp_path, monkeypatch):
     """A task waiting 3 s for a GPU lock held by a neighbour finishes under a 2 s timeout: the child
     reports the wait and the parent extends the deadline by it (plain lock files: no GPU needed)."""
