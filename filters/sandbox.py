@@ -152,13 +152,14 @@ class Sandbox:
         self.close()
 
     # -- work ------------------------------------------------------------------------------------
-    def run(self, task_id: str, code: str, timeout_s: float, alone: bool = False) -> dict[str, Any]:
+    def run(self, task_id: str, code: str, timeout_s: float, alone: bool = False,
+            reserve_gib: float | None = None) -> dict[str, Any]:
         """Verdict of the filter chain on one task, as ``run_chain``'s dict plus ``start_s`` (seconds spent
         starting a child for this task). ``alone``: on a GPU, run it with no other task on that GPU (see
         ``sandbox_child._run_on_gpu``). Never raises for anything the task does."""
         start_s = self.start()
         try:
-            send_message(self.proc.stdin, ("task", task_id, code, alone))
+            send_message(self.proc.stdin, ("task", task_id, code, alone, reserve_gib))
         except (BrokenPipeError, OSError):
             result = self._failure("crash", "send")
         else:

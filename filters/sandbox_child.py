@@ -6,8 +6,8 @@ the child imports torch, applies the settings and answers ``("ready", info)``. T
 True / False)`` when it starts / stops waiting for a GPU lock (the parent's timeout clock stops in
 between), ``("gpu_hold", True / False)`` when it starts / stops holding one (one GPU step: the parent
 ends the task when a step outlasts ``gpu_step_limit_s``), and finally the
-``run_chain`` result dict (``("task", task_id, code, True)`` runs it alone on its GPU, see
-``_run_on_gpu``). ``("stop",)`` or a closed stdin ends the child; so does the parent's death
+``run_chain`` result dict (``("task", task_id, code, alone, reserve_gib)``: ``alone`` runs it with no other
+task on its GPU, ``reserve_gib`` sets its memory reservation, see ``_run_on_gpu``). ``("stop",)`` or a closed stdin ends the child; so does the parent's death
 (checked every second), so an orphaned child never keeps a GPU busy.
 """
 
@@ -105,13 +105,14 @@ def main() -> None:
             return
         _, task_id, code, *rest = msg
         alone = bool(rest and rest[0])
+        reserve_gib = rest[1] if len(rest) > 1 else None
         run = TaskRun(code=code, task_id=task_id, device=settings["device"])
 
         def stage(name: str) -> None:
             send_message(out, ("stage", name))
 
         if settings["device"] == "cuda":
-            result = _run_on_gpu(run, chain, stage, alone, settings)
+            result = _run_on_gpu(run, chain, stage, alone, settings, reserve_gib)
         else:
             result = run_chain(run, chain, on_stage=stage)
             run.release()
@@ -124,15 +125,17 @@ def main() -> None:
             os._exit(4)
 
 
-def _run_on_gpu(run, chain, stage, alone: bool, settings: dict) -> dict:
+def _run_on_gpu(run, chain, stage, alone: bool, settings: dict, reserve_gib: float | None = None) -> dict:
     """``run_chain`` on a GPU shared with other sandboxes, under the GPU's memory admission
-    (``filters.gpu_locks.MemoryBudget``): the task reserves ``gpu_admit_gib`` before it starts (the whole
-    budget when ``alone``), grows the reservation to ``gpu_growth`` x the memory it has held so far before
-    each filter, and frees its memory afterwards.
+    (``filters.gpu_locks.MemoryBudget``): the task reserves ``reserve_gib`` (default ``gpu_admit_gib``;
+    the whole budget when ``alone``) before it starts, grows the reservation to ``gpu_growth`` x the memory
+    it has held so far before each filter, and frees its memory afterwards.
 
-    An ``oom`` next to other tasks may be the neighbours' fault: such a result comes back with
-    ``retry_alone: True`` and the dispatcher runs the task again with ``alone`` once the others are done.
-    A result run alone has ``retried_alone: True``. ``lock_wait_s`` says how long the task waited for each
+    An ``oom`` next to other tasks may be the neighbours' fault. The first such result comes back with
+    ``retry_gib``: ``gpu_growth`` x (what the allocator held + the allocation that failed), at least twice
+    the start reservation, and the dispatcher runs the task again at once reserving that much; an ``oom``
+    of that re-run comes back with ``retry_alone: True`` and the task runs a last time ``alone`` once the
+    others are done (``retried_alone: True``). ``lock_wait_s`` says how long the task waited for each
     lock (``memory``: admission), ``gpu_peak_gib`` the most GPU memory its tensors held at once and
     ``gpu_reserved_gib`` the most the allocator held (GiB).
     """
@@ -141,7 +144,8 @@ def _run_on_gpu(run, chain, stage, alone: bool, settings: dict) -> dict:
     from opforge.filters.gpu_locks import admitted_on_gpu, grow_to_peak, lock_waits
 
     before = lock_waits()
-    budget = admitted_on_gpu(settings["gpu_memory_fraction"], settings["gpu_admit_gib"], alone)
+    start_gib = reserve_gib or settings["gpu_admit_gib"]
+    budget = admitted_on_gpu(settings["gpu_memory_fraction"], start_gib, alone)
 
     def grow_then_stage(name: str) -> None:
         grow_to_peak(budget, settings["gpu_growth"])
@@ -161,10 +165,24 @@ def _run_on_gpu(run, chain, stage, alone: bool, settings: dict) -> dict:
         budget.release()
     if alone:
         result["retried_alone"] = True
+    elif result["reason"] == "oom" and reserve_gib is None:
+        error = str(result["metrics"].get(result["filter"] or "", {}).get("error", ""))
+        need = (result["gpu_reserved_gib"] + _failed_allocation_gib(error)) * settings["gpu_growth"]
+        result["retry_gib"] = round(max(need, 2 * start_gib), 3)
     elif result["reason"] == "oom":
         result["retry_alone"] = True
     result["lock_wait_s"] = {k: round(v - before.get(k, 0.0), 4) for k, v in lock_waits().items()}
     return result
+
+
+def _failed_allocation_gib(error: str) -> float:
+    """GiB of the allocation a CUDA out-of-memory message names ("Tried to allocate 2.50 GiB"), else 0."""
+    import re
+
+    m = re.search(r"Tried to allocate ([0-9.]+) (B|KiB|MiB|GiB|TiB)", error)
+    if not m:
+        return 0.0
+    return float(m.group(1)) * {"B": 2**-30, "KiB": 2**-20, "MiB": 2**-10, "GiB": 1.0, "TiB": 1024.0}[m.group(2)]
 
 
 def _release_gpu_memory() -> None:

@@ -44,15 +44,15 @@ def _sandbox(settings_json: str, log_dir: str | None) -> Sandbox:
 
 
 def verdict_task(task_id: str, code: Any, settings_json: str, log_dir: str | None = None,
-                 alone: bool = False) -> dict[str, Any]:
+                 alone: bool = False, reserve_gib: float | None = None) -> dict[str, Any]:
     """Dask task: run the filter chain on one task in this worker thread's sandbox child (``alone``: with
-    no other task on its GPU, for an ``oom`` re-run).
+    no other task on its GPU; ``reserve_gib``: its GPU memory reservation; both for ``oom`` re-runs).
 
     Returns the ``run_chain`` dict plus ``task_id``, ``worker`` and ``start_s``.
     """
     box = _sandbox(settings_json, log_dir)
     code = code if isinstance(code, str) else ""
-    result = box.run(task_id, code, timeout_s=box.settings["timeout_s"], alone=alone)
+    result = box.run(task_id, code, timeout_s=box.settings["timeout_s"], alone=alone, reserve_gib=reserve_gib)
     try:
         worker = get_worker().name
     except ValueError:
@@ -135,8 +135,10 @@ def run_filter(input_path: str | Path, run_dir: str | Path, settings: FilterSett
 def _drive(handle: ClusterHandle, todo: pd.DataFrame, settings: FilterSettings, ledger: Ledger,
            run_dir: Path, progress: bool, failures: list[str]) -> None:
     """Keep ``window`` verdict futures in flight; ledger each result as it arrives. A GPU ``oom`` result
-    marked ``retry_alone`` is not ledgered: the task is run again alone on its GPU after all others (one
-    drain at the end instead of one per oom); a run killed before that re-runs it from scratch."""
+    with ``retry_gib`` is not ledgered: the task is submitted again at once, reserving that much GPU memory
+    (it runs next to others as soon as that fits); one marked ``retry_alone`` (the re-run ran out of
+    memory too) is run again alone on its GPU after all others (one drain at the end instead of one per
+    oom). A run killed before that re-runs such tasks from scratch."""
     settings_json = settings.model_dump_json()
     log_dir = run_dir / "logs"
     log_dir.mkdir(exist_ok=True)
@@ -149,10 +151,11 @@ def _drive(handle: ClusterHandle, todo: pd.DataFrame, settings: FilterSettings, 
 
     task_of: dict[str, str] = {}
 
-    def submit(task_id: str, alone: bool = False):
-        key = f"verdict-{task_id}-{ledger.fingerprint}" + ("-alone" if alone else "")
+    def submit(task_id: str, alone: bool = False, reserve_gib: float | None = None):
+        key = f"verdict-{task_id}-{ledger.fingerprint}" + ("-alone" if alone else "") + \
+            ("-reserved" if reserve_gib else "")
         future = handle.client.submit(verdict_task, task_id, code_of[task_id], settings_json, str(log_dir),
-                                      alone, key=key, pure=False)
+                                      alone, reserve_gib, key=key, pure=False)
         task_of[future.key] = task_id
         return future
 
@@ -170,6 +173,11 @@ def _drive(handle: ClusterHandle, todo: pd.DataFrame, settings: FilterSettings, 
             failures.append(f"{task_id}: {type(exc).__name__}: {exc}")
             result = {"task_id": task_id, "accepted": False, "reason": f"crash:{type(exc).__name__}",
                       "filter": None, "metrics": {}, "seconds": {}, "worker": None, "start_s": 0.0}
+        reserve = result.pop("retry_gib", None)
+        if reserve:
+            pending.add(submit(result["task_id"], reserve_gib=reserve))
+            bar.set_postfix({**_progress_postfix(counts), "deferred": len(retries)}, refresh=False)
+            continue  # the re-run takes this slot; the next new task comes when a verdict frees one
         if result.pop("retry_alone", False):
             retries.append(result["task_id"])
         else:

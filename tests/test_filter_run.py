@@ -149,25 +149,38 @@ def test_cli_reports_bad_filter_name(tmp_path):
     assert out.returncode == 2 and "unknown filter 'compil'" in out.stderr
 
 
-_CALLS: list[tuple[str, bool]] = []  # (task_id, alone) in call order, filled by _fake_verdict
+_CALLS: list[tuple[str, bool, float | None]] = []  # (task_id, alone, reserve_gib) in call order
 
 
-def _fake_verdict(task_id, code, settings_json, log_dir=None, alone=False):
-    """Stand-in for ``filter_run.verdict_task``: tasks named big* run out of memory unless alone."""
-    _CALLS.append((task_id, alone))  # list.append is atomic under the GIL
+def _fake_verdict(task_id, code, settings_json, log_dir=None, alone=False, reserve_gib=None):
+    """Stand-in for ``filter_run.verdict_task``, as a GPU sandbox answers: tasks named big* run out of
+    memory unless alone (first with ``retry_gib``, then with ``retry_alone``); mid* fit once 8 GiB are
+    reserved for them."""
+    _CALLS.append((task_id, alone, reserve_gib))  # list.append is atomic under the GIL
     time.sleep(0.05)
-    if task_id.startswith("big") and not alone:
-        return {"task_id": task_id, "accepted": False, "reason": "oom", "filter": "eager", "metrics": {},
-                "seconds": {}, "worker": "w", "start_s": 0.0, "retry_alone": True}
+    oom = {"task_id": task_id, "accepted": False, "reason": "oom", "filter": "eager", "metrics": {},
+           "seconds": {}, "worker": "w", "start_s": 0.0}
+    if task_id.startswith(("big", "mid")) and not alone and not (task_id.startswith("mid") and reserve_gib):
+        return {**oom, "retry_alone": True} if reserve_gib else {**oom, "retry_gib": 8.0}
     extra = {"retried_alone": True} if alone else {}
     return {"task_id": task_id, "accepted": True, "reason": None, "filter": None, "metrics": {},
             "seconds": {}, "worker": "w", "start_s": 0.0, **extra}
 
 
-def test_oom_next_to_others_is_rerun_alone_after_everything_else(tmp_path, monkeypatch):
-    """A GPU sandbox marks an ``oom`` it got next to other tasks ``retry_alone``; the dispatcher does not
-    ledger it, runs every other task first, then runs it once with ``alone=True`` and ledgers that.
-    The sandbox is stubbed (the marking itself needs a GPU); the dispatch is the real one, on an
+def test_failed_allocation_size_is_read_from_the_oom_message():
+    from opforge.filters.sandbox_child import _failed_allocation_gib
+
+    msg = "CUDA out of memory. Tried to allocate 2.50 GiB. GPU 0 has a total capacity of 139.8 GiB"
+    assert _failed_allocation_gib(msg) == 2.5
+    assert _failed_allocation_gib("Tried to allocate 512.00 MiB.") == 0.5
+    assert _failed_allocation_gib("MemoryError: simulated") == 0.0
+
+
+def test_oom_next_to_others_is_rerun_reserved_then_alone(tmp_path, monkeypatch):
+    """A GPU sandbox answers an ``oom`` it got next to other tasks with ``retry_gib``: the dispatcher does
+    not ledger it and submits it again at once reserving that much; an ``oom`` of that re-run
+    (``retry_alone``) is run once more with ``alone=True`` after every other task, and ledgered then.
+    The sandbox is stubbed (the answers themselves need a GPU); the dispatch is the real one, on an
     in-process Dask cluster with 2 threads."""
     from distributed import Client, LocalCluster
     from opforge.pipeline import filter_run
@@ -175,7 +188,8 @@ def test_oom_next_to_others_is_rerun_alone_after_everything_else(tmp_path, monke
 
     _CALLS.clear()
     monkeypatch.setattr(filter_run, "verdict_task", _fake_verdict)
-    rows = [{"code": GOOD, "task_id": f"{'big' if i in (1, 4) else 'ok'}{i}"} for i in range(10)]
+    rows = [{"code": GOOD, "task_id": f"{'big' if i in (1, 4) else 'mid' if i == 2 else 'ok'}{i}"}
+            for i in range(10)]
     src = _write_jsonl(tmp_path / "tasks.jsonl", rows)
     settings = FilterSettings(only=["static"], timeout_s=15)
     cluster = LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None)
@@ -185,9 +199,12 @@ def test_oom_next_to_others_is_rerun_alone_after_everything_else(tmp_path, monke
     finally:
         handle.close()
     calls = list(_CALLS)
-    alone = [i for i, (_, a) in enumerate(calls) if a]
+    alone = [i for i, (_, a, _) in enumerate(calls) if a]
     assert sorted(calls[i][0] for i in alone) == ["big1", "big4"]
-    assert min(alone) == len(rows)  # both re-runs come after all 10 first runs
+    reserved = {t: i for i, (t, a, g) in enumerate(calls) if g == 8.0 and not a}
+    assert sorted(reserved) == ["big1", "big4", "mid2"]
+    assert reserved["mid2"] < len(calls) - 3  # re-run at once, before the last tasks, not at the end
+    assert min(alone) == len(rows) + 3  # the alone re-runs come after all first runs and reserved re-runs
     ledger = Ledger(tmp_path / "run" / "ledger.jsonl", res.funnel["fingerprint"])
     assert sorted(ledger.done) == sorted(r["task_id"] for r in rows)  # each task ledgered once
     assert ledger.done["big1"]["retried_alone"] and "retry_alone" not in ledger.done["big4"]
