@@ -46,7 +46,7 @@ filter() {  # GPU $1 (as seen by the process), CPUs $2, run dir $3, tmp dir $4
     TMPDIR=$4 CUDA_VISIBLE_DEVICES=$1 TORCHINDUCTOR_CACHE_DIR=$3-cache TRITON_CACHE_DIR=$3-cache/triton \
         timeout "${FILTER_S:-150}" taskset -c "$2" python3 -m opforge.pipeline.cli filter "$CANDS" --out "$3" \
         --device cuda --workers "${WORKERS:-14}" --limit "${FILTER_N:-400}" --timeout-s 60 --kernelbench "$KB" 2>&1 \
-        | tr "\r" "\n" | grep --line-buffered -v -E "(it|task|block|problem)/s"
+        | stdbuf -o0 tr "\r" "\n" | grep --line-buffered -v -E "(it|task|block|problem)/s"
 }
 MPS=0
 if command -v nvidia-cuda-mps-control > /dev/null; then

@@ -16,7 +16,7 @@ timeout "${LIMIT:-540}" python3 -m opforge.pipeline.cli run --device cuda --targ
     --workers "${WORKERS:-12}" --out "$RUN" --seeds-catalog runs/seeds/catalog.parquet \
     --round-size "${N:-1000}" --candidate-budget "${N:-1000}" --timeout-s "${TIMEOUT_S:-60}" \
     --kernelbench "${KERNELBENCH:-runs/reference/kernelbench.jsonl}" 2>&1 \
-    | tr "\r" "\n" | grep --line-buffered -v -E "(it|task|block|problem)/s" | tee "$OUT/run.log"
+    | stdbuf -o0 tr "\r" "\n" | grep --line-buffered -v -E "(it|task|block|problem)/s" | tee "$OUT/run.log"
 kill $SMI 2>/dev/null
 for f in run.json config.yaml candidates.parquet selection.json filter/funnel.json filter/verdicts.parquet filter/ledger.jsonl; do
     [ -f "$RUN/$f" ] && cp "$RUN/$f" "$OUT/"

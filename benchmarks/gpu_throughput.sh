@@ -60,7 +60,7 @@ if [ "${MODE:-single}" = single ]; then
         timeout "${LIMIT:-500}" taskset -c 0-15 python3 -m opforge.pipeline.cli run --device cuda \
         --target "${TARGET:-600}" --workers "$WORKERS" --out "$W/run" --seeds-catalog runs/seeds/catalog.parquet \
         --device-profile h200 --round-size "$N" --candidate-budget "$N" --timeout-s 60 --kernelbench "$KB" 2>&1 \
-        | tr "\r" "\n" | grep --line-buffered -v -E "(it|task|block|problem)/s" | tee "$W/run.log"
+        | stdbuf -o0 tr "\r" "\n" | grep --line-buffered -v -E "(it|task|block|problem)/s" | tee "$W/run.log"
     if [ -n "${BG:-}" ]; then wait "$BG"; else naive 0 0-15 "${NAIVE_S:-240}"; fi
     python3 - "$CANDS" "$W/run/candidates.parquet" <<'EOF' | tee -a "$W/run.log"
 import sys, pandas as pd
@@ -83,12 +83,12 @@ elif [ "${MODE}" = resume ]; then  # finish a carried run directory (RESUME): on
         "${PIN[@]}" python3 -m opforge.pipeline.cli run --device cuda \
         --target "${TARGET:-600}" --workers "$WORKERS" --out "$W/run" --seeds-catalog runs/seeds/catalog.parquet \
         --device-profile h200 --round-size "$N" --candidate-budget "$N" --timeout-s 60 --kernelbench "$KB" 2>&1 \
-        | tr "\r" "\n" | grep --line-buffered -v -E "(it|task|block|problem)/s" | tee "$W/run.log"
+        | stdbuf -o0 tr "\r" "\n" | grep --line-buffered -v -E "(it|task|block|problem)/s" | tee "$W/run.log"
     if [ -n "${BG:-}" ]; then wait "$BG"; fi
 else
     TORCHINDUCTOR_CACHE_DIR=$W/cache-scale TRITON_CACHE_DIR=$W/cache-scale/triton timeout "${LIMIT:-420}" \
         python3 -m opforge.pipeline.cli filter "$CANDS" --out "$W/filter-scale" --device cuda --workers "$WORKERS" \
-        --timeout-s 60 --kernelbench "$KB" 2>&1 | tr "\r" "\n" \
+        --timeout-s 60 --kernelbench "$KB" 2>&1 | stdbuf -o0 tr "\r" "\n" \
         | grep --line-buffered -v -E "(it|task|block|problem)/s" | tee "$W/run.log"
 fi
 if [ -n "${HARNESS:-}" ] && [ -z "${BG:-}" ]; then  # not already run on GPU 1 in the background
@@ -98,11 +98,12 @@ if [ -n "${CALIB_N:-}" ]; then  # check of the calibrated profile: eager time of
     python3 -m opforge.pipeline.cli compose --seeds runs/seeds/catalog.parquet --n "$CALIB_N" --seed 1 \
         --device-profile h200 --out "$W/calib.parquet" --workers 16 2>&1 | tail -1 | tee -a "$W/run.log"
     timeout "${CALIB_LIMIT:-150}" python3 -m opforge.pipeline.cli filter "$W/calib.parquet" --out "$W/filter-calib" \
-        --device cuda --workers "$WORKERS" --only static,eager,runtime --timeout-s 60 2>&1 | tr "\r" "\n" \
+        --device cuda --workers "$WORKERS" --only static,eager,runtime --timeout-s 60 2>&1 | stdbuf -o0 tr "\r" "\n" \
         | grep --line-buffered -v -E "(it|task|block|problem)/s" | tee -a "$W/calib.log"
 fi
 kill $SMI 2>/dev/null
-cd "$W" && rm -rf run/seeds cache-* run/hf/data && tar czf "$OUT/results.tgz" --exclude='*.log' . && cp ./*.log "$OUT/" 2>/dev/null
+sleep 3  # sandbox children of a command cut by its timeout notice their parent's death within 1 s
+cd "$W" && { rm -rf run/seeds cache-* run/hf/data 2>/dev/null; tar czf "$OUT/results.tgz" --exclude='*.log' --exclude='cache-*' .; cp ./*.log "$OUT/" 2>/dev/null; }
 ls -la "$OUT"
 # the device tool brings back a few files only: everything in one archive
 cd "$OUT" && tar czf /tmp/all.tgz . && find . -mindepth 1 -delete && mv /tmp/all.tgz "$OUT/"
