@@ -1,13 +1,14 @@
 """Output comparison on CUDA in one pass over memory: a Triton kernel behind ``execution.error_stats``.
 
-The torch formulation of a tolerance comparison (``execution._chunk_error``) makes about a dozen passes
+The torch formulation of a tolerance comparison (``execution._chunk_stats``) makes about a dozen passes
 over both tensors (isnan, isinf, differences, divisions, where, max, each a kernel and a temporary); on a
 GPU shared by many sandboxes those comparisons cost more GPU time than the forward calls they check
-(measured on an H200: 30-40 ms per task of the determinism filter's 57). This kernel reads each element of
+(measured on an H200, kernel time per task: determinism 57 ms with torch comparisons, 28 with this
+kernel; degenerate 39 and 16; ``benchmarks/results/gpu_cost_profile_h200.json``). This kernel reads each element of
 both tensors once, in their own dtype (half, bfloat16, float32 computed in float32; float64 in float64),
 and writes one maximum and one count per block; a second, tiny reduction and one host read finish it.
 
-Semantics are ``execution._chunk_error``'s: per element ``|out - ref| / (atol + rtol |ref|)`` where both
+Semantics are ``execution._chunk_stats``': per element ``|out - ref| / (atol + rtol |ref|)`` where both
 are finite; ``inf`` where NaNs are not in the same places or an infinity is not matched exactly; 0 where
 both are the same non-finite value. ``out`` may be one element, compared with every element of ``ref``.
 """

@@ -155,8 +155,9 @@ class Sandbox:
     def run(self, task_id: str, code: str, timeout_s: float, alone: bool = False,
             reserve_gib: float | None = None) -> dict[str, Any]:
         """Verdict of the filter chain on one task, as ``run_chain``'s dict plus ``start_s`` (seconds spent
-        starting a child for this task). ``alone``: on a GPU, run it with no other task on that GPU (see
-        ``sandbox_child._run_on_gpu``). Never raises for anything the task does."""
+        starting a child for this task). ``alone``: on a GPU, run it with no other task on that GPU;
+        ``reserve_gib``: the GPU memory it reserves before it starts (default: the settings'
+        ``gpu_admit_gib``); see ``sandbox_child._run_on_gpu``. Never raises for anything the task does."""
         start_s = self.start()
         try:
             send_message(self.proc.stdin, ("task", task_id, code, alone, reserve_gib))

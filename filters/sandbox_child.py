@@ -5,10 +5,11 @@ the child imports torch, applies the settings and answers ``("ready", info)``. T
 ``("task", task_id, code)`` it sends ``("stage", filter_name)`` before every filter, ``("lock_wait",
 True / False)`` when it starts / stops waiting for a GPU lock (the parent's timeout clock stops in
 between), ``("gpu_hold", True / False)`` when it starts / stops holding one (one GPU step: the parent
-ends the task when a step outlasts ``gpu_step_limit_s``), and finally the
-``run_chain`` result dict (``("task", task_id, code, alone, reserve_gib)``: ``alone`` runs it with no other
-task on its GPU, ``reserve_gib`` sets its memory reservation, see ``_run_on_gpu``). ``("stop",)`` or a closed stdin ends the child; so does the parent's death
-(checked every second), so an orphaned child never keeps a GPU busy.
+ends the task when a step outlasts ``gpu_step_limit_s``), and finally the ``run_chain`` result dict.
+``("task", task_id, code, alone, reserve_gib)``: ``alone`` runs it with no other task on its GPU,
+``reserve_gib`` sets its memory reservation (see ``_run_on_gpu``). ``("stop",)`` or a closed stdin ends
+the child; so does the parent's death (checked every second), so an orphaned child never keeps a GPU
+busy.
 """
 
 from __future__ import annotations
