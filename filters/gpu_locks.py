@@ -127,13 +127,10 @@ class GpuLock:
         backoff, waiting = self.BACKOFF_S, False
         try:
             while True:
-                if not waiting:
-                    try:
-                        fcntl.flock(self._turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    except BlockingIOError:
-                        waiting = self._start_waiting()
-                        fcntl.flock(self._turn, fcntl.LOCK_EX)
-                else:
+                try:
+                    fcntl.flock(self._turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    waiting = waiting or self._start_waiting()
                     fcntl.flock(self._turn, fcntl.LOCK_EX)
                 deadline = time.perf_counter() + self.DRAIN_S
                 while True:

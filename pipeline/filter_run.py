@@ -176,7 +176,6 @@ def _drive(handle: ClusterHandle, todo: pd.DataFrame, settings: FilterSettings, 
         reserve = result.pop("retry_gib", None)
         if reserve:
             pending.add(submit(result["task_id"], reserve_gib=reserve))
-            bar.set_postfix({**_progress_postfix(counts), "deferred": len(retries)}, refresh=False)
             continue  # the re-run takes this slot; the next new task comes when a verdict frees one
         if result.pop("retry_alone", False):
             retries.append(result["task_id"])
