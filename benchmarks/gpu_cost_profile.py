@@ -69,6 +69,8 @@ def main() -> None:
             wall = time.perf_counter() - t
             gpu_ms, n = _kernel_ms(prof)
             per[f.name] = {"wall_s": round(wall, 4), "gpu_ms": round(gpu_ms, 3), "kernels": n}
+            if verdict is not None and "autotune_cap_ms" in verdict.metrics:  # the compile filter's cap in force
+                per[f.name]["autotune_cap_ms"] = verdict.metrics["autotune_cap_ms"]
             if verdict is None or not verdict.accepted:
                 reason = reason or verdict.reason
                 break

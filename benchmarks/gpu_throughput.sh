@@ -4,6 +4,8 @@
 #   MODE=single bash benchmarks/gpu_throughput.sh   # opforge on GPU 0 + naive baseline (same candidates)
 #   MODE=scale  bash benchmarks/gpu_throughput.sh   # opforge filter stage on every GPU, same candidates
 #   MODE=resume RESUME=runs/gpu/resume bash ...     # finish a carried single-GPU run on every GPU
+#   PROFILE=1 (single, two GPUs): after the naive baseline, benchmarks/gpu_cost_profile.py on the first
+#   PROFILE_N (25) candidates on GPU 1 (cost_profile.json: kernel ms per task and filter, current logic)
 #   GPU_TESTS=1 (single, two GPUs): after the naive baseline, `pytest -m gpu` on GPU 1 (log: gpu_tests.log)
 #   HARNESS=1: benchmarks/harness_bench.py (harness_bench.json, harness.log): in single mode on two GPUs on
 #   GPU 1 after the naive baseline (and the GPU tests), otherwise at the end on the last GPU; HARNESS_ARGS
@@ -49,6 +51,11 @@ harness() {  # hand-written CUDA solutions and the 64-completion reward batch on
 if [ "${MODE:-single}" = single ]; then
     if [ "$NGPU" -ge 2 ] && [ "$NCPU" -ge 32 ]; then
         ( naive 1 16-31 "${NAIVE_S:-420}"
+          if [ -n "${PROFILE:-}" ]; then
+              CUDA_VISIBLE_DEVICES=1 TORCHINDUCTOR_CACHE_DIR=$W/cache-prof TRITON_CACHE_DIR=$W/cache-prof/triton \
+                  timeout "${PROFILE_S:-120}" taskset -c 16-31 python3 benchmarks/gpu_cost_profile.py "$CANDS" \
+                  --limit "${PROFILE_N:-25}" --out "$W/cost_profile.json" > "$W/cost_profile.log" 2>&1
+          fi
           if [ -n "${GPU_TESTS:-}" ]; then
               CUDA_VISIBLE_DEVICES=1 timeout "${GPU_TESTS_S:-240}" taskset -c 16-31 python3 -m pytest -m gpu -n 4 \
                   -q -p no:cacheprovider tests/test_harness.py tests/test_execution_filters.py > "$OUT/gpu_tests.log" 2>&1

@@ -54,8 +54,9 @@ class FilterSettings(BaseModel):
             model's first call with Inductor's autotuning, a timing section) may hold the GPU's lock; a
             longer one ends the task with reason ``timeout`` (metrics ``gpu_step_s``). While a step runs,
             every neighbour that wants to time waits for it, so one 60 s forward stalled a whole GPU for
-            60 s (H200, 14 sandboxes). 10 s shared by at most 16 time-sliced sandboxes is still >= 0.6 s
-            of the GPU to itself: 6 x the default window's top. 0 or None: no limit.
+            60 s (H200, 14 sandboxes). 5 s shared by at most 16 time-sliced sandboxes is still >= 0.3 s
+            of the GPU to itself: 3 x the default window's top (10 s let 10 of 1,095 tasks stall their
+            neighbours for 10 s each on an H200, session 6). 0 or None: no limit.
         thresholds: per-filter threshold overrides, e.g. ``{"determinism": {"max_drift": 0.05}}``.
         kernelbench: where the contamination filter's KernelBench problems come from (a .jsonl/.parquet
             path or ``hub:REPO@REVISION``; None = ``filters.kernelbench.default_reference()``).
@@ -75,7 +76,7 @@ class FilterSettings(BaseModel):
     gpu_memory_fraction: float = Field(ADMIT_FRACTION, gt=0, le=1)
     gpu_admit_gib: float = Field(ADMIT_GIB, gt=0)
     gpu_growth: float = Field(ADMIT_GROWTH, ge=1)
-    gpu_step_limit_s: float | None = Field(10.0, ge=0)
+    gpu_step_limit_s: float | None = Field(5.0, ge=0)
     thresholds: dict[str, dict[str, Any]] = Field(default_factory=dict)
     kernelbench: str | None = None
     kernelbench_levels: tuple[int, ...] = (1, 2, 3)

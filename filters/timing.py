@@ -8,10 +8,13 @@ Method (recorded with every measurement in ``Timing.method``):
 * CPU: warm-up calls, ``time.perf_counter`` around each call, median.
 
 The number of trials adapts to the call's cost: as many as fit ``budget_s`` after warm-up (estimated from
-the fastest warm-up call; with several functions timed together, the slowest one's), clamped to ``[min_trials, max_trials]``, so a 0.05 ms op gets ``max_trials``
-and a 500 ms op gets ``min_trials``. Warm-up stops early once it has used half the budget (a 5 s call is
-warmed up once); each warm-up call is itself timed (CUDA events), which lets ``stop_above_ms`` end the
-measurement of a far-too-slow call after one call.
+the fastest warm-up call; with several functions timed together, the slowest one's), clamped to
+``[min_trials, max_trials]``, so a 0.05 ms op gets ``max_trials`` and a 500 ms op gets ``min_trials``.
+Warm-up stops early once it has used half the budget (a 5 s call is warmed up once); each warm-up call is
+itself timed (CUDA events), which lets ``stop_above_ms`` end the measurement of a far-too-slow call after
+one call. ``warmup=0`` is for functions the caller has already run (the filter chain's ``runtime`` filter
+comes after five other filters called the model): the first call of each function is then the first trial
+(L2-flushed like the others) and, at the same time, the estimate and the ``stop_above_ms`` check.
 """
 
 from __future__ import annotations
@@ -123,12 +126,12 @@ def _time_cpu(fns, warmup, min_trials, max_trials, budget_s, stop_above_ms) -> d
         fn()
         return (time.perf_counter() - t) * 1e3
 
-    warm = _warm_up(fns, timed, warmup, budget_s, stop_above_ms)
+    warm = _warm_up(fns, timed, max(warmup, 1), budget_s, stop_above_ms)
     if isinstance(warm, Timing):
         return _stopped(warm, next(iter(fns)), "cpu:perf_counter")
     n = _trials(max(min(v) for v in warm.values()) / 1e3, min_trials, max_trials, budget_s)
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(n):
+    times: dict[str, list[float]] = {name: list(warm[name]) if warmup == 0 else [] for name in fns}
+    for _ in range(n - (1 if warmup == 0 else 0)):
         for name, fn in fns.items():
             times[name].append(timed(fn))
     return _result(times, "cpu:perf_counter:median")
@@ -141,18 +144,20 @@ def _time_cuda(fns, device, warmup, min_trials, max_trials, budget_s, stop_above
 
         def timed(fn) -> float:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if warmup == 0:  # this call is a trial too
+                flush.zero_()
             start.record()
             fn()
             end.record()
             end.synchronize()
             return start.elapsed_time(end)
 
-        warm = _warm_up(fns, timed, warmup, budget_s, stop_above_ms)
+        warm = _warm_up(fns, timed, max(warmup, 1), budget_s, stop_above_ms)
         if isinstance(warm, Timing):
             return _stopped(warm, next(iter(fns)), "cuda:events")
         n = _trials(max(min(v) for v in warm.values()) / 1e3, min_trials, max_trials, budget_s)
         events = {name: [] for name in fns}
-        for _ in range(n):
+        for _ in range(n - (1 if warmup == 0 else 0)):
             for name, fn in fns.items():
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 flush.zero_()
@@ -161,5 +166,6 @@ def _time_cuda(fns, device, warmup, min_trials, max_trials, budget_s, stop_above
                 end.record()
                 events[name].append((start, end))
         torch.cuda.synchronize()
-    return _result({name: [s.elapsed_time(e) for s, e in pairs] for name, pairs in events.items()},
+    first = {name: list(warm[name]) if warmup == 0 else [] for name in fns}
+    return _result({name: first[name] + [s.elapsed_time(e) for s, e in pairs] for name, pairs in events.items()},
                    "cuda:events:l2_flush:median")

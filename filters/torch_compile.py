@@ -10,11 +10,23 @@ On CUDA the default Inductor backend is wrapped so that only the compiled graph'
 ``compute`` lock (shared, ``filters.gpu_locks``); Dynamo tracing and Inductor's compilation (FX passes,
 code generation, Triton builds: seconds of CPU work) run unlocked, so a neighbour's timing never waits
 for a compile. Output comparison holds it shared.
+
+Inductor's runtime autotuning (on CUDA, at a kernel's first launch when it has several candidate configs:
+pointwise kernels 2-3, reductions up to 3; default mode) benchmarks each config for up to
+``max_benchmark_duration`` = 25 ms after 100 L2-flushing memsets (``InductorBenchmarker.benchmark_gpu``,
+torch 2.6+). Measured on an H200 (session 6, ``benchmarks/results/gpu_cost_profile_h200.json``) that was
+over half of all GPU time a task costs the filter stage (compile 175 of ~330 kernel-ms per task). The
+check caps it (threshold ``autotune_bench_ms``, default 2 ms, 10 warm-up memsets, 2 estimation calls):
+Inductor still picks among the same configs by measurement; only configs within a timing noise of each
+other can be picked differently, which changes ``compile_ms`` by that noise and never the output checked.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -41,12 +53,51 @@ def _inductor_locking_execution(device: str):
     return backend
 
 
+@contextlib.contextmanager
+def capped_autotune_benchmarks(max_ms: float | None) -> Iterator[float | None]:
+    """Within the block, each Inductor autotuning benchmark of one kernel config on the GPU lasts at most
+    ``max_ms`` (ms) plus 1 + 2 calls and 10 L2-flushing memsets (defaults: 25 ms, 1 + 5 calls, 100 memsets).
+
+    Yields the cap in force, or None when there is none (``max_ms`` None, or this torch's benchmarker has no
+    ``max_benchmark_duration``, e.g. ``TORCHINDUCTOR_USE_EXPERIMENTAL_BENCHMARKER=0``). Process-wide while
+    it lasts (the benchmarker is one object per process); restored on exit, exceptions included.
+    """
+    if max_ms is None:
+        yield None
+        return
+    from torch._inductor.runtime import benchmarking
+
+    bench = benchmarking.benchmarker
+    original = bench.benchmark_gpu
+    try:
+        params = inspect.signature(original).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if "max_benchmark_duration" not in params:
+        yield None
+        return
+
+    def capped(*args, **kwargs):
+        kwargs["max_benchmark_duration"] = min(kwargs.get("max_benchmark_duration", max_ms), max_ms)
+        kwargs.setdefault("estimation_iters", 2)
+        kwargs.setdefault("memory_warmup_iters", 10)
+        return original(*args, **kwargs)
+
+    bench.benchmark_gpu = capped  # instance attribute shadows the method; every caller shares ``bench``
+    try:
+        yield max_ms
+    finally:
+        del bench.benchmark_gpu
+
+
 class CompileFilter(Filter):
     """Rejects ``compile_error:<ExceptionType>``, ``oom`` and ``compile_mismatch``.
 
     Thresholds: ``backend`` (default "inductor"), ``mode`` (None = default), ``max_err`` (1.0 = the
-    evaluation tolerance).
-    Metrics: ``compile_s`` (first compiled call, seconds), ``err_compile`` (tolerance units), ``error``.
+    evaluation tolerance), ``autotune_bench_ms`` (cap of Inductor's autotuning benchmark per config on CUDA,
+    ms; None = Inductor's own 25 ms; see the module docstring).
+    Metrics: ``compile_s`` (first compiled call, seconds), ``err_compile`` (tolerance units),
+    ``autotune_cap_ms`` (the cap in force, None on CPU or without one), ``error``.
     The compiled runtime (``compile_ms``) is measured by the ``runtime`` filter.
     """
 
@@ -57,7 +108,7 @@ class CompileFilter(Filter):
 
     @classmethod
     def default_thresholds(cls) -> dict[str, Any]:
-        return {"backend": "inductor", "mode": None, "max_err": 1.0}
+        return {"backend": "inductor", "mode": None, "max_err": 1.0, "autotune_bench_ms": 2.0}
 
     def score(self, run: TaskRun) -> dict[str, Any]:
         t = self.thresholds
@@ -69,12 +120,14 @@ class CompileFilter(Filter):
             if locks_itself:
                 backend = _inductor_locking_execution(run.device)
             compiled = torch.compile(run.model, backend=backend, mode=t["mode"])
+            cap = t["autotune_bench_ms"] if run.device.startswith("cuda") else None
             start = time.perf_counter()
-            # the default Inductor backend on CUDA locks only its graphs' execution; any other backend
-            # holds the lock for the whole first call (compilation included)
-            out = run.call(model=compiled, lock=not locks_itself)
-            if run.device.startswith("cuda"):
-                torch.cuda.synchronize()
+            # the first call compiles and autotunes; the default Inductor backend on CUDA locks only its
+            # graphs' execution, any other backend holds the lock for the whole call (compilation included)
+            with capped_autotune_benchmarks(cap) as m["autotune_cap_ms"]:
+                out = run.call(model=compiled, lock=not locks_itself)
+                if run.device.startswith("cuda"):
+                    torch.cuda.synchronize()
             m["compile_s"] = time.perf_counter() - start
             m["err_compile"] = outputs_error(run.outputs, out)
             del out
