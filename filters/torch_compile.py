@@ -16,7 +16,7 @@ pointwise kernels 2-3, reductions up to 3; default mode) benchmarks each config 
 ``max_benchmark_duration`` = 25 ms after 100 L2-flushing memsets (``InductorBenchmarker.benchmark_gpu``,
 torch 2.6+). Measured on an H200 (session 6, ``benchmarks/results/gpu_cost_profile_h200.json``) that was
 over half of all GPU time a task costs the filter stage (compile 175 of ~330 kernel-ms per task). The
-check caps it (threshold ``autotune_bench_ms``, default 2 ms, 10 warm-up memsets, 2 estimation calls):
+check caps it (threshold ``autotune_bench_ms``, default 1 ms, 10 warm-up memsets, 1 estimation call):
 Inductor still picks among the same configs by measurement; only configs within a timing noise of each
 other can be picked differently, which changes ``compile_ms`` by that noise and never the output checked.
 """
@@ -56,7 +56,8 @@ def _inductor_locking_execution(device: str):
 @contextlib.contextmanager
 def capped_autotune_benchmarks(max_ms: float | None) -> Iterator[float | None]:
     """Within the block, each Inductor autotuning benchmark of one kernel config on the GPU lasts at most
-    ``max_ms`` (ms) plus 1 + 2 calls and 10 L2-flushing memsets (defaults: 25 ms, 1 + 5 calls, 100 memsets).
+    ``max_ms`` (ms) plus 1 + 1 calls and 10 L2-flushing memsets (defaults: 25 ms, 1 + 5 calls, 100 memsets);
+    a config is still measured at least twice (the estimation call and one benchmark call, minimum kept).
 
     Yields the cap in force, or None when there is none (``max_ms`` None, or this torch's benchmarker has no
     ``max_benchmark_duration``, e.g. ``TORCHINDUCTOR_USE_EXPERIMENTAL_BENCHMARKER=0``). Process-wide while
@@ -79,7 +80,7 @@ def capped_autotune_benchmarks(max_ms: float | None) -> Iterator[float | None]:
 
     def capped(*args, **kwargs):
         kwargs["max_benchmark_duration"] = min(kwargs.get("max_benchmark_duration", max_ms), max_ms)
-        kwargs.setdefault("estimation_iters", 2)
+        kwargs.setdefault("estimation_iters", 1)
         kwargs.setdefault("memory_warmup_iters", 10)
         return original(*args, **kwargs)
 
@@ -108,7 +109,7 @@ class CompileFilter(Filter):
 
     @classmethod
     def default_thresholds(cls) -> dict[str, Any]:
-        return {"backend": "inductor", "mode": None, "max_err": 1.0, "autotune_bench_ms": 2.0}
+        return {"backend": "inductor", "mode": None, "max_err": 1.0, "autotune_bench_ms": 1.0}
 
     def score(self, run: TaskRun) -> dict[str, Any]:
         t = self.thresholds
