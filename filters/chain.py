@@ -57,6 +57,9 @@ class FilterSettings(BaseModel):
             60 s (H200, 14 sandboxes). 5 s shared by at most 16 time-sliced sandboxes is still >= 0.3 s
             of the GPU to itself: 3 x the default window's top (10 s let 10 of 1,095 tasks stall their
             neighbours for 10 s each on an H200, session 6). 0 or None: no limit.
+        compile_threads: Inductor's ``compile_threads`` in each sandbox (1: kernels of one task compile
+            one after another in the sandbox itself; more starts Inductor's pool of compile processes in
+            every sandbox, which only pays when cores are idle).
         thresholds: per-filter threshold overrides, e.g. ``{"determinism": {"max_drift": 0.05}}``.
         kernelbench: where the contamination filter's KernelBench problems come from (a .jsonl/.parquet
             path or ``hub:REPO@REVISION``; None = ``filters.kernelbench.default_reference()``).
@@ -77,6 +80,7 @@ class FilterSettings(BaseModel):
     gpu_admit_gib: float = Field(ADMIT_GIB, gt=0)
     gpu_growth: float = Field(ADMIT_GROWTH, ge=1)
     gpu_step_limit_s: float | None = Field(5.0, ge=0)
+    compile_threads: int = Field(1, ge=1)
     thresholds: dict[str, dict[str, Any]] = Field(default_factory=dict)
     kernelbench: str | None = None
     kernelbench_levels: tuple[int, ...] = (1, 2, 3)

@@ -34,7 +34,8 @@ def _apply(settings: dict) -> dict:
     import torch
     import torch._inductor.config as inductor_config
 
-    inductor_config.compile_threads = 1  # parallelism comes from the sandboxes, not from each compile
+    # parallelism comes from the sandboxes, not from each compile, unless the run asks for more
+    inductor_config.compile_threads = int(settings.get("compile_threads") or 1)
     info = {"pid": os.getpid(), "torch": torch.__version__, "device": settings["device"]}
     if settings["device"] == "cpu":
         if settings.get("address_space_cap", True) and settings["memory_gib"] > 0:

@@ -129,6 +129,14 @@ def filter_cmd(
                                                ".parquet path or hub:REPO@REVISION (default: "
                                                "$OPFORGE_KERNELBENCH, ../shared/reference, the Hub)."),
     kernelbench_levels: str = typer.Option("1,2,3", help="KernelBench levels to compare with, e.g. 1,2,3,4."),
+    gpu_step_limit_s: float = typer.Option(None, help="CUDA: most seconds one GPU step of a task may hold the "
+                                                      "GPU's lock before the task ends as timeout (default 5)."),
+    gpu_admit_gib: float = typer.Option(None, help="CUDA: GiB a task reserves before it starts (default 4)."),
+    gpu_growth: float = typer.Option(None, help="CUDA: reservation = this x the memory held so far, before "
+                                                "each filter (default 1.25)."),
+    gpu_memory_fraction: float = typer.Option(None, help="CUDA: share of GPU memory tasks may reserve "
+                                                         "together (default 0.9)."),
+    compile_threads: int = typer.Option(None, help="Inductor compile_threads per sandbox (default 1)."),
 ):
     """Verdict every input task with the filter chain; resumes from RUN_DIR's ledger when re-run."""
     from opforge.filters.chain import FILTER_NAMES, FilterSettings
@@ -140,9 +148,12 @@ def filter_cmd(
     window = resolve_window(device, given, no_window)
     try:
         levels = tuple(int(v) for v in _names(kernelbench_levels) or [])
+        gpu = {"gpu_step_limit_s": gpu_step_limit_s, "gpu_admit_gib": gpu_admit_gib, "gpu_growth": gpu_growth,
+               "gpu_memory_fraction": gpu_memory_fraction, "compile_threads": compile_threads}
         settings = FilterSettings(device=device, only=_names(only), skip=_names(skip) or [],
                                   runtime_window_ms=window, timeout_s=timeout_s, memory_gib=memory_gib,
-                                  kernelbench=kernelbench, kernelbench_levels=levels)
+                                  kernelbench=kernelbench, kernelbench_levels=levels,
+                                  **{k: v for k, v in gpu.items() if v is not None})
         settings.names()
     except ValueError as exc:
         typer.echo(f"error: {exc} (filters: {', '.join(FILTER_NAMES)})", err=True)

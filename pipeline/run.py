@@ -95,12 +95,17 @@ def _compose_round(cfg: RunConfig, catalog: Path, k: int, run_dir: Path) -> Path
     return path
 
 
+# RunConfig fields passed to FilterSettings when set (GPU sharing; see FilterSettings for their meaning)
+GPU_OPTIONS = ("gpu_step_limit_s", "gpu_admit_gib", "gpu_growth", "gpu_memory_fraction", "compile_threads")
+
+
 def _filter_settings(cfg: RunConfig):
     from opforge.filters.chain import FilterSettings
 
+    gpu = {k: getattr(cfg, k) for k in GPU_OPTIONS if getattr(cfg, k) is not None}
     return FilterSettings(device=cfg.device, skip=list(cfg.skip_filters), runtime_window_ms=cfg.runtime_window_ms,
                           timeout_s=cfg.timeout_s, memory_gib=cfg.memory_gib, kernelbench=cfg.kernelbench,
-                          kernelbench_levels=tuple(cfg.kernelbench_levels))
+                          kernelbench_levels=tuple(cfg.kernelbench_levels), **gpu)
 
 
 def accepted_pool(candidates: pd.DataFrame, verdicts: pd.DataFrame) -> pd.DataFrame:

@@ -30,6 +30,8 @@ class RunConfig(BaseModel):
         candidate_budget: most candidates composed in all (default: 20 x target).
         max_per_signature: selection cap on tasks sharing one op-label set.
         skip_filters / timeout_s / memory_gib: filter-stage options.
+        gpu_step_limit_s / gpu_admit_gib / gpu_growth / gpu_memory_fraction / compile_threads: the filter
+            stage's GPU sharing options (``filters.chain.FilterSettings``; None = its default).
         kernelbench / kernelbench_levels: the contamination filter's reference.
         seeds_catalog: reuse this seed catalog instead of harvesting (copied into the run directory).
         pretty_name / license / repo_id: the card's title, licence (Hub licence id) and the id in its
@@ -55,6 +57,11 @@ class RunConfig(BaseModel):
     skip_filters: list[str] = Field(default_factory=list)
     timeout_s: float = 300.0
     memory_gib: float = 8.0
+    gpu_step_limit_s: float | None = Field(None, ge=0)
+    gpu_admit_gib: float | None = Field(None, gt=0)
+    gpu_growth: float | None = Field(None, ge=1)
+    gpu_memory_fraction: float | None = Field(None, gt=0, le=1)
+    compile_threads: int | None = Field(None, ge=1)
     kernelbench: str | None = None
     kernelbench_levels: tuple[int, ...] = (1, 2, 3)
     seeds_catalog: Path | None = None

@@ -179,6 +179,19 @@ def test_config_file_errors_and_run_identity(tmp_path, finished_run):
     assert out.returncode == 2 and "other seed" in out.stderr
 
 
+def test_gpu_sharing_options_reach_the_filter_settings(tmp_path):
+    from opforge.pipeline.run import _filter_settings
+
+    cfg_file = tmp_path / "run.yaml"
+    cfg_file.write_text("device: cuda\ngpu_step_limit_s: 3\ncompile_threads: 2\n")
+    s = _filter_settings(load_config(cfg_file, {}).resolved())
+    assert (s.gpu_step_limit_s, s.compile_threads) == (3.0, 2)
+    assert s.gpu_growth == _filter_settings(RunConfig().resolved()).gpu_growth  # unset: the stage's default
+    cfg_file.write_text("gpu_growth: 0.5\n")
+    with pytest.raises(ConfigError, match="gpu_growth"):
+        load_config(cfg_file, {})
+
+
 def test_selection_quota_cap_and_coverage():
     rows = []
     for i in range(40):  # 30 two-op tasks over 3 signatures, 10 three-op tasks over 10 signatures
