@@ -101,13 +101,32 @@ class Sandbox:
         self.start_seconds = 0.0
         self.child_info: dict[str, Any] = {}
 
+    # a child that fails to start is tried again after these pauses (seconds): on a GPU shared by many
+    # sandboxes a replacement child can find the memory momentarily full, so that its CUDA context does
+    # not fit (one of 1,095 tasks was lost that way on two H200s with 14 sandboxes each, session 7)
+    START_RETRY_S = (2.0, 5.0)
+
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> float:
-        """Start a child if none is alive; return the seconds it took (0.0 when one was alive)."""
+        """Start a child if none is alive; return the seconds it took (0.0 when one was alive), pauses
+        between tries included. Raises ``SandboxError`` when ``1 + len(START_RETRY_S)`` tries failed."""
         if self.proc is not None and self.proc.poll() is None:
             return 0.0
-        self._reap()
         t0 = time.perf_counter()
+        for pause in (*self.START_RETRY_S, None):
+            try:
+                self._start_child()
+                break
+            except SandboxError as exc:
+                if pause is None:
+                    raise SandboxError(f"{exc} ({1 + len(self.START_RETRY_S)} tries)") from None
+                time.sleep(pause)
+        seconds = time.perf_counter() - t0
+        self.start_seconds += seconds
+        return seconds
+
+    def _start_child(self) -> None:
+        self._reap()
         rfd, wfd = os.pipe()
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         try:
@@ -129,9 +148,6 @@ class Sandbox:
             raise SandboxError(f"sandbox child did not start: {failure}")
         self.child_info = msg[1]
         self.starts += 1
-        seconds = time.perf_counter() - t0
-        self.start_seconds += seconds
-        return seconds
 
     def close(self) -> None:
         """Stop the child (its whole process group) and release the pipe."""

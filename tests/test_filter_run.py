@@ -45,6 +45,21 @@ def test_sandbox_survives_hang_abort_and_terabyte_allocation():
         assert outcomes[name]["accepted"], outcomes[name]
 
 
+def test_a_child_that_cannot_start_is_tried_again_then_reported(tmp_path, monkeypatch):
+    import torch
+    from opforge.filters.sandbox import SandboxError
+
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine where a CUDA child cannot start")
+    monkeypatch.setattr(Sandbox, "START_RETRY_S", (0.01,))
+    log = tmp_path / "child.log"
+    box = Sandbox(FilterSettings(device="cuda").model_dump(), log_path=log)
+    with pytest.raises(SandboxError, match=r"did not start.*\(2 tries\)"):
+        box.start()
+    assert log.read_text().count("RuntimeError: device 'cuda' asked for") == 2  # two children, both failed
+    assert box.starts == 0 and box.start_seconds > 0
+
+
 def test_memory_watchdog_kills_a_child_over_its_resident_limit():
     # CUDA children have no address-space cap; the parent's resident-size watchdog must stop this one
     code = task("        import time\n        big = torch.ones(1200 * 2**20, dtype=torch.uint8)\n"
