@@ -113,16 +113,18 @@ class Sandbox:
         if self.proc is not None and self.proc.poll() is None:
             return 0.0
         t0 = time.perf_counter()
-        for pause in (*self.START_RETRY_S, None):
-            try:
-                self._start_child()
-                break
-            except SandboxError as exc:
-                if pause is None:
-                    raise SandboxError(f"{exc} ({1 + len(self.START_RETRY_S)} tries)") from None
-                time.sleep(pause)
-        seconds = time.perf_counter() - t0
-        self.start_seconds += seconds
+        try:
+            for pause in (*self.START_RETRY_S, None):
+                try:
+                    self._start_child()
+                    break
+                except SandboxError as exc:
+                    if pause is None:
+                        raise SandboxError(f"{exc} ({1 + len(self.START_RETRY_S)} tries)") from None
+                    time.sleep(pause)
+        finally:
+            seconds = time.perf_counter() - t0
+            self.start_seconds += seconds
         return seconds
 
     def _start_child(self) -> None:
