@@ -118,9 +118,10 @@ class RuntimeFilter(Filter):
     """Rejects ``runtime_out_of_window:too_fast`` / ``:too_slow`` when ``window_ms`` is set.
 
     Thresholds: ``window_ms`` ([lo, hi] in ms, or None = record only), ``budget_s`` (timing budget per
-    timed model, seconds), ``warmup`` (untimed calls before timing; 0 = the first call is a trial, see ``filters.timing``),
-    ``max_trials``, ``stop_above`` (factor over the window's upper edge that ends timing after one call),
-    ``time_compiled`` (also time ``TaskRun.compiled`` when there is one; None = on CUDA only).
+    timed model, seconds), ``warmup`` (untimed calls before timing; 0 = the first call is a trial, see
+    ``filters.timing``), ``max_trials``, ``stop_above`` (factor over the window's upper edge that ends
+    timing after one call), ``time_compiled`` (also time ``TaskRun.compiled`` when there is one; None = on
+    CUDA only).
     Metrics: ``eager_ms`` (median, ms), ``min_ms``, ``max_ms``, ``trials`` (0 when stopped after the first
     call), ``method``, ``in_window`` (bool, or None without a window); with a compiled model also
     ``compile_ms``, ``compile_min_ms``, ``compile_max_ms`` (ms).
@@ -133,8 +134,8 @@ class RuntimeFilter(Filter):
 
     @classmethod
     def default_thresholds(cls) -> dict[str, Any]:
-        # 0.02 s per timed model: a 6 ms task (the accepted median on an H200) gets 1 warm-up + 3 timed
-        # calls, a 1 ms task 20, a 0.4 ms task 50; the window's edges are a factor 100 apart, so a median of
+        # 0.02 s per timed model: a 6 ms task (the accepted median on an H200) gets 3 timed calls, a 1 ms
+        # task 20, a 0.4 ms task 50; the window's edges are a factor 100 apart, so a median of
         # >= 3 decides in or out. Every second of timing is exclusive GPU time, which every other sandbox on
         # the GPU waits for (0.05 s made timing a quarter of a task's GPU time on an H200, session 6).
         # warmup 0: eager, runtime_screen, determinism and degenerate called the model four times and the
