@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from opforge.filters.execution import ALT_INPUT_SEED, TaskRun, error_stats, tolerance_error
+from opforge.filters.execution import ALT_INPUT_SEED, TaskRun, error_stats, flat_view, tolerance_error
 from opforge.filters.gpu_locks import gpu_work
 from opforge.filters.verdict import Cost, Filter, Verdict
 
@@ -40,8 +40,7 @@ def _constant_error(o: torch.Tensor) -> float:
     """Error, in tolerance units, of answering every element with the first one; inf for numel <= 1."""
     if o.numel() <= 1:
         return float("inf")
-    flat = o.detach()
-    flat = (torch.view_as_real(flat) if flat.is_complex() else flat).reshape(-1)
+    flat = flat_view(o)
     return error_stats(flat, flat[:1])[0]
 
 

@@ -124,7 +124,7 @@ CHUNK_ELEMENTS = 1 << 24  # comparisons run over 16M-element slices: a 4 GB outp
 def comparable(t: torch.Tensor) -> torch.Tensor:
     """A flat real view/copy of ``t`` for comparisons: complex as (re, im) pairs; bool and int as float64;
     reduced-precision floats as float32."""
-    flat = _flat(t)
+    flat = flat_view(t)
     if flat.dtype in (torch.float32, torch.float64):
         return flat
     if flat.is_floating_point():
@@ -163,7 +163,7 @@ def error_stats(ref: torch.Tensor, out: torch.Tensor, atol: float = EVAL_ATOL,
     stays near one slice whatever the output size. Either way one host read: on a GPU shared by many
     processes each sync waits for a time slice.
     """
-    ref_flat, out_flat = _flat(ref), _flat(out.to(ref.device))
+    ref_flat, out_flat = flat_view(ref), flat_view(out.to(ref.device))
     if out_flat.numel() not in (1, ref_flat.numel()) or ref_flat.numel() == 0:
         raise ValueError(f"error_stats: {out_flat.numel()} elements against {ref_flat.numel()}")
     if ref_flat.is_cuda and ref_flat.is_floating_point() and out_flat.is_floating_point():
@@ -181,8 +181,8 @@ def error_stats(ref: torch.Tensor, out: torch.Tensor, atol: float = EVAL_ATOL,
     return worst, int(count)
 
 
-def _flat(t: torch.Tensor) -> torch.Tensor:
-    """``t`` flat, detached, complex as (re, im) pairs; dtype kept."""
+def flat_view(t: torch.Tensor) -> torch.Tensor:
+    """``t`` flat, detached, complex as (re, im) pairs; dtype kept (a view where ``reshape`` allows)."""
     t = t.detach()
     if t.is_complex():
         t = torch.view_as_real(t)
