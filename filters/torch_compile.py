@@ -21,6 +21,18 @@ Inductor still picks among the same configs by measurement; only configs within 
 other can be picked differently, which changes ``compile_ms`` by that noise and never the output checked.
 With the cap the compile filter's kernels took 46 instead of 175 ms per task (same 12 tasks, H200, session 7,
 ``benchmarks/results/gpu_cost_profile_h200_s7.json``).
+
+By default (threshold ``autotune`` False) the check does not autotune at all: on CUDA, with the default
+Inductor backend and mode, the compilation and first call run under ``inductor_heuristic_configs``:
+Inductor's deterministic mode (``torch._inductor.config.deterministic``: "skips any on device benchmarking
+in Inductor if we know they affect numerics", which leaves one heuristic config per reduction) and
+``triton.autotune_pointwise = False`` (one config per pointwise kernel). Each kernel is then built once,
+in one config chosen by Inductor's own heuristics, instead of once per candidate config and benchmarked:
+less CPU (Triton builds) and no autotuning GPU time. The compiled output that is checked is what Inductor
+computes in that mode, and it is reproducible run to run (a reduction's config, which decides its
+summation order, is no longer picked by a timing). ``compile_ms`` then times the heuristic configs, so it
+may be somewhat slower than a default, autotuned ``torch.compile`` of the same model; the harness times
+``torch.compile`` again when it scores a candidate (``harness/child.py``).
 """
 
 from __future__ import annotations
@@ -93,13 +105,44 @@ def capped_autotune_benchmarks(max_ms: float | None) -> Iterator[float | None]:
         del bench.benchmark_gpu
 
 
+# Inductor settings of ``inductor_heuristic_configs`` (torch >= 2.8 has both; a missing one is skipped)
+HEURISTIC_CONFIG = {"deterministic": True, "triton.autotune_pointwise": False}
+
+
+@contextlib.contextmanager
+def inductor_heuristic_configs(enabled: bool = True) -> Iterator[dict[str, Any]]:
+    """Within the block Inductor neither autotunes nor benchmarks kernel configs: ``HEURISTIC_CONFIG`` is
+    patched into ``torch._inductor.config`` (see the module docstring). Yields the settings in force (a
+    subset of ``HEURISTIC_CONFIG``; empty when not ``enabled``). Process-wide while it lasts; restored on
+    exit, exceptions included."""
+    if not enabled:
+        yield {}
+        return
+    import torch._inductor.config as inductor_config
+
+    def known(key: str) -> bool:
+        obj = inductor_config
+        for part in key.split("."):
+            if not hasattr(obj, part):
+                return False
+            obj = getattr(obj, part)
+        return True
+
+    patch = {k: v for k, v in HEURISTIC_CONFIG.items() if known(k)}
+    with inductor_config.patch(patch):
+        yield patch
+
+
 class CompileFilter(Filter):
     """Rejects ``compile_error:<ExceptionType>``, ``oom`` and ``compile_mismatch``.
 
     Thresholds: ``backend`` (default "inductor"), ``mode`` (None = default), ``max_err`` (1.0 = the
-    evaluation tolerance), ``autotune_bench_ms`` (cap of Inductor's autotuning benchmark per config on CUDA,
-    ms; None = Inductor's own 25 ms; see the module docstring).
+    evaluation tolerance), ``autotune`` (False: on CUDA with the default Inductor backend and mode, compile
+    with ``inductor_heuristic_configs``; True: Inductor's default autotuning), ``autotune_bench_ms`` (cap of
+    Inductor's autotuning benchmark per config on CUDA, ms, for what still benchmarks; None = Inductor's own
+    25 ms; see the module docstring).
     Metrics: ``compile_s`` (first compiled call, seconds), ``err_compile`` (tolerance units),
+    ``inductor_config`` (the ``inductor_heuristic_configs`` settings in force, {} when none),
     ``autotune_cap_ms`` (the cap in force, None on CPU or without one), ``error``.
     The compiled runtime (``compile_ms``) is measured by the ``runtime`` filter.
     """
@@ -111,7 +154,7 @@ class CompileFilter(Filter):
 
     @classmethod
     def default_thresholds(cls) -> dict[str, Any]:
-        return {"backend": "inductor", "mode": None, "max_err": 1.0, "autotune_bench_ms": 1.0}
+        return {"backend": "inductor", "mode": None, "max_err": 1.0, "autotune": False, "autotune_bench_ms": 1.0}
 
     def score(self, run: TaskRun) -> dict[str, Any]:
         t = self.thresholds
@@ -124,10 +167,13 @@ class CompileFilter(Filter):
                 backend = _inductor_locking_execution(run.device)
             compiled = torch.compile(run.model, backend=backend, mode=t["mode"])
             cap = t["autotune_bench_ms"] if run.device.startswith("cuda") else None
+            heuristic = locks_itself and not t["autotune"]
             start = time.perf_counter()
-            # the first call compiles and autotunes; the default Inductor backend on CUDA locks only its
-            # graphs' execution, any other backend holds the lock for the whole call (compilation included)
-            with capped_autotune_benchmarks(cap) as m["autotune_cap_ms"]:
+            # the first call compiles (and autotunes, unless heuristic); the default Inductor backend on CUDA
+            # locks only its graphs' execution, any other backend holds the lock for the whole call
+            # (compilation included)
+            with inductor_heuristic_configs(heuristic) as m["inductor_config"], \
+                    capped_autotune_benchmarks(cap) as m["autotune_cap_ms"]:
                 out = run.call(model=compiled, lock=not locks_itself)
                 if run.device.startswith("cuda"):
                     torch.cuda.synchronize()

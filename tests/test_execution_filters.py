@@ -15,7 +15,7 @@ from opforge.filters.chain import (
 from opforge.filters.execution import TaskRun, tolerance_error
 from opforge.filters.timing import time_call
 
-from .filter_tasks import BAD, GOOD, TUPLE_WITH_ZERO_MEMBER
+from .filter_tasks import BAD, GOOD, TUPLE_WITH_ZERO_MEMBER, task
 
 
 def _chain(**kw):
@@ -110,6 +110,55 @@ def test_autotune_benchmark_cap_reaches_inductors_benchmarker(monkeypatch):
     assert seen == [(1, 10, 3.0, {"rep": 40}), (1, 10, 1, {}), (5, 100, 25, {})]
     with capped_autotune_benchmarks(None) as cap:
         assert cap is None
+
+
+def test_heuristic_configs_patch_inductor_and_restore_it():
+    import torch._inductor.config as inductor_config
+    from opforge.filters.torch_compile import HEURISTIC_CONFIG, inductor_heuristic_configs
+
+    before = (inductor_config.deterministic, inductor_config.triton.autotune_pointwise)
+    with inductor_heuristic_configs() as patch:
+        assert patch == HEURISTIC_CONFIG  # the installed torch has both settings
+        assert inductor_config.deterministic is True and inductor_config.triton.autotune_pointwise is False
+    assert (inductor_config.deterministic, inductor_config.triton.autotune_pointwise) == before
+    with pytest.raises(RuntimeError), inductor_heuristic_configs():
+        raise RuntimeError("a compiler failure")
+    assert (inductor_config.deterministic, inductor_config.triton.autotune_pointwise) == before
+    with inductor_heuristic_configs(False) as patch:
+        assert patch == {} and inductor_config.deterministic == before[0]
+
+
+# a row softmax and a column sum over (512, 1024) rows: reductions with several candidate configs
+REDUCING = task("        y = self.lin(x)\n        return torch.softmax(y, dim=-1) * 2.0 + y.sum(dim=0, keepdim=True)",
+                inputs="[torch.randn(512, 1024)]", init_inputs="[1024]")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_compile_check_without_autotuning_benchmarks_no_config(monkeypatch):
+    """On CUDA the default compile check builds Inductor's heuristic configs and benchmarks none of them;
+    with ``autotune`` True the same task's kernels are autotuned (the benchmarker is called)."""
+    from torch._inductor.runtime import benchmarking
+
+    calls = []
+    cls = type(benchmarking.benchmarker)
+    real = cls.benchmark_gpu
+
+    def counting(self, *args, **kwargs):
+        calls.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, "benchmark_gpu", counting)
+    code = REDUCING
+    counts = {}
+    for autotune in (False, True):
+        calls.clear()
+        chain = _chain(device="cuda", only=["eager", "compile"], thresholds={"compile": {"autotune": autotune}})
+        res = run_chain(TaskRun(code, f"a{autotune}", "cuda"), chain)
+        assert res["accepted"], res
+        assert bool(res["metrics"]["compile"]["inductor_config"]) is not autotune
+        counts[autotune] = len(calls)
+    assert counts[False] == 0 and counts[True] > 0, counts
 
 
 def test_stochastic_is_caught_although_the_first_call_is_seeded(no_compile):
