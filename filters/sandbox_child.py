@@ -92,11 +92,18 @@ def main() -> None:
     from opforge.filters.chain import FilterSettings, make_chain, run_chain
     from opforge.filters.execution import TaskRun
 
-    chain = make_chain(FilterSettings.model_validate(settings))
+    filter_settings = FilterSettings.model_validate(settings)
+    chain = make_chain(filter_settings)
     from opforge.filters import gpu_locks
 
     gpu_locks.on_wait = lambda waiting: send_message(out, ("lock_wait", waiting))
     gpu_locks.on_hold = lambda holding: send_message(out, ("gpu_hold", holding))
+    if settings["device"] == "cuda" and "compile" in filter_settings.names():
+        # a process's first compile costs seconds more than later ones: pay it while starting
+        from opforge.filters.torch_compile import warm_up_compiler
+
+        autotune = filter_settings.thresholds.get("compile", {}).get("autotune", False)
+        info["compile_warm_up_s"] = round(warm_up_compiler("cuda", heuristic=not autotune), 3)
     send_message(out, ("ready", info))
     while True:
         try:

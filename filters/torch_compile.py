@@ -133,6 +133,24 @@ def inductor_heuristic_configs(enabled: bool = True) -> Iterator[dict[str, Any]]
         yield patch
 
 
+def warm_up_compiler(device: str, heuristic: bool = True) -> float:
+    """Compile and run a tiny softmax model once on ``device`` (the filter's locking Inductor backend on
+    CUDA, ``inductor_heuristic_configs`` when ``heuristic``), so that the first task's compile check does not
+    pay the one-time costs of a process's first compile: importing Inductor and Triton, and building
+    Triton's launcher (several seconds in a fresh process). Returns the seconds it took; clears Dynamo."""
+    start = time.perf_counter()
+    backend = _inductor_locking_execution(device) if device.startswith("cuda") else "inductor"
+    fn = torch.compile(lambda x: torch.softmax(x, dim=-1) * 2.0, backend=backend)
+    with inductor_heuristic_configs(heuristic and device.startswith("cuda")), torch.no_grad():
+        with gpu_work(device):
+            x = torch.randn(8, 64, device=device)
+        fn(x)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+    torch._dynamo.reset()
+    return time.perf_counter() - start
+
+
 class CompileFilter(Filter):
     """Rejects ``compile_error:<ExceptionType>``, ``oom`` and ``compile_mismatch``.
 

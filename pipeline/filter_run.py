@@ -60,7 +60,57 @@ def verdict_task(task_id: str, code: Any, settings_json: str, log_dir: str | Non
     return {**result, "task_id": task_id, "worker": str(worker)}
 
 
+def warm_sandbox(settings_json: str, log_dir: str | None = None) -> dict[str, Any]:
+    """Dask task: start this worker thread's sandbox child now (importing torch, the CUDA context and, on
+    CUDA, a first small compile: see ``filters.sandbox_child``), so that the first ``verdict_task`` on this
+    thread finds it ready. Returns ``{"start_s": seconds, "error": None or the SandboxError text}``."""
+    box = _sandbox(settings_json, log_dir)
+    try:
+        return {"start_s": box.start(), "error": None}
+    except RuntimeError as exc:  # SandboxError: the task that needs this sandbox tries again and reports it
+        return {"start_s": box.start_seconds, "error": str(exc)[:300]}
+
+
 # -- client side --------------------------------------------------------------------------------------
+def prepare_settings(settings: FilterSettings, run_dir: str | Path, handle: ClusterHandle | None = None,
+                     progress: bool = True) -> FilterSettings:
+    """The settings the sandboxes of a filter run in ``run_dir`` get: with ``contamination``, the KernelBench
+    index located (built once and cached, copied to ``RUN_DIR/kernelbench_index.pkl``); on CPU with an open
+    cluster ``handle``, ``cpu_threads`` set to this machine's cores per sandbox. Fields already set are
+    kept, so ``run_filter`` given the result computes the same settings (and reuses warm sandboxes).
+
+    Raises:
+        ReferenceLoadError: the KernelBench reference cannot be loaded.
+    """
+    if "contamination" in settings.names() and settings.kernelbench_index is None:
+        from opforge.filters.kernelbench import index_for_run
+
+        path, index = index_for_run(run_dir, settings.kernelbench, settings.kernelbench_levels, progress)
+        settings = settings.model_copy(update={"kernelbench_index": str(path.resolve()),
+                                               "kernelbench_identity": index.identity()})
+    if handle is not None and settings.device == "cpu" and settings.cpu_threads is None:
+        # share this machine's cores among the sandboxes (an external cluster's machines may differ)
+        settings = settings.model_copy(update={"cpu_threads": max(1, (os.cpu_count() or 1) // handle.slots)})
+    return settings
+
+
+def warm_sandboxes(handle: ClusterHandle, settings: FilterSettings, run_dir: str | Path) -> list:
+    """Start the sandbox children of every worker thread of ``handle`` in the background (``warm_sandbox``,
+    one Dask task per thread), for a filter run in ``run_dir`` with ``settings`` (from ``prepare_settings``).
+    Returns the futures: keep them until the filter stage has started (a released future is cancelled).
+    ``opforge run`` calls this before composing, so the children start while the composer works."""
+    log_dir = Path(run_dir) / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    settings_json = settings.model_dump_json()
+    futures = []
+    for address, threads in handle.client.nthreads().items():  # each thread of each worker: one start
+        futures += [handle.client.submit(warm_sandbox, settings_json, str(log_dir), key=f"warm-sandbox-{address}-{i}",
+                                         workers=[address], allow_other_workers=False, pure=False)
+                    for i in range(threads)]
+    return futures
+
+
+
 @dataclass
 class FilterRunResult:
     """Summary of one ``opforge filter`` run (also written to ``funnel.json``)."""
@@ -98,12 +148,7 @@ def run_filter(input_path: str | Path, run_dir: str | Path, settings: FilterSett
     if limit is not None:
         tasks = tasks.head(limit)
     corpus, corpus_stats = _corpus_verdicts(tasks, settings, progress)
-    if "contamination" in settings.names() and settings.kernelbench_index is None:
-        from opforge.filters.kernelbench import index_for_run
-
-        path, index = index_for_run(run_dir, settings.kernelbench, settings.kernelbench_levels, progress)
-        settings = settings.model_copy(update={"kernelbench_index": str(path.resolve()),
-                                               "kernelbench_identity": index.identity()})
+    settings = prepare_settings(settings, run_dir, progress=progress)
     env = environment(settings.device)
     fp = fingerprint(env, settings.fingerprint_fields())
     ledger = Ledger(run_dir / "ledger.jsonl", fp)
@@ -115,9 +160,7 @@ def run_filter(input_path: str | Path, run_dir: str | Path, settings: FilterSett
     if len(todo):
         own = handle is None
         handle = handle or open_cluster(settings.device, workers, scheduler)
-        if settings.device == "cpu" and settings.cpu_threads is None:
-            # share this machine's cores among the sandboxes (an external cluster's machines may differ)
-            settings = settings.model_copy(update={"cpu_threads": max(1, (os.cpu_count() or 1) // handle.slots)})
+        settings = prepare_settings(settings, run_dir, handle, progress)
         try:
             _drive(handle, todo, settings, ledger, run_dir, progress, failures)
         finally:

@@ -78,11 +78,24 @@ def _harvest(cfg: RunConfig, run_dir: Path) -> Path:
     return catalog
 
 
+def _warm_up_summary(futures: list) -> dict[str, Any] | None:
+    """What the sandboxes started before composing reported (``warm_sandbox``): how many started, the
+    slowest start (s) and the errors; None when none were started."""
+    done = [f.result() for f in futures if f.done() and f.status == "finished"]
+    return {"started": sum(1 for r in done if r["error"] is None), "of": len(futures),
+            "slowest_start_s": round(max((r["start_s"] for r in done), default=0.0), 2),
+            "errors": [r["error"] for r in done if r["error"]][:3]}
+
+
+def _round_path(run_dir: Path, k: int) -> Path:
+    return run_dir / "candidates" / f"round-{k:04d}.parquet"
+
+
 def _compose_round(cfg: RunConfig, catalog: Path, k: int, run_dir: Path) -> Path:
     from opforge.compose.composer import ComposeConfig, compose
     from opforge.seeds.catalog import read_catalog
 
-    path = run_dir / "candidates" / f"round-{k:04d}.parquet"
+    path = _round_path(run_dir, k)
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -125,7 +138,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     """
     from opforge.compose.sampler import parse_op_mix
     from opforge.pipeline.cluster import open_cluster
-    from opforge.pipeline.filter_run import run_filter
+    from opforge.pipeline.filter_run import prepare_settings, run_filter, warm_sandboxes
     from opforge.pipeline.select import bucket_shares, select_tasks
 
     cfg = cfg.resolved()
@@ -143,6 +156,8 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     seconds["harvest"] = time.perf_counter() - t0
 
     handle = None
+    warming: list = []
+    warm_up = None
     rounds: list[Path] = []
     selection = None
     stop_reason = ""
@@ -150,6 +165,13 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     try:
         k = 0
         while True:
+            if handle is None and not _round_path(run_dir, k).exists():
+                # the cluster and its sandbox children start while the composer works (one core)
+                t0 = time.perf_counter()
+                handle = open_cluster(cfg.device, cfg.workers, cfg.scheduler)
+                settings = prepare_settings(settings, run_dir / "filter", handle, progress)
+                warming = warm_sandboxes(handle, settings, run_dir / "filter")
+                seconds["cluster_start"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             rounds.append(_compose_round(cfg, catalog, k, run_dir))
             candidates = pd.concat([pd.read_parquet(p) for p in rounds], ignore_index=True)
@@ -160,6 +182,8 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
                 handle = open_cluster(cfg.device, cfg.workers, cfg.scheduler)
             res = run_filter(run_dir / "candidates.parquet", run_dir / "filter", settings, handle=handle,
                              progress=progress)
+            if warming:  # the filter stage has started: the warm-up futures are no longer needed
+                warm_up, warming = _warm_up_summary(warming), []
             seconds["filter"] += time.perf_counter() - t0
             pool = accepted_pool(candidates, res.verdicts)
             selection = select_tasks(pool, cfg.target, shares, seed=cfg.seed, max_per_signature=cfg.max_per_signature)
@@ -190,7 +214,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
                        {k: round(v, 2) for k, v in seconds.items()})
     (run_dir / "run.json").write_text(json.dumps({
         "selected": result.selected, "accepted": result.accepted, "candidates": result.candidates,
-        "rounds": len(rounds), "stop_reason": stop_reason, "seconds": result.seconds,
+        "rounds": len(rounds), "stop_reason": stop_reason, "seconds": result.seconds, "sandbox_warm_up": warm_up,
         "yield": round(result.accepted / max(1, result.candidates), 4)}, indent=2))
     return result
 

@@ -57,6 +57,15 @@ def test_run_builds_a_loadable_dataset(finished_run):
                                                         "kernelbench_similarity.png"}
     run = json.loads((finished_run / "run.json").read_text())
     assert run["selected"] == TARGET and run["accepted"] <= run["candidates"]
+    # both workers' sandboxes started while the composer worked, and the filter stage used them: the first
+    # task of each worker started no child of its own
+    assert run["sandbox_warm_up"]["started"] == run["sandbox_warm_up"]["of"] == 2, run["sandbox_warm_up"]
+    first = {}
+    for line in (finished_run / "filter" / "ledger.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if "task_id" in rec:
+            first.setdefault(rec["worker"], rec)
+    assert len(first) == 2 and all(r["start_s"] == 0.0 for r in first.values()), first
     assert f"{run['candidates']} candidates composed" in card  # the card states what the run measured
     assert validate_folder(hf)["rows"] == TARGET
     # the Ops-6K loader works unchanged, on the reference and on ours
