@@ -18,7 +18,8 @@
 # the naive baseline (benchmarks/naive_baseline.py) runs at the same time on GPU 1 and CPUs 16-31 over the
 # same candidates (composed here beforehand, carried: CANDS); with one GPU it runs after opforge. Each
 # side has its own fresh Inductor/Triton cache. scale: `opforge filter` of CANDS on all GPUs and cores.
-# nvidia-smi samples utilisation every 0.5 s. Results: $OUT/results.tgz (+ logs).
+# nvidia-smi samples utilisation every 0.5 s, benchmarks/cpu_busy.py the busy share of CPUs 0-15 every 2 s
+# (cpu_busy.csv). Results: $OUT/results.tgz (+ logs).
 set -uo pipefail
 . benchmarks/device_setup.sh || exit 1
 OUT=${OUT:-/tmp/out}
@@ -35,6 +36,9 @@ echo "cpus $NCPU gpus $NGPU candidates $N mode ${MODE:-single}" | tee -a "$OUT/g
 nvidia-smi --query-gpu=index,timestamp,utilization.gpu,memory.used --format=csv,noheader -lms 500 \
     > "$W/gpu_util.csv" &
 SMI=$!
+# CPUs of opforge's side in single mode (0-15), or all of them
+python3 benchmarks/cpu_busy.py --cpus "0-$(( NCPU >= 32 ? 15 : NCPU - 1 ))" --every 2 --out "$W/cpu_busy.csv" &
+CPUB=$!
 
 naive() {  # naive baseline on GPU $1, CPUs $2, for at most $3 seconds
     CUDA_VISIBLE_DEVICES=$1 TORCHINDUCTOR_CACHE_DIR=$W/cache-naive TRITON_CACHE_DIR=$W/cache-naive/triton \
@@ -108,7 +112,7 @@ if [ -n "${CALIB_N:-}" ]; then  # check of the calibrated profile: eager time of
         --device cuda --workers "$WORKERS" --only static,eager,runtime --timeout-s 60 2>&1 | stdbuf -o0 tr "\r" "\n" \
         | grep --line-buffered -v -E "(it|task|block|problem)/s" | tee -a "$W/calib.log"
 fi
-kill $SMI 2>/dev/null
+kill $SMI $CPUB 2>/dev/null
 sleep 3  # sandbox children of a command cut by its timeout notice their parent's death within 1 s
 cd "$W" && { rm -rf run/seeds cache-* run/hf/data 2>/dev/null; tar czf "$OUT/results.tgz" --exclude='*.log' --exclude='cache-*' .; cp ./*.log "$OUT/" 2>/dev/null; }
 ls -la "$OUT"
