@@ -137,6 +137,8 @@ def filter_cmd(
     gpu_memory_fraction: float = typer.Option(None, help="CUDA: share of GPU memory tasks may reserve "
                                                          "together (default 0.9)."),
     compile_threads: int = typer.Option(None, help="Inductor compile_threads per sandbox (default 1)."),
+    compile_autotune: bool = typer.Option(False, "--compile-autotune", help="CUDA: let Inductor autotune in "
+                                          "the compile check (default: its heuristic configs, no autotuning)."),
 ):
     """Verdict every input task with the filter chain; resumes from RUN_DIR's ledger when re-run."""
     from opforge.filters.chain import FILTER_NAMES, FilterSettings
@@ -153,6 +155,7 @@ def filter_cmd(
         settings = FilterSettings(device=device, only=_names(only), skip=_names(skip) or [],
                                   runtime_window_ms=window, timeout_s=timeout_s, memory_gib=memory_gib,
                                   kernelbench=kernelbench, kernelbench_levels=levels,
+                                  thresholds={"compile": {"autotune": True}} if compile_autotune else {},
                                   **{k: v for k, v in gpu.items() if v is not None})
         settings.names()
     except ValueError as exc:

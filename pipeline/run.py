@@ -118,7 +118,8 @@ def _filter_settings(cfg: RunConfig):
     gpu = {k: getattr(cfg, k) for k in GPU_OPTIONS if getattr(cfg, k) is not None}
     return FilterSettings(device=cfg.device, skip=list(cfg.skip_filters), runtime_window_ms=cfg.runtime_window_ms,
                           timeout_s=cfg.timeout_s, memory_gib=cfg.memory_gib, kernelbench=cfg.kernelbench,
-                          kernelbench_levels=tuple(cfg.kernelbench_levels), **gpu)
+                          kernelbench_levels=tuple(cfg.kernelbench_levels),
+                          thresholds={"compile": {"autotune": True}} if cfg.compile_autotune else {}, **gpu)
 
 
 def accepted_pool(candidates: pd.DataFrame, verdicts: pd.DataFrame) -> pd.DataFrame:

@@ -32,6 +32,8 @@ class RunConfig(BaseModel):
         skip_filters / timeout_s / memory_gib: filter-stage options.
         gpu_step_limit_s / gpu_admit_gib / gpu_growth / gpu_memory_fraction / compile_threads: the filter
             stage's GPU sharing options (``filters.chain.FilterSettings``; None = its default).
+        compile_autotune: let Inductor autotune in the compile check on CUDA (default False: its heuristic
+            configs, see ``filters.torch_compile``).
         kernelbench / kernelbench_levels: the contamination filter's reference.
         seeds_catalog: reuse this seed catalog instead of harvesting (copied into the run directory).
         pretty_name / license / repo_id: the card's title, licence (Hub licence id) and the id in its
@@ -62,6 +64,7 @@ class RunConfig(BaseModel):
     gpu_growth: float | None = Field(None, ge=1)
     gpu_memory_fraction: float | None = Field(None, gt=0, le=1)
     compile_threads: int | None = Field(None, ge=1)
+    compile_autotune: bool = False
     kernelbench: str | None = None
     kernelbench_levels: tuple[int, ...] = (1, 2, 3)
     seeds_catalog: Path | None = None

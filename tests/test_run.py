@@ -192,9 +192,11 @@ def test_gpu_sharing_options_reach_the_filter_settings(tmp_path):
     from opforge.pipeline.run import _filter_settings
 
     cfg_file = tmp_path / "run.yaml"
-    cfg_file.write_text("device: cuda\ngpu_step_limit_s: 3\ncompile_threads: 2\n")
+    cfg_file.write_text("device: cuda\ngpu_step_limit_s: 3\ncompile_threads: 2\ncompile_autotune: true\n")
     s = _filter_settings(load_config(cfg_file, {}).resolved())
     assert (s.gpu_step_limit_s, s.compile_threads) == (3.0, 2)
+    assert s.thresholds == {"compile": {"autotune": True}}  # and so part of the ledger fingerprint
+    assert _filter_settings(RunConfig().resolved()).thresholds == {}
     assert s.gpu_growth == _filter_settings(RunConfig().resolved()).gpu_growth  # unset: the stage's default
     cfg_file.write_text("gpu_growth: 0.5\n")
     with pytest.raises(ConfigError, match="gpu_growth"):
