@@ -103,7 +103,10 @@ def main() -> None:
         from opforge.filters.torch_compile import warm_up_compiler
 
         autotune = filter_settings.thresholds.get("compile", {}).get("autotune", False)
-        info["compile_warm_up_s"] = round(warm_up_compiler("cuda", heuristic=not autotune), 3)
+        try:
+            info["compile_warm_up_s"] = round(warm_up_compiler("cuda", heuristic=not autotune), 3)
+        except Exception as exc:  # noqa: BLE001 - only a head start: the compile filter meets and reports it
+            info["compile_warm_up_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     send_message(out, ("ready", info))
     while True:
         try:

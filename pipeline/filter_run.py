@@ -110,7 +110,6 @@ def warm_sandboxes(handle: ClusterHandle, settings: FilterSettings, run_dir: str
     return futures
 
 
-
 @dataclass
 class FilterRunResult:
     """Summary of one ``opforge filter`` run (also written to ``funnel.json``)."""

@@ -79,8 +79,8 @@ def _harvest(cfg: RunConfig, run_dir: Path) -> Path:
 
 
 def _warm_up_summary(futures: list) -> dict[str, Any] | None:
-    """What the sandboxes started before composing reported (``warm_sandbox``): how many started, the
-    slowest start (s) and the errors; None when none were started."""
+    """What the sandboxes started before composing (``warm_sandbox`` futures) reported: how many started,
+    the slowest start (s) and the first errors."""
     done = [f.result() for f in futures if f.done() and f.status == "finished"]
     return {"started": sum(1 for r in done if r["error"] is None), "of": len(futures),
             "slowest_start_s": round(max((r["start_s"] for r in done), default=0.0), 2),
