@@ -92,19 +92,19 @@ def main() -> None:
     from opforge.filters.chain import FilterSettings, make_chain, run_chain
     from opforge.filters.execution import TaskRun
 
-    filter_settings = FilterSettings.model_validate(settings)
-    chain = make_chain(filter_settings)
+    chain = make_chain(FilterSettings.model_validate(settings))
     from opforge.filters import gpu_locks
 
     gpu_locks.on_wait = lambda waiting: send_message(out, ("lock_wait", waiting))
     gpu_locks.on_hold = lambda holding: send_message(out, ("gpu_hold", holding))
-    if settings["device"] == "cuda" and "compile" in filter_settings.names():
+    compile_filter = next((f for f in chain if f.name == "compile"), None)
+    if settings["device"] == "cuda" and compile_filter is not None:
         # a process's first compile costs seconds more than later ones: pay it while starting
         from opforge.filters.torch_compile import warm_up_compiler
 
-        autotune = filter_settings.thresholds.get("compile", {}).get("autotune", False)
+        heuristic = not compile_filter.thresholds["autotune"]  # the filter's defaults merged with the run's
         try:
-            info["compile_warm_up_s"] = round(warm_up_compiler("cuda", heuristic=not autotune), 3)
+            info["compile_warm_up_s"] = round(warm_up_compiler("cuda", heuristic=heuristic), 3)
         except Exception as exc:  # noqa: BLE001 - only a head start: the compile filter meets and reports it
             info["compile_warm_up_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     send_message(out, ("ready", info))

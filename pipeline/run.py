@@ -166,12 +166,13 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     try:
         k = 0
         while True:
-            if handle is None and not _round_path(run_dir, k).exists():
-                # the cluster and its sandbox children start while the composer works (one core)
+            if handle is None:
                 t0 = time.perf_counter()
                 handle = open_cluster(cfg.device, cfg.workers, cfg.scheduler)
-                settings = prepare_settings(settings, run_dir / "filter", handle, progress)
-                warming = warm_sandboxes(handle, settings, run_dir / "filter")
+                if not _round_path(run_dir, k).exists():
+                    # new candidates: the sandbox children start while the composer works (one core)
+                    settings = prepare_settings(settings, run_dir / "filter", handle, progress)
+                    warming = warm_sandboxes(handle, settings, run_dir / "filter")
                 seconds["cluster_start"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             rounds.append(_compose_round(cfg, catalog, k, run_dir))
@@ -179,8 +180,6 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
             candidates.to_parquet(run_dir / "candidates.parquet", index=False)
             seconds["compose"] += time.perf_counter() - t0
             t0 = time.perf_counter()
-            if handle is None:
-                handle = open_cluster(cfg.device, cfg.workers, cfg.scheduler)
             res = run_filter(run_dir / "candidates.parquet", run_dir / "filter", settings, handle=handle,
                              progress=progress)
             if warming:  # the filter stage has started: the warm-up futures are no longer needed
