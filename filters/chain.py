@@ -60,8 +60,6 @@ class FilterSettings(BaseModel):
         compile_threads: Inductor's ``compile_threads`` in each sandbox (1: kernels of one task compile
             one after another in the sandbox itself; more starts Inductor's pool of compile processes in
             every sandbox, which only pays when cores are idle).
-        gpu_serial_steps: every GPU step of a task holds the GPU exclusively, not only timing: the
-            sandboxes on a GPU take turns instead of time-slicing it (``filters.gpu_locks.SERIAL_STEPS``).
         thresholds: per-filter threshold overrides, e.g. ``{"determinism": {"max_drift": 0.05}}``.
         kernelbench: where the contamination filter's KernelBench problems come from (a .jsonl/.parquet
             path or ``hub:REPO@REVISION``; None = ``filters.kernelbench.default_reference()``).
@@ -83,7 +81,6 @@ class FilterSettings(BaseModel):
     gpu_growth: float = Field(ADMIT_GROWTH, ge=1)
     gpu_step_limit_s: float | None = Field(5.0, ge=0)
     compile_threads: int = Field(1, ge=1)
-    gpu_serial_steps: bool = False
     thresholds: dict[str, dict[str, Any]] = Field(default_factory=dict)
     kernelbench: str | None = None
     kernelbench_levels: tuple[int, ...] = (1, 2, 3)

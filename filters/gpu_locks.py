@@ -259,19 +259,10 @@ def _is_cuda(device) -> bool:
     return str(device).startswith("cuda")
 
 
-# True: every GPU step holds ``compute`` exclusively, like a timing, so the sandboxes on a GPU take turns
-# on it instead of time-slicing it between their CUDA contexts (``FilterSettings.gpu_serial_steps``, set in
-# each sandbox child). A step is short (a forward call, a comparison), and while one sandbox has the GPU
-# the others compile or wait.
-SERIAL_STEPS = False
-
-
 def gpu_work(device) -> contextlib.AbstractContextManager:
-    """Context for GPU work that must not overlap a neighbour's timing: ``compute`` shared on CUDA
-    (exclusive with ``SERIAL_STEPS``), nothing on CPU."""
-    if not _is_cuda(device):
-        return contextlib.nullcontext()
-    return gpu_lock("compute").exclusive() if SERIAL_STEPS else gpu_lock("compute").shared()
+    """Context for GPU work that must not overlap a neighbour's timing: ``compute`` shared on CUDA,
+    nothing on CPU."""
+    return gpu_lock("compute").shared() if _is_cuda(device) else contextlib.nullcontext()
 
 
 def gpu_timing(device) -> contextlib.AbstractContextManager:

@@ -97,7 +97,6 @@ def main() -> None:
 
     gpu_locks.on_wait = lambda waiting: send_message(out, ("lock_wait", waiting))
     gpu_locks.on_hold = lambda holding: send_message(out, ("gpu_hold", holding))
-    gpu_locks.SERIAL_STEPS = bool(settings.get("gpu_serial_steps"))
     compile_filter = next((f for f in chain if f.name == "compile"), None)
     if settings["device"] == "cuda" and compile_filter is not None:
         # a process's first compile costs seconds more than later ones: pay it while starting

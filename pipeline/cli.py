@@ -139,8 +139,6 @@ def filter_cmd(
     compile_threads: int = typer.Option(None, help="Inductor compile_threads per sandbox (default 1)."),
     compile_autotune: bool = typer.Option(False, "--compile-autotune", help="CUDA: let Inductor autotune in "
                                           "the compile check (default: its heuristic configs, no autotuning)."),
-    gpu_serial_steps: bool = typer.Option(False, "--gpu-serial-steps", help="CUDA: every GPU step holds the GPU "
-                                          "exclusively (sandboxes take turns instead of time-slicing it)."),
 ):
     """Verdict every input task with the filter chain; resumes from RUN_DIR's ledger when re-run."""
     from opforge.filters.chain import FILTER_NAMES, FilterSettings
@@ -153,8 +151,7 @@ def filter_cmd(
     try:
         levels = tuple(int(v) for v in _names(kernelbench_levels) or [])
         gpu = {"gpu_step_limit_s": gpu_step_limit_s, "gpu_admit_gib": gpu_admit_gib, "gpu_growth": gpu_growth,
-               "gpu_memory_fraction": gpu_memory_fraction, "compile_threads": compile_threads,
-               "gpu_serial_steps": gpu_serial_steps or None}
+               "gpu_memory_fraction": gpu_memory_fraction, "compile_threads": compile_threads}
         settings = FilterSettings(device=device, only=_names(only), skip=_names(skip) or [],
                                   runtime_window_ms=window, timeout_s=timeout_s, memory_gib=memory_gib,
                                   kernelbench=kernelbench, kernelbench_levels=levels,

@@ -336,25 +336,12 @@ def test_time_call_stops_after_one_call_far_above_the_limit():
     assert t.trials == 3 and 30 <= t.median_ms  # under the limit: warm-up + the minimum of 3 trials
 
 
-def _lock_state_seen_by_another_process(path) -> str:
-    """"shareable", "exclusive" or "free": what a fresh process's non-blocking ``flock`` on ``path`` finds."""
-    import subprocess
-    import sys
-
-    probe = ("import fcntl, sys; fh = open(sys.argv[1], 'a')\n"
-             "try:\n    fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB); print('shareable')\n"
-             "except BlockingIOError:\n    print('exclusive')\n"
-             "else:\n"
-             "    fcntl.flock(fh, fcntl.LOCK_UN)\n"
-             "    try:\n        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')\n"
-             "    except BlockingIOError:\n        pass\n")
-    return subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True).stdout.split()[-1]
-
-
 def test_gpu_lock_modes_nest_and_show_across_processes(tmp_path, monkeypatch):
     """``compute`` on the physical GPU of CUDA_VISIBLE_DEVICES: exclusive inside shared gives up and takes
     back the shared hold, exclusive is re-entrant, shared nests; another process
     sees each state through ``flock``. No GPU needed (plain lock files)."""
+    import subprocess
+    import sys
     import tempfile
 
     from opforge.filters.gpu_locks import GpuLock, physical_gpu
@@ -364,9 +351,18 @@ def test_gpu_lock_modes_nest_and_show_across_processes(tmp_path, monkeypatch):
     assert physical_gpu(0) == "5" and physical_gpu(1) == "7"
     syncs = []
     lock = GpuLock(physical_gpu(0), "compute", before_release=lambda: syncs.append(1))
+    probe = ("import fcntl, sys; fh = open(sys.argv[1], 'a')\n"
+             "try:\n    fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB); print('shareable')\n"
+             "except BlockingIOError:\n    print('exclusive')\n"
+             "else:\n"
+             "    fcntl.flock(fh, fcntl.LOCK_UN)\n"
+             "    try:\n        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')\n"
+             "    except BlockingIOError:\n        pass\n")
 
     def seen() -> str:
-        return _lock_state_seen_by_another_process(tmp_path / "opforge-gpu-5.compute")
+        out = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "opforge-gpu-5.compute")],
+                             capture_output=True, text=True).stdout.split()
+        return out[-1]
 
     with lock.shared():
         assert seen() == "shareable" and lock.mode == "shared"
@@ -380,31 +376,6 @@ def test_gpu_lock_modes_nest_and_show_across_processes(tmp_path, monkeypatch):
     assert lock.mode is None and seen() == "free"
     assert len(syncs) == 3  # every release synchronised first: shared->exclusive, exclusive, end
     lock.close()
-
-
-def test_serial_gpu_steps_hold_the_gpu_exclusively(tmp_path, monkeypatch):
-    """``gpu_work`` holds ``compute`` shared by default and exclusively with ``SERIAL_STEPS`` (the sandbox
-    child sets it from ``FilterSettings.gpu_serial_steps``); on CPU it takes no lock. Plain lock files."""
-    import tempfile
-
-    from opforge.filters import gpu_locks
-
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setitem(gpu_locks._LOCKS, ("3", "compute"), gpu_locks.GpuLock("3", "compute"))  # no CUDA sync
-    path = tmp_path / "opforge-gpu-3.compute"
-    seen = {}
-    for serial in (False, True):
-        monkeypatch.setattr(gpu_locks, "SERIAL_STEPS", serial)
-        with gpu_locks.gpu_work("cuda"):
-            seen[serial] = _lock_state_seen_by_another_process(path)
-            with gpu_locks.gpu_work("cuda"), gpu_locks.gpu_timing("cuda"):  # nesting as in the filters
-                pass
-        assert _lock_state_seen_by_another_process(path) == "free"
-        with gpu_locks.gpu_work("cpu"):
-            assert _lock_state_seen_by_another_process(path) == "free"
-    assert seen == {False: "shareable", True: "exclusive"}
-    gpu_locks._LOCKS[("3", "compute")].close()
 
 
 def test_unregistered_tensor_attributes_are_listed():
