@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -51,6 +52,7 @@ def main() -> None:
     chain = make_chain(settings)
     table = pq.read_table(args.candidates, columns=["task_id", "code"]).slice(0, args.limit).to_pylist()
     rows = []
+    summary: dict = {}
     for i, row in enumerate(table):
         run = TaskRun(code=row["code"], task_id=row["task_id"], device=args.device)
         per = {}
@@ -78,6 +80,12 @@ def main() -> None:
         rows.append({"task_id": row["task_id"], "reason": reason, "filters": per})
         print(i, row["task_id"], reason, {k: (v["wall_s"], v["gpu_ms"], v["kernels"]) for k, v in per.items()},
               flush=True)
+        summary = _write(args, chain, rows)  # after every task: a run cut by its time limit keeps its rows
+    print(json.dumps(summary, indent=1))
+
+
+def _write(args, chain, rows: list[dict]) -> dict:
+    """Write the JSON (summary per filter over ``rows``, and the rows) to ``args.out``; return the summary."""
     summary = {}
     for f in chain:
         got = [r["filters"][f.name] for r in rows if f.name in r["filters"]]
@@ -89,9 +97,11 @@ def main() -> None:
                                "kernels_median": statistics.median(g["kernels"] for g in got)}
     out = {"autotune_pointwise": not args.no_autotune_pointwise, "tasks": len(rows), "summary": summary,
            "rows": rows, "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu", "torch": torch.__version__}
-    with open(args.out, "w") as fh:
+    tmp = f"{args.out}.tmp"
+    with open(tmp, "w") as fh:
         json.dump(out, fh, indent=1)
-    print(json.dumps(summary, indent=1))
+    os.replace(tmp, args.out)
+    return summary
 
 
 if __name__ == "__main__":
