@@ -115,7 +115,7 @@ def filter_cmd(
     out: Path = typer.Option(..., "--out", help="Run directory: ledger.jsonl, verdicts.parquet, funnel.json."),
     device: str = typer.Option("cpu", help="cpu | cuda."),
     workers: int = typer.Option(None, help="CPU: worker processes (default: cores). CUDA: sandboxes per GPU "
-                                           "(default 1)."),
+                                           "(default: cores per GPU - 2)."),
     scheduler: str = typer.Option(None, help="Address of an existing Dask scheduler to use instead."),
     runtime_window_ms: tuple[float, float] = typer.Option(None, help="LO HI eager-median window in ms "
                                                           "(default: 1 100 on cuda, off on cpu)."),
@@ -180,7 +180,8 @@ def run_cmd(
     target: int = typer.Option(None, help="Tasks to publish (N). Default 100."),
     out: Path = typer.Option(None, "--out", help="Run directory (default runs/default)."),
     device: str = typer.Option(None, help="cpu | cuda (default cpu)."),
-    workers: int = typer.Option(None, help="CPU: worker processes (default: cores). CUDA: sandboxes per GPU."),
+    workers: int = typer.Option(None, help="CPU: worker processes (default: cores). CUDA: sandboxes per GPU "
+                                           "(default: cores per GPU - 2)."),
     scheduler: str = typer.Option(None, help="Address of an existing Dask scheduler."),
     seed: int = typer.Option(None, help="Run seed (composition and selection). Default 0."),
     op_mix: str = typer.Option(None, help="ops6k | uniform | '1:0.2,2:0.3,...' (composition and selection quota)."),

@@ -37,9 +37,27 @@ class ClusterHandle:
             self.cluster.close()
 
 
-def default_workers(device: str) -> int:
-    """CPU: one worker per core (at least 1). CUDA: one sandbox per GPU."""
-    return max(1, os.cpu_count() or 1) if device == "cpu" else 1
+# CUDA sandboxes per GPU leave this many of the GPU's share of cores to the client, the scheduler and the
+# Dask worker: 14 sandboxes on one H200 with 16 cores is the setting of every GPU measurement since session 5
+# (benchmarks/README.md: 236 verdicts/min, GPU 83-92 % busy); 18 and 22 were not faster in the one
+# comparison made. A single sandbox leaves the GPU idle while it compiles.
+CORES_KEPT_PER_GPU = 2
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity, e.g. under ``taskset``), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no sched_getaffinity on this platform
+        return max(1, os.cpu_count() or 1)
+
+
+def default_workers(device: str, gpus: int = 1) -> int:
+    """CPU: one worker per usable core. CUDA: sandboxes per GPU = the usable cores per GPU minus
+    ``CORES_KEPT_PER_GPU`` (14 on a 16-core single-GPU machine), at least 1."""
+    if device == "cpu":
+        return usable_cores()
+    return max(1, usable_cores() // max(1, gpus) - CORES_KEPT_PER_GPU)
 
 
 def open_cluster(device: str, workers: int | None = None, scheduler: str | None = None) -> ClusterHandle:
@@ -56,8 +74,8 @@ def open_cluster(device: str, workers: int | None = None, scheduler: str | None 
             raise RuntimeError(f"scheduler {scheduler} has no workers")
         return ClusterHandle(client, None, f"scheduler {scheduler} ({len(nthreads)} workers)",
                              sum(nthreads.values()))
-    workers = workers or default_workers(device)
     if device == "cpu":
+        workers = workers or default_workers(device)
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, memory_limit=0, **quiet)
         return ClusterHandle(Client(cluster), cluster, f"LocalCluster cpu x{workers}", workers)
     gpus = gpu_names()
@@ -66,6 +84,7 @@ def open_cluster(device: str, workers: int | None = None, scheduler: str | None 
     ids = visible_gpus(len(gpus))
     if not ids:
         raise RuntimeError("--device cuda: CUDA_VISIBLE_DEVICES is set but names no GPU")
+    workers = workers or default_workers(device, len(ids))
     specs = {f"gpu{g}": {"cls": Nanny, "options": {"nthreads": workers, "memory_limit": 0,
                                                     "env": {"CUDA_VISIBLE_DEVICES": g}}}
              for g in ids}

@@ -280,3 +280,16 @@ def test_time_waiting_for_a_gpu_lock_does_not_count_against_the_timeout(tmp_path
     assert result.get("accepted") and seconds >= 3.0, result
     result, _ = run_behind_a_neighbour(0.0)  # no credit for waiting: the same task times out
     assert result["reason"] == "timeout", result
+
+
+def test_default_workers_follow_the_usable_cores_per_gpu(monkeypatch):
+    """CPU: one worker per core this process may use (``taskset`` shrinks it); CUDA: that share per GPU
+    less the cores kept for the client and Dask, never below one sandbox."""
+    import os
+
+    from opforge.pipeline import cluster
+
+    for cores, gpus, cpu, cuda in [(16, 1, 16, 14), (32, 2, 32, 14), (64, 4, 64, 14), (2, 1, 2, 1), (8, 3, 8, 1)]:
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _pid, n=cores: set(range(n)))
+        assert cluster.default_workers("cpu") == cpu
+        assert cluster.default_workers("cuda", gpus) == cuda, (cores, gpus)
