@@ -131,6 +131,50 @@ FILTER_NAMES = ("duplicate", "static", "contamination", "eager", "runtime_screen
 CORPUS_FILTERS = ("duplicate",)
 
 
+def parse_threshold(text: str) -> tuple[str, str, Any]:
+    """``"FILTER.KEY=VALUE"`` -> (filter, key, value), VALUE read as YAML (``0.01`` a float, ``[1, 50]`` a
+    list, ``true`` / ``null``...), e.g. ``runtime.budget_s=0.01``. Raises ValueError naming ``text`` when
+    it is not of that form or names an unknown filter (keys are checked by ``check_thresholds``)."""
+    import yaml
+
+    name_key, sep, raw = text.partition("=")
+    name, dot, key = name_key.strip().partition(".")
+    if not (sep and dot and name and key.strip()):
+        raise ValueError(f"threshold {text!r}: expected FILTER.KEY=VALUE, e.g. runtime.budget_s=0.01")
+    if name not in FILTER_NAMES:
+        raise ValueError(f"threshold {text!r}: unknown filter {name!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        raise ValueError(f"threshold {text!r}: value {raw.strip()!r} is not valid YAML") from None
+    return name, key.strip(), value
+
+
+def merge_thresholds(base: dict[str, dict[str, Any]], texts: list[str] | None) -> dict[str, dict[str, Any]]:
+    """``base`` (filter -> {key: value}) with every ``parse_threshold`` text applied on top (later wins);
+    ``base`` itself is not changed. Raises ValueError as ``parse_threshold``."""
+    merged = {name: dict(values) for name, values in base.items()}
+    for text in texts or []:
+        name, key, value = parse_threshold(text)
+        merged.setdefault(name, {})[key] = value
+    return merged
+
+
+def check_thresholds(thresholds: dict[str, dict[str, Any]]) -> None:
+    """Raise ValueError naming the filter and key when ``thresholds`` (filter -> {key: value}) names a
+    filter or a key that does not exist (the keys are each filter's ``default_thresholds``); imports the
+    filter modules, so call it before dispatching work, not per task."""
+    registry = load_filters()
+    for name, values in thresholds.items():
+        if name not in registry:
+            raise ValueError(f"thresholds: unknown filter {name!r}; known: {', '.join(FILTER_NAMES)}")
+        known = registry[name].default_thresholds()
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ValueError(f"thresholds: filter {name!r} has no threshold(s) {unknown}; "
+                             f"known: {', '.join(sorted(known)) or 'none'}")
+
+
 def make_chain(settings: FilterSettings) -> list[Filter]:
     """Instantiate the chosen per-task filters in order (corpus filters excluded), applying
     ``settings.thresholds``, the runtime window and the KernelBench index."""

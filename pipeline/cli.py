@@ -108,6 +108,11 @@ def _names(value: str | None) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
+THRESHOLD_HELP = ("FILTER.KEY=VALUE, repeatable: one filter threshold (VALUE as YAML), e.g. "
+                  "runtime.budget_s=0.01 or degenerate.max_err=0.5; each filter's thresholds are in its class "
+                  "docstring (filters/*.py). Part of the ledger fingerprint.")
+
+
 @app.command("filter")
 def filter_cmd(
     input: Path = typer.Argument(..., help="Tasks: JSONL or Parquet with a `code` column (optional task_id, ops, "
@@ -139,9 +144,10 @@ def filter_cmd(
     compile_threads: int = typer.Option(None, help="Inductor compile_threads per sandbox (default 1)."),
     compile_autotune: bool = typer.Option(False, "--compile-autotune", help="CUDA: let Inductor autotune in "
                                           "the compile check (default: its heuristic configs, no autotuning)."),
+    threshold: list[str] = typer.Option(None, "--threshold", help=THRESHOLD_HELP),
 ):
     """Verdict every input task with the filter chain; resumes from RUN_DIR's ledger when re-run."""
-    from opforge.filters.chain import FILTER_NAMES, FilterSettings
+    from opforge.filters.chain import FILTER_NAMES, FilterSettings, check_thresholds, merge_thresholds
     from opforge.filters.kernelbench import ReferenceLoadError
     from opforge.filters.runtime import resolve_window
     from opforge.pipeline.filter_run import InputError, format_funnel, run_filter
@@ -152,12 +158,13 @@ def filter_cmd(
         levels = tuple(int(v) for v in _names(kernelbench_levels) or [])
         gpu = {"gpu_step_limit_s": gpu_step_limit_s, "gpu_admit_gib": gpu_admit_gib, "gpu_growth": gpu_growth,
                "gpu_memory_fraction": gpu_memory_fraction, "compile_threads": compile_threads}
+        thresholds = merge_thresholds({"compile": {"autotune": True}} if compile_autotune else {}, threshold)
         settings = FilterSettings(device=device, only=_names(only), skip=_names(skip) or [],
                                   runtime_window_ms=window, timeout_s=timeout_s, memory_gib=memory_gib,
-                                  kernelbench=kernelbench, kernelbench_levels=levels,
-                                  thresholds={"compile": {"autotune": True}} if compile_autotune else {},
+                                  kernelbench=kernelbench, kernelbench_levels=levels, thresholds=thresholds,
                                   **{k: v for k, v in gpu.items() if v is not None})
         settings.names()
+        check_thresholds(settings.thresholds)
     except ValueError as exc:
         typer.echo(f"error: {exc} (filters: {', '.join(FILTER_NAMES)})", err=True)
         raise typer.Exit(2) from None
@@ -196,6 +203,8 @@ def run_cmd(
     kernelbench: str = typer.Option(None, help="KernelBench reference (path or hub:REPO@REVISION)."),
     seeds_catalog: Path = typer.Option(None, help="Reuse this seed catalog instead of harvesting."),
     repo_id: str = typer.Option(None, help="Hub id shown in the card's loading example."),
+    threshold: list[str] = typer.Option(None, "--threshold", help=THRESHOLD_HELP + " On top of the config "
+                                                                  "file's `thresholds`."),
     config: Path = typer.Option(None, "--config", help="YAML file with any of these options (the command "
                                                        "line wins)."),
 ):
@@ -212,7 +221,7 @@ def run_cmd(
                  "skip_filters": _names(skip), "timeout_s": timeout_s, "kernelbench": kernelbench,
                  "seeds_catalog": seeds_catalog, "repo_id": repo_id}
     try:
-        cfg = load_config(config, overrides)
+        cfg = load_config(config, overrides, thresholds=threshold)
         res = run_pipeline(cfg)
     except (ConfigError, InputError, ReferenceLoadError, ValueError, RuntimeError) as exc:
         typer.echo(f"error: {exc}", err=True)

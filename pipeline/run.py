@@ -113,13 +113,15 @@ GPU_OPTIONS = ("gpu_step_limit_s", "gpu_admit_gib", "gpu_growth", "gpu_memory_fr
 
 
 def _filter_settings(cfg: RunConfig):
-    from opforge.filters.chain import FilterSettings
+    from opforge.filters.chain import FilterSettings, merge_thresholds
 
     gpu = {k: getattr(cfg, k) for k in GPU_OPTIONS if getattr(cfg, k) is not None}
+    thresholds = merge_thresholds(cfg.thresholds, None)
+    if cfg.compile_autotune:
+        thresholds.setdefault("compile", {})["autotune"] = True
     return FilterSettings(device=cfg.device, skip=list(cfg.skip_filters), runtime_window_ms=cfg.runtime_window_ms,
                           timeout_s=cfg.timeout_s, memory_gib=cfg.memory_gib, kernelbench=cfg.kernelbench,
-                          kernelbench_levels=tuple(cfg.kernelbench_levels),
-                          thresholds={"compile": {"autotune": True}} if cfg.compile_autotune else {}, **gpu)
+                          kernelbench_levels=tuple(cfg.kernelbench_levels), thresholds=thresholds, **gpu)
 
 
 def accepted_pool(candidates: pd.DataFrame, verdicts: pd.DataFrame) -> pd.DataFrame:
@@ -138,17 +140,19 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
         ValueError / InputError / ReferenceLoadError: from the stages, with the file or option named.
     """
     from opforge.compose.sampler import parse_op_mix
+    from opforge.filters.chain import check_thresholds
     from opforge.pipeline.cluster import open_cluster
     from opforge.pipeline.filter_run import prepare_settings, run_filter, warm_sandboxes
     from opforge.pipeline.select import bucket_shares, select_tasks
 
     cfg = cfg.resolved()
+    settings = _filter_settings(cfg)
+    settings.names()  # unknown filter names and thresholds fail here, before anything is written
+    check_thresholds(settings.thresholds)
     run_dir = Path(cfg.out)
     run_dir.mkdir(parents=True, exist_ok=True)
     _check_same_run(cfg, run_dir)
     save_config(cfg, run_dir / "config.yaml")
-    settings = _filter_settings(cfg)
-    settings.names()  # unknown filter names fail here, before any work
     shares = bucket_shares(parse_op_mix(cfg.op_mix), cfg.transformers_share)
     seconds: dict[str, float] = {}
 

@@ -34,6 +34,8 @@ class RunConfig(BaseModel):
             stage's GPU sharing options (``filters.chain.FilterSettings``; None = its default).
         compile_autotune: let Inductor autotune in the compile check on CUDA (default False: its heuristic
             configs, see ``filters.torch_compile``).
+        thresholds: per-filter threshold overrides (filter -> {key: value}, see ``opforge filter
+            --threshold``); ``compile_autotune`` adds ``compile.autotune``.
         kernelbench / kernelbench_levels: the contamination filter's reference.
         seeds_catalog: reuse this seed catalog instead of harvesting (copied into the run directory).
         pretty_name / license / repo_id: the card's title, licence (Hub licence id) and the id in its
@@ -65,6 +67,7 @@ class RunConfig(BaseModel):
     gpu_memory_fraction: float | None = Field(None, gt=0, le=1)
     compile_threads: int | None = Field(None, ge=1)
     compile_autotune: bool = False
+    thresholds: dict[str, dict[str, Any]] = Field(default_factory=dict)
     kernelbench: str | None = None
     kernelbench_levels: tuple[int, ...] = (1, 2, 3)
     seeds_catalog: Path | None = None
@@ -92,12 +95,15 @@ IDENTITY_FIELDS = ("seed", "op_mix", "transformers_share", "device_profile", "de
                    "round_size", "skip_filters", "kernelbench", "kernelbench_levels", "seeds_catalog")
 
 
-def load_config(path: str | Path | None, overrides: dict[str, Any]) -> RunConfig:
+def load_config(path: str | Path | None, overrides: dict[str, Any], thresholds: list[str] | None = None
+                ) -> RunConfig:
     """``RunConfig`` from the YAML file ``path`` (optional) with ``overrides`` (options given on the
-    command line, None values ignored) applied on top.
+    command line, None values ignored) applied on top, then the ``FILTER.KEY=VALUE`` texts of
+    ``thresholds`` (``--threshold``) merged into its ``thresholds``.
 
     Raises:
-        ConfigError: unreadable YAML, not a mapping, an unknown key or an invalid value (file and field named).
+        ConfigError: unreadable YAML, not a mapping, an unknown key or an invalid value (file and field
+            named), a malformed threshold text.
     """
     data: dict[str, Any] = {}
     where = "command line"
@@ -113,10 +119,18 @@ def load_config(path: str | Path | None, overrides: dict[str, Any]) -> RunConfig
             raise ConfigError(f"{path}: expected a mapping of option: value, got {type(data).__name__}")
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
-        return RunConfig.model_validate(data)
+        cfg = RunConfig.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"{where}: {problems}") from None
+    if thresholds:
+        from opforge.filters.chain import merge_thresholds
+
+        try:
+            cfg = cfg.model_copy(update={"thresholds": merge_thresholds(cfg.thresholds, thresholds)})
+        except ValueError as exc:
+            raise ConfigError(f"command line: {exc}") from None
+    return cfg
 
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:

@@ -293,3 +293,27 @@ def test_default_workers_follow_the_usable_cores_per_gpu(monkeypatch):
         monkeypatch.setattr(os, "sched_getaffinity", lambda _pid, n=cores: set(range(n)))
         assert cluster.default_workers("cpu") == cpu
         assert cluster.default_workers("cuda", gpus) == cuda, (cores, gpus)
+
+
+def test_cli_threshold_overrides_reach_the_filters_and_bad_ones_are_named(tmp_path):
+    """``--threshold runtime.window_ms=[1000,2000]`` gives the CPU run a window, which rejects a fast task
+    that the default (no window on CPU) accepts; a misspelt key, an unknown filter or a malformed text ends
+    the command before any work, naming it."""
+    src = _write_jsonl(tmp_path / "t.jsonl", [{"code": GOOD, "task_id": "good"}])
+
+    def cli(out: str, *extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "opforge.pipeline.cli", "filter", str(src), "--out",
+                               str(tmp_path / out), "--only", "eager,runtime", "--workers", "1", *extra],
+                              capture_output=True, text=True, timeout=300)
+
+    default, windowed = cli("default"), cli("windowed", "--threshold", "runtime.window_ms=[1000, 2000]")
+    assert default.returncode == 0 and windowed.returncode == 0, windowed.stderr[-2000:]
+    verdicts = {name: pd.read_parquet(tmp_path / name / "verdicts.parquet").iloc[0] for name in ("default", "windowed")}
+    assert verdicts["default"]["accepted"]
+    assert verdicts["windowed"]["reason"] == "runtime_out_of_window:too_fast"
+    for extra, message in [("runtime.budgt_s=0.01", "has no threshold(s) ['budgt_s']"),
+                           ("runtim.budget_s=0.01", "unknown filter 'runtim'"),
+                           ("runtime.budget_s", "expected FILTER.KEY=VALUE")]:
+        bad = cli("bad", "--threshold", extra)
+        assert bad.returncode == 2 and message in bad.stderr, (extra, bad.stderr[-500:])
+    assert not (tmp_path / "bad").exists()

@@ -203,6 +203,27 @@ def test_gpu_sharing_options_reach_the_filter_settings(tmp_path):
         load_config(cfg_file, {})
 
 
+def test_threshold_overrides_merge_config_and_command_line(tmp_path):
+    """The config file's ``thresholds`` and ``--threshold`` texts merge per filter and key (the command
+    line wins); a malformed text is a ConfigError; a misspelt key stops the run before it writes anything."""
+    from opforge.pipeline.run import _filter_settings, run_pipeline
+
+    cfg_file = tmp_path / "run.yaml"
+    cfg_file.write_text("compile_autotune: true\nthresholds:\n  degenerate: {max_err: 0.5}\n"
+                        "  runtime: {budget_s: 0.05, max_trials: 20}\n")
+    cfg = load_config(cfg_file, {}, thresholds=["runtime.budget_s=0.01", "determinism.max_drift=0.05"])
+    assert _filter_settings(cfg.resolved()).thresholds == {
+        "degenerate": {"max_err": 0.5}, "runtime": {"budget_s": 0.01, "max_trials": 20},
+        "determinism": {"max_drift": 0.05}, "compile": {"autotune": True}}
+    assert cfg.thresholds["runtime"]["budget_s"] == 0.01  # what config.yaml records
+    with pytest.raises(ConfigError, match="expected FILTER.KEY=VALUE"):
+        load_config(None, {}, thresholds=["runtime:budget_s=0.01"])
+    out = tmp_path / "never"
+    with pytest.raises(ValueError, match=r"filter 'runtime' has no threshold\(s\) \['budgt_s'\]"):
+        run_pipeline(RunConfig(out=out, thresholds={"runtime": {"budgt_s": 0.01}}), progress=False)
+    assert not out.exists()
+
+
 def test_selection_quota_cap_and_coverage():
     rows = []
     for i in range(40):  # 30 two-op tasks over 3 signatures, 10 three-op tasks over 10 signatures
