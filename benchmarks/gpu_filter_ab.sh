@@ -6,7 +6,10 @@
 # Side i (i-th ';'-separated argument list of AB_SIDES) runs `opforge filter` of the first AB_N candidates
 # on GPU i and CPUs 16i..16i+15 (the single-GPU kind's 16 cores) with those extra arguments, for AB_S
 # seconds. Every 5 s the ledger line count of every side is appended to ab_counts.txt (unix time, then one
-# count per side). Each side has its own Inductor cache and temporary folder. Results: $OUT/ab.tgz.
+# count per side). AB_ENVS (optional, ';'-separated like AB_SIDES) gives side i extra environment
+# variables (space-separated NAME=VALUE), e.g. AB_ENVS=";PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False"
+# (the sandbox children keep a value set here). Each side has its own Inductor cache and temporary folder.
+# Results: $OUT/ab.tgz.
 # Session 7 compared `--compile-threads 4` with 1 this way (AB_SIDES="--compile-threads 1;--compile-threads 4").
 set -uo pipefail
 . benchmarks/device_setup.sh || exit 1
@@ -16,17 +19,19 @@ rm -rf "$W"; mkdir -p "$W"
 CANDS=${CANDS:-runs/gpu/cand_h200_1100.parquet}
 KB=runs/reference/kernelbench.jsonl
 IFS=';' read -r -a SIDES <<< "${AB_SIDES:---workers 14;--workers 18}"
+IFS=';' read -r -a ENVS <<< "${AB_ENVS:-}"
 NGPU=$(nvidia-smi -L | wc -l)
 [ "${#SIDES[@]}" -le "$NGPU" ] || { echo "AB_SIDES has ${#SIDES[@]} sides, this machine $NGPU GPUs"; exit 1; }
-side() {  # GPU $1, extra arguments $2
+side() {  # GPU $1, extra arguments $2, extra environment $3
     mkdir -p "$W/tmp$1"
-    # shellcheck disable=SC2086 - $2 is an argument list
+    # shellcheck disable=SC2086 - $2 is an argument list, $3 a list of NAME=VALUE
     TMPDIR=$W/tmp$1 CUDA_VISIBLE_DEVICES=$1 TORCHINDUCTOR_CACHE_DIR=$W/cache$1 TRITON_CACHE_DIR=$W/cache$1/triton \
-        timeout "${AB_S:-150}" taskset -c "$(( 16 * $1 ))-$(( 16 * $1 + 15 ))" python3 -m opforge.pipeline.cli \
+        env $3 timeout "${AB_S:-150}" taskset -c "$(( 16 * $1 ))-$(( 16 * $1 + 15 ))" python3 -m opforge.pipeline.cli \
         filter "$CANDS" --out "$W/f$1" --device cuda --limit "${AB_N:-600}" --timeout-s 60 --kernelbench "$KB" $2 \
         2>&1 | stdbuf -o0 tr "\r" "\n" | grep --line-buffered -v -E "(it|task|block|problem)/s" > "$W/ab_gpu$1.log"
 }
-for i in "${!SIDES[@]}"; do echo "side $i (GPU $i): ${SIDES[$i]}"; done | tee "$W/ab_sides.txt"
+for i in "${!SIDES[@]}"; do echo "side $i (GPU $i): ${SIDES[$i]} ${ENVS[$i]:+(env ${ENVS[$i]})}"; done \
+    | tee "$W/ab_sides.txt"
 ( while sleep 5; do
       line=$(date +%s)
       for i in "${!SIDES[@]}"; do line="$line $(wc -l < "$W/f$i/ledger.jsonl" 2>/dev/null || echo 0)"; done
@@ -37,7 +42,7 @@ nvidia-smi --query-gpu=index,timestamp,utilization.gpu,memory.used --format=csv,
     > "$W/gpu_util.csv" &
 SMI=$!
 PIDS=()
-for i in "${!SIDES[@]}"; do side "$i" "${SIDES[$i]}" & PIDS+=($!); done
+for i in "${!SIDES[@]}"; do side "$i" "${SIDES[$i]}" "${ENVS[$i]:-}" & PIDS+=($!); done
 wait "${PIDS[@]}"
 kill $CNT $SMI 2>/dev/null
 tail -n 3 "$W/ab_counts.txt"
