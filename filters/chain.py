@@ -150,13 +150,17 @@ def parse_threshold(text: str) -> tuple[str, str, Any]:
     return name, key.strip(), value
 
 
-def merge_thresholds(base: dict[str, dict[str, Any]], texts: list[str] | None) -> dict[str, dict[str, Any]]:
-    """``base`` (filter -> {key: value}) with every ``parse_threshold`` text applied on top (later wins);
-    ``base`` itself is not changed. Raises ValueError as ``parse_threshold``."""
+def merge_thresholds(base: dict[str, dict[str, Any]], texts: list[str] | None = None,
+                     compile_autotune: bool = False) -> dict[str, dict[str, Any]]:
+    """``base`` (filter -> {key: value}) with every ``parse_threshold`` text applied on top (later wins),
+    then ``compile.autotune`` = True when ``compile_autotune`` (``--compile-autotune`` / the run key: the
+    dedicated switch wins); ``base`` itself is not changed. Raises ValueError as ``parse_threshold``."""
     merged = {name: dict(values) for name, values in base.items()}
     for text in texts or []:
         name, key, value = parse_threshold(text)
         merged.setdefault(name, {})[key] = value
+    if compile_autotune:
+        merged.setdefault("compile", {})["autotune"] = True
     return merged
 
 

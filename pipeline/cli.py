@@ -147,7 +147,7 @@ def filter_cmd(
     threshold: list[str] = typer.Option(None, "--threshold", help=THRESHOLD_HELP),
 ):
     """Verdict every input task with the filter chain; resumes from RUN_DIR's ledger when re-run."""
-    from opforge.filters.chain import FILTER_NAMES, FilterSettings, check_thresholds, merge_thresholds
+    from opforge.filters.chain import FILTER_NAMES, FilterSettings, merge_thresholds
     from opforge.filters.kernelbench import ReferenceLoadError
     from opforge.filters.runtime import resolve_window
     from opforge.pipeline.filter_run import InputError, format_funnel, run_filter
@@ -158,13 +158,12 @@ def filter_cmd(
         levels = tuple(int(v) for v in _names(kernelbench_levels) or [])
         gpu = {"gpu_step_limit_s": gpu_step_limit_s, "gpu_admit_gib": gpu_admit_gib, "gpu_growth": gpu_growth,
                "gpu_memory_fraction": gpu_memory_fraction, "compile_threads": compile_threads}
-        thresholds = merge_thresholds({"compile": {"autotune": True}} if compile_autotune else {}, threshold)
+        thresholds = merge_thresholds({}, threshold, compile_autotune)
         settings = FilterSettings(device=device, only=_names(only), skip=_names(skip) or [],
                                   runtime_window_ms=window, timeout_s=timeout_s, memory_gib=memory_gib,
                                   kernelbench=kernelbench, kernelbench_levels=levels, thresholds=thresholds,
                                   **{k: v for k, v in gpu.items() if v is not None})
         settings.names()
-        check_thresholds(settings.thresholds)
     except ValueError as exc:
         typer.echo(f"error: {exc} (filters: {', '.join(FILTER_NAMES)})", err=True)
         raise typer.Exit(2) from None
@@ -173,7 +172,7 @@ def filter_cmd(
     except ReferenceLoadError as exc:
         typer.echo(f"error: {exc} (or leave the contamination filter out: --skip contamination)", err=True)
         raise typer.Exit(2) from None
-    except (InputError, RuntimeError) as exc:
+    except (InputError, RuntimeError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     typer.echo(format_funnel(res.funnel))

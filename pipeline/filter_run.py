@@ -9,7 +9,6 @@ verdict. Output in ``RUN_DIR``: ``ledger.jsonl`` (appended as results arrive; wh
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections import Counter
@@ -19,9 +18,9 @@ from typing import Any
 
 import pandas as pd
 from distributed import as_completed, get_worker
-from opforge.filters.chain import FILTER_NAMES, FilterSettings, make_corpus_filters
+from opforge.filters.chain import FILTER_NAMES, FilterSettings, check_thresholds, make_corpus_filters
 from opforge.filters.sandbox import Sandbox
-from opforge.pipeline.cluster import ClusterHandle, open_cluster
+from opforge.pipeline.cluster import ClusterHandle, open_cluster, usable_cores
 from opforge.pipeline.ledger import Ledger, environment, fingerprint
 from opforge.task.task_file import InputError, read_tasks  # noqa: F401 - InputError is part of this API
 from tqdm.auto import tqdm
@@ -90,7 +89,7 @@ def prepare_settings(settings: FilterSettings, run_dir: str | Path, handle: Clus
                                                "kernelbench_identity": index.identity()})
     if handle is not None and settings.device == "cpu" and settings.cpu_threads is None:
         # share this machine's cores among the sandboxes (an external cluster's machines may differ)
-        settings = settings.model_copy(update={"cpu_threads": max(1, (os.cpu_count() or 1) // handle.slots)})
+        settings = settings.model_copy(update={"cpu_threads": max(1, usable_cores() // handle.slots)})
     return settings
 
 
@@ -139,8 +138,10 @@ def run_filter(input_path: str | Path, run_dir: str | Path, settings: FilterSett
         handle: an already open cluster to use (then not closed here).
 
     Raises:
-        InputError: unreadable input. ValueError: bad settings.
+        InputError: unreadable input. ValueError: bad settings (e.g. an unknown threshold, before anything
+            is written).
     """
+    check_thresholds(settings.thresholds)  # before anything is written
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     tasks = read_tasks(input_path)

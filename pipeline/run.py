@@ -116,9 +116,7 @@ def _filter_settings(cfg: RunConfig):
     from opforge.filters.chain import FilterSettings, merge_thresholds
 
     gpu = {k: getattr(cfg, k) for k in GPU_OPTIONS if getattr(cfg, k) is not None}
-    thresholds = merge_thresholds(cfg.thresholds, None)
-    if cfg.compile_autotune:
-        thresholds.setdefault("compile", {})["autotune"] = True
+    thresholds = merge_thresholds(cfg.thresholds, compile_autotune=cfg.compile_autotune)
     return FilterSettings(device=cfg.device, skip=list(cfg.skip_filters), runtime_window_ms=cfg.runtime_window_ms,
                           timeout_s=cfg.timeout_s, memory_gib=cfg.memory_gib, kernelbench=cfg.kernelbench,
                           kernelbench_levels=tuple(cfg.kernelbench_levels), thresholds=thresholds, **gpu)

@@ -216,6 +216,8 @@ def test_threshold_overrides_merge_config_and_command_line(tmp_path):
         "degenerate": {"max_err": 0.5}, "runtime": {"budget_s": 0.01, "max_trials": 20},
         "determinism": {"max_drift": 0.05}, "compile": {"autotune": True}}
     assert cfg.thresholds["runtime"]["budget_s"] == 0.01  # what config.yaml records
+    cfg_file.write_text("compile_autotune: true\nthresholds: {compile: {autotune: false}}\n")
+    assert _filter_settings(load_config(cfg_file, {}).resolved()).thresholds == {"compile": {"autotune": True}}
     with pytest.raises(ConfigError, match="expected FILTER.KEY=VALUE"):
         load_config(None, {}, thresholds=["runtime:budget_s=0.01"])
     out = tmp_path / "never"
