@@ -8,8 +8,13 @@
 # seconds. Every 5 s the ledger line count of every side is appended to ab_counts.txt (unix time, then one
 # count per side). AB_ENVS (optional, ';'-separated like AB_SIDES) gives side i extra environment
 # variables (space-separated NAME=VALUE), e.g. AB_ENVS=";PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False"
-# (the sandbox children keep a value set here). Each side has its own Inductor cache and temporary folder.
-# Results: $OUT/ab.tgz.
+# (the sandbox children keep a value set here). AB_TREES (optional, ';'-separated) gives side i another
+# version of opforge: a carried tar of its package folders, e.g. made here with
+#   git archive -o runs/ab/base.tar BASE task seeds compose filters pipeline harness data_cards
+# (carry runs/ab): that side imports opforge from it (PYTHONPATH, ahead of the editable install), its
+# sandbox children and Dask workers too; ab_sides.txt names the file each side imports. Each side has its
+# own Inductor cache and temporary folder. AB_ROUND names this A/B in the file names (several A/Bs in one
+# call). Results: $OUT/ab${AB_ROUND}.tgz.
 # Session 7 compared `--compile-threads 4` with 1 this way (AB_SIDES="--compile-threads 1;--compile-threads 4").
 set -uo pipefail
 . benchmarks/device_setup.sh || exit 1
@@ -20,6 +25,14 @@ CANDS=${CANDS:-runs/gpu/cand_h200_1100.parquet}
 KB=runs/reference/kernelbench.jsonl
 IFS=';' read -r -a SIDES <<< "${AB_SIDES:---workers 14;--workers 18}"
 IFS=';' read -r -a ENVS <<< "${AB_ENVS:-}"
+IFS=';' read -r -a TREES <<< "${AB_TREES:-}"
+for i in "${!TREES[@]}"; do  # opforge's package-dir mapping (pyproject.toml), rebuilt from the tar
+    [ -n "${TREES[$i]}" ] || continue
+    mkdir -p "$W/src$i" "$W/site$i/opforge"
+    tar xf "${TREES[$i]}" -C "$W/src$i" || exit 1
+    for d in task seeds compose filters pipeline harness data_cards; do ln -s "$W/src$i/$d" "$W/site$i/opforge/$d"; done
+    ENVS[$i]="PYTHONPATH=$W/site$i:$PYTHONPATH ${ENVS[$i]:-}"
+done
 NGPU=$(nvidia-smi -L | wc -l)
 [ "${#SIDES[@]}" -le "$NGPU" ] || { echo "AB_SIDES has ${#SIDES[@]} sides, this machine $NGPU GPUs"; exit 1; }
 side() {  # GPU $1, extra arguments $2, extra environment $3
@@ -30,8 +43,11 @@ side() {  # GPU $1, extra arguments $2, extra environment $3
         filter "$CANDS" --out "$W/f$1" --device cuda --limit "${AB_N:-600}" --timeout-s 60 --kernelbench "$KB" $2 \
         2>&1 | stdbuf -o0 tr "\r" "\n" | grep --line-buffered -v -E "(it|task|block|problem)/s" > "$W/ab_gpu$1.log"
 }
-for i in "${!SIDES[@]}"; do echo "side $i (GPU $i): ${SIDES[$i]} ${ENVS[$i]:+(env ${ENVS[$i]})}"; done \
-    | tee "$W/ab_sides.txt"
+for i in "${!SIDES[@]}"; do
+    # shellcheck disable=SC2086 - a list of NAME=VALUE
+    echo "side $i (GPU $i): ${SIDES[$i]} ${ENVS[$i]:+(env ${ENVS[$i]})} imports $(env ${ENVS[$i]:-} python3 -c \
+        'import opforge.filters.runtime as m; print(m.__file__)')"
+done | tee "$W/ab_sides.txt"
 ( while sleep 5; do
       line=$(date +%s)
       for i in "${!SIDES[@]}"; do line="$line $(wc -l < "$W/f$i/ledger.jsonl" 2>/dev/null || echo 0)"; done
@@ -47,6 +63,7 @@ wait "${PIDS[@]}"
 kill $CNT $SMI 2>/dev/null
 tail -n 3 "$W/ab_counts.txt"
 sleep 3  # sandbox children of a side cut by its timeout notice their parent's death within 1 s
-cd "$W" && tar czf "$OUT/ab.tgz" ab_sides.txt ab_counts.txt gpu_util.csv ab_gpu*.log f*/ledger.jsonl 2>/dev/null
+cd "$W" && tar czf "$OUT/ab${AB_ROUND:-}.tgz" ab_sides.txt ab_counts.txt gpu_util.csv ab_gpu*.log f*/ledger.jsonl \
+    f*/logs 2>/dev/null
 ls -la "$OUT"
 exit 0

@@ -14,8 +14,11 @@ the GPU waits meanwhile), so each task gets exactly one such exclusive section, 
   spend anything on it. The call's outputs serve the ``determinism`` filter's ``err_call``
   (``TaskRun.unseeded_outputs``), so the screen costs no forward call of its own. A call above the
   window's upper edge may only be slowed by the neighbours: that task gets one more call, timed with the
-  GPU to itself, and is dropped as too slow when that call exceeds ``stop_above`` x the upper edge (the
-  rule by which ``runtime`` stops after one call), so a 1 s forward never reaches compile.
+  GPU to itself after an L2 flush (no warm-up: the model has run twice), and is dropped as too slow when
+  that call exceeds ``stop_above`` x the upper edge. The default 1.2 leaves room for a call's noise
+  against the ``runtime`` filter's median of >= 3 (well under 20 % for a forward of 100 ms on an idle
+  GPU), so a 150 ms forward is dropped here instead of running through determinism, degenerate and
+  compile first (12 such tasks of 1,095 on an H200 in session 9, ~1.2 s of GPU time each).
 * ``runtime`` (order 60, after ``compile``): the exclusive measurement. Eager and, when the ``compile``
   filter left a compiled model (``TaskRun.compiled``), the compiled model are timed interleaved in one
   exclusive section; the window is decided on the eager median. A first eager call longer than
@@ -76,7 +79,7 @@ class RuntimeScreenFilter(Filter):
 
     @classmethod
     def default_thresholds(cls) -> dict[str, Any]:
-        return {"window_ms": None, "screen_factor": 0.9, "stop_above": 2.0}
+        return {"window_ms": None, "screen_factor": 0.9, "stop_above": 1.2}
 
     def score(self, run: TaskRun) -> dict[str, Any]:
         if run.device.startswith("cuda"):
@@ -100,7 +103,7 @@ class RuntimeScreenFilter(Filter):
              "certainly_too_fast": window is not None and ms < window[0] * t["screen_factor"]}
         if window is not None and ms > window[1]:
             limit = window[1] * t["stop_above"]
-            alone = time_call(lambda: run.call(seed=None), run.device, warmup=1, min_trials=1, max_trials=1,
+            alone = time_call(lambda: run.call(seed=None), run.device, warmup=0, min_trials=1, max_trials=1,
                               budget_s=0.0, stop_above_ms=limit)
             m["alone_ms"] = alone.median_ms
             m["certainly_too_slow"] = alone.median_ms > limit

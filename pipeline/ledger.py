@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 # Bump when a filter's logic changes in a way that changes verdicts, so old ledgers are not reused.
-FILTER_LOGIC_VERSION = 6
+FILTER_LOGIC_VERSION = 7
 
 
 def json_safe(obj: Any) -> Any:

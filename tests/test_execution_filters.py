@@ -210,8 +210,9 @@ def test_runtime_screen_leaves_edge_cases_to_the_timed_filter():
 
     Lower edge 80 ms with ``screen_factor`` 0.5: one call (>= 50 ms) is not below 40 ms, so the screen cannot
     be sure and the timed ``runtime`` filter drops it (median ~50 < 80); at 200 ms the screen is sure
-    (50 < 0.9 x 200). Upper edge 20 ms: the call alone exceeds 2 x 20, so the screen drops it; upper edge
-    45 ms: the call alone stays below 2 x 45, so the screen passes it on and ``runtime`` drops it."""
+    (50 < 0.9 x 200). Upper edge 35 ms: the call alone exceeds the default ``stop_above`` 1.2 x 35 = 42, so
+    the screen drops it (the factor 2 before session 10 passed it on); upper edge 45 ms with ``stop_above``
+    2: the call alone stays below 90, so the screen passes it on and ``runtime`` drops it."""
     skip = ["compile", "contamination"]
     res = run_chain(TaskRun(SLEEPY, "s"), _chain(skip=skip, runtime_window_ms=(80.0, 1e4),
                                                    thresholds={"runtime_screen": {"screen_factor": 0.5}}))
@@ -221,10 +222,11 @@ def test_runtime_screen_leaves_edge_cases_to_the_timed_filter():
     assert 50.0 <= res["metrics"]["runtime"]["eager_ms"] < 80.0
     res = run_chain(TaskRun(SLEEPY, "s"), _chain(skip=skip, runtime_window_ms=(200.0, 1e4)))
     assert res["filter"] == "runtime_screen" and res["reason"] == "runtime_out_of_window:too_fast"
-    res = run_chain(TaskRun(SLEEPY, "s"), _chain(skip=skip, runtime_window_ms=(1.0, 20.0)))
+    res = run_chain(TaskRun(SLEEPY, "s"), _chain(skip=skip, runtime_window_ms=(1.0, 35.0)))
     assert res["filter"] == "runtime_screen" and res["reason"] == "runtime_out_of_window:too_slow"
     assert res["metrics"]["runtime_screen"]["alone_ms"] >= 50.0
-    res = run_chain(TaskRun(SLEEPY, "s"), _chain(skip=skip, runtime_window_ms=(1.0, 45.0)))
+    res = run_chain(TaskRun(SLEEPY, "s"), _chain(skip=skip, runtime_window_ms=(1.0, 45.0),
+                                                   thresholds={"runtime_screen": {"stop_above": 2.0}}))
     assert res["filter"] == "runtime" and res["reason"] == "runtime_out_of_window:too_slow", res
     assert res["metrics"]["runtime_screen"]["alone_ms"] < 90.0
 

@@ -33,6 +33,8 @@ def test_sandbox_survives_hang_abort_and_terabyte_allocation():
     settings = FilterSettings(skip=["compile", "contamination"], memory_gib=4).model_dump()
     with Sandbox(settings) as box:
         first_pid = box.proc.pid
+        # the start-up objects (torch and the filters: >100k) are out of the collector's reach
+        assert box.child_info["gc_frozen"] > 100_000, box.child_info
         outcomes = {name: box.run(name, code, timeout_s=10) for name, code in
                     [("good1", GOOD), ("hang", HANG), ("good2", GOOD), ("abort", ABORT), ("tera", TERABYTE),
                      ("good3", GOOD)]}
