@@ -12,7 +12,7 @@ from opforge.filters.chain import (
     make_chain,
     run_chain,
 )
-from opforge.filters.execution import TaskRun, tolerance_error
+from opforge.filters.execution import TaskRun, is_oom, tolerance_error
 from opforge.filters.timing import time_call
 
 from .filter_tasks import BAD, GOOD, TUPLE_WITH_ZERO_MEMBER, task
@@ -552,3 +552,17 @@ def test_time_calls_without_warm_up_counts_the_first_call_as_a_trial(warmup):
     assert t["a"].trials == t["b"].trials == 3
     assert calls == {"a": 3 + warmup, "b": 3 + warmup}  # no untimed call at all with warmup=0
     assert 4.0 <= t["a"].min_ms and t["b"].max_ms < 4.0
+
+
+@pytest.mark.parametrize(("exc", "oom"), [
+    (RuntimeError("cusolver error: CUSOLVER_STATUS_INTERNAL_ERROR, when calling `cusolverDnCreate(handle)`. If "
+                  "you keep seeing this error, you may use `torch.backends.cuda.preferred_linalg_library()`"), True),
+    (RuntimeError("CUDA error: CUBLAS_STATUS_INTERNAL_ERROR when calling `cublasCreate(handle)`"), True),
+    (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), True),
+    (RuntimeError("view size is not compatible with input tensor's size and stride"), False),
+    (RuntimeError("cusolver error: CUSOLVER_STATUS_INTERNAL_ERROR, when calling `cusolverDnXgeqrf`"), False),
+    (ValueError("out of memory"), False)])
+def test_library_handles_that_cannot_be_created_count_as_out_of_memory(exc, oom):
+    """A cuSOLVER / cuBLAS handle that cannot be created is memory pressure (``oom``: re-run with more
+    room), not a broken task; other internal errors and non-runtime errors stay task errors."""
+    assert is_oom(exc) is oom
