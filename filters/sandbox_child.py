@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable
 
 
 def _exit_with_parent(ppid: int) -> None:
@@ -100,7 +101,13 @@ def main() -> None:
     from opforge.filters import gpu_locks
 
     gpu_locks.on_wait = lambda waiting: send_message(out, ("lock_wait", waiting))
-    gpu_locks.on_hold = lambda holding: send_message(out, ("gpu_hold", holding))
+
+    def on_hold(holding: bool) -> None:
+        send_message(out, ("gpu_hold", holding))
+        if not holding and _after_gpu_step is not None:
+            _after_gpu_step()
+
+    gpu_locks.on_hold = on_hold
     compile_filter = next((f for f in chain if f.name == "compile"), None)
     if settings["device"] == "cuda" and compile_filter is not None:
         # a process's first compile costs seconds more than later ones: pay it while starting
@@ -142,11 +149,19 @@ def main() -> None:
             os._exit(4)
 
 
+# While a task runs on the GPU: called after each of its GPU steps (a lock hold, after the synchronisation)
+_after_gpu_step: Callable[[], None] | None = None
+
+
 def _run_on_gpu(run, chain, stage, alone: bool, settings: dict, reserve_gib: float | None = None) -> dict:
     """``run_chain`` on a GPU shared with other sandboxes, under the GPU's memory admission
     (``filters.gpu_locks.MemoryBudget``): the task reserves ``reserve_gib`` (default ``gpu_admit_gib``;
     the whole budget when ``alone``) before it starts, grows the reservation to ``gpu_growth`` x the memory
-    it has held so far before each filter, and frees its memory afterwards.
+    it has held so far after each GPU step (one forward call, build or comparison) and before each filter,
+    and frees its memory afterwards. Growing after every step, not only between filters, keeps the sum of
+    the reservations close to what the tasks hold: a task starts with a guess (``gpu_admit_gib``), and
+    until its reservation catches up, new tasks are admitted into memory it already uses, which is how
+    neighbours run out of memory.
 
     An ``oom`` next to other tasks may be the neighbours' fault. The first such result comes back with
     ``retry_gib``: ``gpu_growth`` x (what the allocator held + the allocation that failed), at least twice
@@ -165,10 +180,15 @@ def _run_on_gpu(run, chain, stage, alone: bool, settings: dict, reserve_gib: flo
     start_gib = reserve_gib or settings["gpu_admit_gib"]
     budget = admitted_on_gpu(settings["gpu_memory_fraction"], start_gib, alone)
 
-    def grow_then_stage(name: str) -> None:
+    def grow() -> None:
         grow_to_peak(budget, settings["gpu_growth"])
+
+    def grow_then_stage(name: str) -> None:
+        grow()
         stage(name)
 
+    global _after_gpu_step
+    _after_gpu_step = grow
     try:
         torch.cuda.reset_peak_memory_stats()
         result = run_chain(run, chain, on_stage=grow_then_stage)
@@ -182,6 +202,7 @@ def _run_on_gpu(run, chain, stage, alone: bool, settings: dict, reserve_gib: flo
             result["cuda_broken"] = f"{type(exc).__name__}: {str(exc)[:200]}"
         result["release_s"] = round(time.perf_counter() - released, 4)
     finally:
+        _after_gpu_step = None
         budget.release()
     if alone:
         result["retried_alone"] = True
