@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from opforge.filters.gpu_locks import ADMIT_FRACTION, ADMIT_GIB, ADMIT_GROWTH
+from opforge.filters.gpu_locks import ADMIT_FRACTION, ADMIT_GIB, ADMIT_GROWTH, ADMIT_PREDICTED
 from opforge.filters.verdict import REGISTRY, Cost, Filter, TaskInput
 from pydantic import BaseModel, Field, field_validator
 
@@ -48,6 +48,9 @@ class FilterSettings(BaseModel):
         gpu_admit_gib: what a task reserves on its GPU before it starts (GiB; see
             ``filters.gpu_locks.ADMIT_GIB``: a reservation only has to hold until ``eager`` has measured
             the task, and waiting for admission idles a sandbox).
+        gpu_admit_predicted: when > 0, a task reserves this factor x its predicted eager peak instead
+            (at least ``ADMIT_MIN_GIB``; ``filters.memory_estimate``, fake tensors, no GPU work), and
+            ``gpu_admit_gib`` only when the prediction fails; 0 = always ``gpu_admit_gib``.
         gpu_growth: before each filter a task's reservation grows to this factor x the memory its
             allocator has held so far (room for the outputs and compiled graphs still to come).
         gpu_step_limit_s: most seconds one GPU step of a task (a forward call, a comparison, a compiled
@@ -78,6 +81,7 @@ class FilterSettings(BaseModel):
     cpu_threads: int | None = None
     gpu_memory_fraction: float = Field(ADMIT_FRACTION, gt=0, le=1)
     gpu_admit_gib: float = Field(ADMIT_GIB, gt=0)
+    gpu_admit_predicted: float = Field(ADMIT_PREDICTED, ge=0)
     gpu_growth: float = Field(ADMIT_GROWTH, ge=1)
     gpu_step_limit_s: float | None = Field(5.0, ge=0)
     compile_threads: int = Field(1, ge=1)

@@ -286,6 +286,11 @@ def lock_waits() -> dict[str, float]:
 # workspaces); what a task reserves before it has measured anything (GiB: half the median peak of composed
 # tasks on an H200 run, 7.7 GiB); the factor over the allocator's peak so far a running task grows to.
 ADMIT_FRACTION, ADMIT_GIB, ADMIT_GROWTH = 0.9, 4.0, 1.25
+# The filter stage's start reservation from a prediction (``filters.memory_estimate``): this factor x the
+# predicted peak of the eager forward, at least ADMIT_MIN_GIB. 2.0 is the median of (the whole chain's
+# allocator peak) / (the predicted forward peak) over 693 composed tasks measured on an H200 (session 10;
+# p10 1.5, p90 3.4): the chain adds the determinism filter's second model and the compiled outputs.
+ADMIT_PREDICTED, ADMIT_MIN_GIB = 2.0, 0.5
 
 
 class MemoryBudget:

@@ -155,12 +155,13 @@ _after_gpu_step: Callable[[], None] | None = None
 
 def _run_on_gpu(run, chain, stage, alone: bool, settings: dict, reserve_gib: float | None = None) -> dict:
     """``run_chain`` on a GPU shared with other sandboxes, under the GPU's memory admission
-    (``filters.gpu_locks.MemoryBudget``): the task reserves ``reserve_gib`` (default ``gpu_admit_gib``;
-    the whole budget when ``alone``) before it starts, grows the reservation to ``gpu_growth`` x the memory
-    it has held so far after each GPU step (one forward call, build or comparison) and before each filter,
-    and frees its memory afterwards. Growing after every step, not only between filters, keeps the sum of
-    the reservations close to what the tasks hold: a task starts with a guess (``gpu_admit_gib``), and
-    until its reservation catches up, new tasks are admitted into memory it already uses, which is how
+    (``filters.gpu_locks.MemoryBudget``): the task reserves ``reserve_gib`` (default: ``gpu_admit_predicted``
+    x its predicted eager peak, ``filters.memory_estimate``, or ``gpu_admit_gib`` when that cannot be
+    predicted; the whole budget when ``alone``) before it starts, grows the reservation to ``gpu_growth`` x
+    the memory it has held so far after each GPU step (one forward call, build or comparison) and before
+    each filter, and frees its memory afterwards. Growing after every step, not only between filters, keeps
+    the sum of the reservations close to what the tasks hold: a task starts with an estimate, and until
+    its reservation catches up, new tasks are admitted into memory it already uses, which is how
     neighbours run out of memory.
 
     An ``oom`` next to other tasks may be the neighbours' fault. The first such result comes back with
@@ -169,15 +170,27 @@ def _run_on_gpu(run, chain, stage, alone: bool, settings: dict, reserve_gib: flo
     of that re-run comes back with ``retry_alone: True`` and the task runs a last time ``alone`` once the
     others are done (``retried_alone: True``). ``lock_wait_s`` says how long the task waited for each
     lock (``memory``: admission), ``gpu_peak_gib`` the most GPU memory its tensors held at once,
-    ``gpu_reserved_gib`` the most the allocator held (GiB) and ``release_s`` the seconds spent handing the
-    task's memory back afterwards (garbage collection, ``empty_cache``), while it still held its reservation.
+    ``gpu_reserved_gib`` the most the allocator held, ``admit_gib`` its start reservation and
+    ``predicted_peak_gib`` the prediction (GiB, None when not predicted), and ``release_s`` the seconds
+    spent handing the task's memory back afterwards (garbage collection, ``empty_cache``), while it still
+    held its reservation.
     """
     import torch
     from opforge.filters.chain import run_chain
-    from opforge.filters.gpu_locks import admitted_on_gpu, grow_to_peak, lock_waits
+    from opforge.filters.gpu_locks import ADMIT_MIN_GIB, admitted_on_gpu, grow_to_peak, lock_waits
 
     before = lock_waits()
-    start_gib = reserve_gib or settings["gpu_admit_gib"]
+    predicted = None
+    if reserve_gib is None and not alone and settings.get("gpu_admit_predicted"):
+        from opforge.filters.memory_estimate import predict_peak_bytes
+
+        predicted = predict_peak_bytes(run.code, "cuda", run.task_id)
+    if reserve_gib:
+        start_gib = reserve_gib
+    elif predicted is not None:
+        start_gib = max(ADMIT_MIN_GIB, settings["gpu_admit_predicted"] * predicted / 2**30)
+    else:
+        start_gib = settings["gpu_admit_gib"]
     budget = admitted_on_gpu(settings["gpu_memory_fraction"], start_gib, alone)
 
     def grow() -> None:
@@ -213,6 +226,8 @@ def _run_on_gpu(run, chain, stage, alone: bool, settings: dict, reserve_gib: flo
     elif result["reason"] == "oom":
         result["retry_alone"] = True
     result["lock_wait_s"] = {k: round(v - before.get(k, 0.0), 4) for k, v in lock_waits().items()}
+    result["admit_gib"] = round(start_gib, 3)
+    result["predicted_peak_gib"] = None if predicted is None else round(predicted / 2**30, 3)
     return result
 
 

@@ -136,7 +136,11 @@ def filter_cmd(
     kernelbench_levels: str = typer.Option("1,2,3", help="KernelBench levels to compare with, e.g. 1,2,3,4."),
     gpu_step_limit_s: float = typer.Option(None, help="CUDA: most seconds one GPU step of a task may hold the "
                                                       "GPU's lock before the task ends as timeout (default 5)."),
-    gpu_admit_gib: float = typer.Option(None, help="CUDA: GiB a task reserves before it starts (default 4)."),
+    gpu_admit_gib: float = typer.Option(None, help="CUDA: GiB a task reserves before it starts when its "
+                                                   "peak cannot be predicted (default 4)."),
+    gpu_admit_predicted: float = typer.Option(None, help="CUDA: a task reserves this x its predicted eager "
+                                                         "peak (fake tensors) before it starts; 0 = always "
+                                                         "--gpu-admit-gib (default 2)."),
     gpu_growth: float = typer.Option(None, help="CUDA: reservation = this x the memory held so far, before "
                                                 "each filter (default 1.25)."),
     gpu_memory_fraction: float = typer.Option(None, help="CUDA: share of GPU memory tasks may reserve "
@@ -156,7 +160,8 @@ def filter_cmd(
     window = resolve_window(device, given, no_window)
     try:
         levels = tuple(int(v) for v in _names(kernelbench_levels) or [])
-        gpu = {"gpu_step_limit_s": gpu_step_limit_s, "gpu_admit_gib": gpu_admit_gib, "gpu_growth": gpu_growth,
+        gpu = {"gpu_step_limit_s": gpu_step_limit_s, "gpu_admit_gib": gpu_admit_gib,
+               "gpu_admit_predicted": gpu_admit_predicted, "gpu_growth": gpu_growth,
                "gpu_memory_fraction": gpu_memory_fraction, "compile_threads": compile_threads}
         thresholds = merge_thresholds({}, threshold, compile_autotune)
         settings = FilterSettings(device=device, only=_names(only), skip=_names(skip) or [],

@@ -30,7 +30,7 @@ class RunConfig(BaseModel):
         candidate_budget: most candidates composed in all (default: 20 x target).
         max_per_signature: selection cap on tasks sharing one op-label set.
         skip_filters / timeout_s / memory_gib: filter-stage options.
-        gpu_step_limit_s / gpu_admit_gib / gpu_growth / gpu_memory_fraction / compile_threads: the filter
+        gpu_step_limit_s / gpu_admit_gib / gpu_admit_predicted / gpu_growth / gpu_memory_fraction / compile_threads: the filter
             stage's GPU sharing options (``filters.chain.FilterSettings``; None = its default).
         compile_autotune: let Inductor autotune in the compile check on CUDA (default False: its heuristic
             configs, see ``filters.torch_compile``).
@@ -63,6 +63,7 @@ class RunConfig(BaseModel):
     memory_gib: float = 8.0
     gpu_step_limit_s: float | None = Field(None, ge=0)
     gpu_admit_gib: float | None = Field(None, gt=0)
+    gpu_admit_predicted: float | None = Field(None, ge=0)
     gpu_growth: float | None = Field(None, ge=1)
     gpu_memory_fraction: float | None = Field(None, gt=0, le=1)
     compile_threads: int | None = Field(None, ge=1)

@@ -566,3 +566,43 @@ def test_library_handles_that_cannot_be_created_count_as_out_of_memory(exc, oom)
     """A cuSOLVER / cuBLAS handle that cannot be created is memory pressure (``oom``: re-run with more
     room), not a broken task; other internal errors and non-runtime errors stay task errors."""
     assert is_oom(exc) is oom
+
+
+PEAK_TASK = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(1024, 4096)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return torch.relu(h).view(-1)
+
+
+def get_inputs():
+    return [torch.randn(256, 1024)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_predicted_peak_counts_parameters_inputs_and_live_intermediates():
+    """Fake tensors, no allocation: the Linear's weight and bias, the input, ``h`` and the relu output are
+    alive at once at the end of the forward (the view adds no storage); a forward that needs a value
+    (``.item()``) cannot be predicted."""
+    from opforge.filters.memory_estimate import predict_peak_bytes
+
+    mib = 2**20
+    expected = (4096 * 1024 + 4096) * 4 + 256 * 1024 * 4 + 2 * 256 * 4096 * 4
+    assert predict_peak_bytes(PEAK_TASK, "cpu") == expected, expected / mib
+    freed = PEAK_TASK.replace("h = self.fc(x)\n        return torch.relu(h)", "return torch.relu(self.fc(x))")
+    assert predict_peak_bytes(freed, "cpu") == expected  # the fc output is still alive while relu runs
+    dropped = PEAK_TASK.replace("return torch.relu(h).view(-1)", "del h\n        return torch.ones(1)")
+    assert predict_peak_bytes(dropped, "cpu") == (4096 * 1024 + 4096) * 4 + 256 * 1024 * 4 + 256 * 4096 * 4
+    assert predict_peak_bytes(PEAK_TASK.replace(".view(-1)", ".sum().item() * h"), "cpu") is None
