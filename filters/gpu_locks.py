@@ -287,10 +287,12 @@ def lock_waits() -> dict[str, float]:
 # tasks on an H200 run, 7.7 GiB); the factor over the allocator's peak so far a running task grows to.
 ADMIT_FRACTION, ADMIT_GIB, ADMIT_GROWTH = 0.9, 4.0, 1.25
 # The filter stage's start reservation from a prediction (``filters.memory_estimate``): this factor x the
-# predicted peak of the eager forward, at least ADMIT_MIN_GIB. 2.0 is the median of (the whole chain's
-# allocator peak) / (the predicted forward peak) over 693 composed tasks measured on an H200 (session 10;
-# p10 1.5, p90 3.4): the chain adds the determinism filter's second model and the compiled outputs.
-ADMIT_PREDICTED, ADMIT_MIN_GIB = 2.0, 0.5
+# predicted peak of the eager forward, at least ADMIT_MIN_GIB. Over 693 composed tasks on an H200 the whole
+# chain's allocator peak was 1.5 / 2.0 / 3.4 x the predicted forward peak (p10 / median / p90; the chain
+# adds the determinism filter's second model and the compiled outputs), and the reservation grows after
+# every GPU step anyway; 1.5 finished 560 tasks in 138.5 s against 144.2 s with 2.0, neither with a task
+# re-run alone for want of memory (session 10, benchmarks/README.md).
+ADMIT_PREDICTED, ADMIT_MIN_GIB = 1.5, 0.5
 
 
 class MemoryBudget:

@@ -140,7 +140,7 @@ def filter_cmd(
                                                    "peak cannot be predicted (default 4)."),
     gpu_admit_predicted: float = typer.Option(None, help="CUDA: a task reserves this x its predicted eager "
                                                          "peak (fake tensors) before it starts; 0 = always "
-                                                         "--gpu-admit-gib (default 2)."),
+                                                         "--gpu-admit-gib (default 1.5)."),
     gpu_growth: float = typer.Option(None, help="CUDA: reservation = this x the memory held so far, before "
                                                 "each filter (default 1.25)."),
     gpu_memory_fraction: float = typer.Option(None, help="CUDA: share of GPU memory tasks may reserve "
