@@ -51,8 +51,9 @@ class FilterSettings(BaseModel):
         gpu_admit_predicted: when > 0, a task reserves this factor x its predicted eager peak instead
             (at least ``ADMIT_MIN_GIB``; ``filters.memory_estimate``, fake tensors, no GPU work), and
             ``gpu_admit_gib`` only when the prediction fails; 0 = always ``gpu_admit_gib``.
-        gpu_growth: after each GPU step and before each filter a task's reservation grows to this factor x the memory its
-            allocator has held so far (room for the outputs and compiled graphs still to come).
+        gpu_growth: after each GPU step and before each filter a task's reservation grows to this factor
+            x the memory its allocator has held so far (room for the outputs and compiled graphs still to
+            come).
         gpu_step_limit_s: most seconds one GPU step of a task (a forward call, a comparison, a compiled
             model's first call with Inductor's autotuning, a timing section) may hold the GPU's lock; a
             longer one ends the task with reason ``timeout`` (metrics ``gpu_step_s``). While a step runs,
