@@ -249,8 +249,8 @@ def _freeze_start_up_objects() -> int:
     Each GPU task ends in a full ``gc.collect`` (``_release_gpu_memory``), and Python's own collector runs
     full passes too; traversing the start-up objects cost ~0.23 s per pass (2-core CI machine, torch
     2.13), against ~0.01 s for what the tasks themselves leave. Start-up objects stay alive for the
-    child's life, so freezing them frees nothing less; a task's objects are created after this and are
-    collected as before.
+    child's life anyway, so freezing them keeps nothing alive that would have been freed; a task's objects
+    are created after this and are collected as before.
     """
     import gc
 

@@ -141,8 +141,8 @@ def filter_cmd(
     gpu_admit_predicted: float = typer.Option(None, help="CUDA: a task reserves this x its predicted eager "
                                                          "peak (fake tensors) before it starts; 0 = always "
                                                          "--gpu-admit-gib (default 1.5)."),
-    gpu_growth: float = typer.Option(None, help="CUDA: reservation = this x the memory held so far, before "
-                                                "each filter (default 1.25)."),
+    gpu_growth: float = typer.Option(None, help="CUDA: reservation = this x the memory held so far, after "
+                                                "each GPU step and before each filter (default 1.25)."),
     gpu_memory_fraction: float = typer.Option(None, help="CUDA: share of GPU memory tasks may reserve "
                                                          "together (default 0.9)."),
     compile_threads: int = typer.Option(None, help="Inductor compile_threads per sandbox (default 1)."),
