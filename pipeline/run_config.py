@@ -30,8 +30,9 @@ class RunConfig(BaseModel):
         candidate_budget: most candidates composed in all (default: 20 x target).
         max_per_signature: selection cap on tasks sharing one op-label set.
         skip_filters / timeout_s / memory_gib: filter-stage options.
-        gpu_step_limit_s / gpu_admit_gib / gpu_admit_predicted / gpu_growth / gpu_memory_fraction / compile_threads: the filter
-            stage's GPU sharing options (``filters.chain.FilterSettings``; None = its default).
+        gpu_step_limit_s / gpu_admit_gib / gpu_admit_predicted / gpu_growth / gpu_memory_fraction /
+            compile_threads: the filter stage's GPU sharing options (``filters.chain.FilterSettings``;
+            None = its default).
         compile_autotune: let Inductor autotune in the compile check on CUDA (default False: its heuristic
             configs, see ``filters.torch_compile``).
         thresholds: per-filter threshold overrides (filter -> {key: value}, see ``opforge filter

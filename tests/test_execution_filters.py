@@ -602,7 +602,9 @@ def test_predicted_peak_counts_parameters_inputs_and_live_intermediates():
     expected = (4096 * 1024 + 4096) * 4 + 256 * 1024 * 4 + 2 * 256 * 4096 * 4
     assert predict_peak_bytes(PEAK_TASK, "cpu") == expected, expected / mib
     freed = PEAK_TASK.replace("h = self.fc(x)\n        return torch.relu(h)", "return torch.relu(self.fc(x))")
+    assert freed != PEAK_TASK
     assert predict_peak_bytes(freed, "cpu") == expected  # the fc output is still alive while relu runs
     dropped = PEAK_TASK.replace("return torch.relu(h).view(-1)", "del h\n        return torch.ones(1)")
+    assert dropped != PEAK_TASK
     assert predict_peak_bytes(dropped, "cpu") == (4096 * 1024 + 4096) * 4 + 256 * 1024 * 4 + 256 * 4096 * 4
     assert predict_peak_bytes(PEAK_TASK.replace(".view(-1)", ".sum().item() * h"), "cpu") is None
