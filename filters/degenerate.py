@@ -12,6 +12,13 @@ The task is rejected when *every* output is one of these (the whole answer could
 tuple with one trivial member (e.g. an RNN's final cell state that is all-zero) is kept.
 Metrics keep the per-output kinds plus ``zero_pass_fraction`` (share of elements an all-zeros answer
 would get right) so a stricter rule can be re-decided later without running anything.
+
+Memory: when the ``determinism`` filter found the inputs reproducible (``TaskRun.inputs_reproducible``),
+the task's own inputs are dropped during the call on the second draw and drawn again afterwards (same
+seed, same values), so one input set at a time is alive next to the outputs. Otherwise this call is the
+chain's memory peak, with the determinism filter's second call: the task's inputs and outputs plus a
+whole forward call on other inputs. On a shared GPU that peak decides how many tasks fit at once
+(``filters.gpu_locks.MemoryBudget``); a second draw costs one pass of the random generator.
 """
 
 from __future__ import annotations
@@ -62,10 +69,18 @@ class DegenerateFilter(Filter):
         return {"max_err": 1.0}
 
     def score(self, run: TaskRun) -> dict[str, Any]:
-        other = run.call(inputs=run.draw_inputs(ALT_INPUT_SEED))
+        redraw = run.inputs_reproducible
+        alt = run.draw_inputs(ALT_INPUT_SEED)
+        if redraw:
+            run.inputs = []  # one input set alive at a time (module docstring); drawn again below
+        other = run.call(inputs=alt)
+        del alt
         m: dict[str, list] = {"zero_err": [], "zero_pass_fraction": [], "const_err": [], "input_err": []}
         with gpu_work(run.device):
             self._statistics(run.outputs, other, m)
+        del other
+        if redraw:
+            run.inputs = run.draw_inputs()
         return m
 
     @staticmethod

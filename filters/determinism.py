@@ -11,7 +11,11 @@ Three extra forward calls on the ``eager`` filter's model and inputs, compared w
   state mutated by ``forward``).
 * ``err_rebuild``: build a second model and draw inputs again from the same seeds: drift from a
   constructor that does not follow ``torch.manual_seed`` (stale ``torch.empty`` memory, Python's
-  ``random``...).
+  ``random``...). When the new draw equals the task's inputs (``execution.same_inputs``, metric
+  ``same_inputs``), the second model is called on the task's own inputs instead: the same values, so the
+  same computation, with one input set less in GPU memory. Such inputs are marked
+  ``TaskRun.inputs_reproducible`` (the ``degenerate`` filter then draws them again instead of keeping
+  them through its own call).
 
 ``err_reseed`` is only measured when it can change the verdict: when ``err_call > 0`` (the stochastic
 rule needs it) or ``err_rebuild > max_drift`` (it names the cause). With ``err_call == 0`` the forward
@@ -29,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from opforge.filters.execution import TaskRun, outputs_error
+from opforge.filters.execution import TaskRun, outputs_error, same_inputs
 from opforge.filters.verdict import Cost, Filter, Verdict
 
 
@@ -38,7 +42,7 @@ class DeterminismFilter(Filter):
 
     Metrics: ``err_call``, ``err_reseed``, ``err_rebuild`` (floats in units of the evaluation tolerance;
     ``inf`` when shapes change or NaNs appear on one side only; ``err_reseed`` None when not needed, see
-    the module docstring).
+    the module docstring), ``same_inputs`` (bool: a second draw of the inputs equalled the first).
     """
 
     name = "determinism"
@@ -56,7 +60,13 @@ class DeterminismFilter(Filter):
         run.unseeded_outputs = None
         m = {"err_call": outputs_error(run.outputs, unseeded), "err_reseed": None}
         del unseeded
-        m["err_rebuild"] = outputs_error(run.outputs, run.call(model=run.build_model(), inputs=run.draw_inputs()))
+        inputs = run.draw_inputs()
+        m["same_inputs"] = same_inputs(run.inputs, inputs)
+        if m["same_inputs"]:
+            inputs = run.inputs  # equal values: the same call, without a second input set alive
+            run.inputs_reproducible = True
+        m["err_rebuild"] = outputs_error(run.outputs, run.call(model=run.build_model(), inputs=inputs))
+        del inputs
         if m["err_call"] > 0 or m["err_rebuild"] > self.thresholds["max_drift"]:
             m["err_reseed"] = outputs_error(run.outputs, run.call())
         return m

@@ -42,6 +42,9 @@ class TaskRun:
             ``runtime_screen`` filter, consumed by ``determinism``), or None.
         compiled: the ``torch.compile``-d model left by the ``compile`` filter for the ``runtime`` filter
             to time, or None.
+        inputs_reproducible: True once a fresh ``draw_inputs()`` was found equal to ``inputs``
+            (``same_inputs``; set by the ``determinism`` filter), so a later filter may drop ``inputs`` to
+            save GPU memory and draw them again.
     """
 
     code: str
@@ -53,6 +56,7 @@ class TaskRun:
     outputs: list[torch.Tensor] = field(default_factory=list)
     unseeded_outputs: list[torch.Tensor] | None = None
     compiled: Any = None
+    inputs_reproducible: bool = False
 
     def load(self) -> LoadedTask:
         if self.task is None:
@@ -105,6 +109,30 @@ class TaskRun:
         self.inputs, self.outputs = [], []
         if had_compiled:
             torch._dynamo.reset()
+
+
+def same_inputs(a: list[Any], b: list[Any]) -> bool:
+    """True when two input lists hold the same values position by position: tensors of equal dtype,
+    shape, strides and device whose elements are equal (``torch.equal``: a NaN never equals itself, so
+    inputs with NaNs are never called the same), anything else by ``==``. One host sync per tensor."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+            if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+                return False
+            if (x.dtype, x.shape, x.stride(), x.device) != (y.dtype, y.shape, y.stride(), y.device):
+                return False
+            with gpu_work(x.device):
+                if not torch.equal(x, y):
+                    return False
+        else:
+            try:
+                if not bool(x == y):
+                    return False
+            except Exception:  # noqa: BLE001 - values that cannot be compared are not known to be the same
+                return False
+    return True
 
 
 def flatten_tensors(obj: Any) -> list[torch.Tensor]:

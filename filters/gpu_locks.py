@@ -299,22 +299,30 @@ class MemoryBudget:
     """Admission of tasks to one physical GPU by reserved memory, across processes.
 
     A task is admitted (``admit``) when the reservations of the tasks already on the GPU plus its own fit
-    ``capacity_gib``, or when no task holds any; first come, first served: a waiting task holds back the
-    ones that ask after it, so a large reservation (a task re-run alone asks for all of it) is never
-    starved by a stream of small ones. A running task's reservation grows (``resize``) without waiting:
-    it records what the task measured, and two growing tasks must never wait for each other; the
-    over-commit only holds back new tasks. Waiting reports through ``on_wait`` like the locks.
+    ``capacity_gib``, or when no task holds any. Waiting tasks queue in arrival order, with backfilling: a
+    task whose reservation fits may start before the ones queued ahead of it that do not fit yet, but only
+    while each of those has waited less than ``PATIENCE_S``; once one has waited that long, no one passes
+    it any more and the memory drains until it fits. So small tasks fill the room a large one leaves while
+    it waits, and a large reservation (a task re-run alone asks for all of it) is still never starved by a
+    stream of small ones: beyond strictly first come, first served it waits at most ``PATIENCE_S`` plus
+    the run of the tasks that passed it meanwhile. ``PATIENCE_S`` is read by the task that would pass.
+    A running task's reservation grows (``resize``) without waiting: it records what the task measured,
+    and two growing tasks must never wait for each other; the over-commit only holds back new tasks.
+    Waiting reports through ``on_wait`` like the locks.
 
-    State: JSON ``{"held": {owner: GiB}, "queue": [owner, ...]}`` in ``$TMPDIR/opforge-gpu-<gpu>.budget``,
-    read and written under ``flock``. Owners are process ids (``owner`` overrides, for tests); an owner
-    whose process is gone (a child killed on timeout) is dropped, so its share comes back.
+    State: JSON ``{"held": {owner: GiB}, "queue": [owner, ...], "since": {owner: unix time queued}}`` in
+    ``$TMPDIR/opforge-gpu-<gpu>.budget``, read and written under ``flock``. Owners are process ids
+    (``owner`` overrides, for tests); an owner whose process is gone (a child killed on timeout) is
+    dropped, so its share comes back.
 
     Attributes:
         waited_s: seconds this process has waited for admission.
         held_gib: this owner's reservation now (0 when none).
     """
 
-    POLL_S = 0.01
+    # seconds a queued task may be passed by later ones whose reservation fits (backfilling); tasks take
+    # ~2-4 s each on an H200 with 14 sandboxes, so a large one loses at most a fraction of a task's time
+    POLL_S, PATIENCE_S = 0.01, 1.0
 
     def __init__(self, gpu: str, capacity_gib: float, owner: str | None = None):
         self.path = os.path.join(tempfile.gettempdir(), f"opforge-gpu-{gpu}.budget")
@@ -335,17 +343,20 @@ class MemoryBudget:
                 state = {}
             state.setdefault("held", {})
             state.setdefault("queue", [])
+            state.setdefault("since", {})
             alive = {o for o in [*state["held"], *state["queue"]] if _alive(o)}
             state["held"] = {o: g for o, g in state["held"].items() if o in alive}
             state["queue"] = [o for o in state["queue"] if o in alive]
+            state["since"] = {o: t for o, t in state["since"].items() if o in state["queue"]}
             yield state
             fh.seek(0)
             fh.truncate()
             fh.write(json.dumps(state))
 
     def admit(self, gib: float) -> None:
-        """Wait until ``gib`` (capped at the capacity) fits next to the other reservations, then hold it.
-        Raises RuntimeError when this owner already holds a reservation."""
+        """Wait until ``gib`` (capped at the capacity) fits next to the other reservations and no task
+        queued ahead has waited ``PATIENCE_S`` or longer, then hold it. Raises RuntimeError when this
+        owner already holds a reservation."""
         gib = min(float(gib), self.capacity_gib)
         if self.held_gib:
             raise RuntimeError(f"{self.owner} already holds {self.held_gib} GiB of {self.path}")
@@ -354,11 +365,16 @@ class MemoryBudget:
         try:
             while True:
                 with self._state() as state:
+                    now = time.time()
                     if self.owner not in state["queue"]:
                         state["queue"].append(self.owner)
+                        state["since"][self.owner] = now
+                    ahead = state["queue"][:state["queue"].index(self.owner)]
                     used = sum(g for o, g in state["held"].items() if o != self.owner)
-                    if state["queue"][0] == self.owner and (not state["held"] or used + gib <= self.capacity_gib):
+                    fits = not state["held"] or used + gib <= self.capacity_gib
+                    if fits and all(now - state["since"].get(o, now) < self.PATIENCE_S for o in ahead):
                         state["queue"].remove(self.owner)
+                        state["since"].pop(self.owner, None)
                         state["held"][self.owner] = gib
                         self.held_gib = gib
                         return
@@ -382,6 +398,7 @@ class MemoryBudget:
         """Give this owner's reservation (and any queue place) back."""
         with self._state() as state:
             state["held"].pop(self.owner, None)
+            state["since"].pop(self.owner, None)
             if self.owner in state["queue"]:
                 state["queue"].remove(self.owner)
         self.held_gib = 0.0

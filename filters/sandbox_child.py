@@ -158,7 +158,8 @@ def _run_on_gpu(run, chain, stage, alone: bool, settings: dict, reserve_gib: flo
     """``run_chain`` on a GPU shared with other sandboxes, under the GPU's memory admission
     (``filters.gpu_locks.MemoryBudget``): the task reserves ``reserve_gib`` (default: ``gpu_admit_predicted``
     x its predicted eager peak, ``filters.memory_estimate``, or ``gpu_admit_gib`` when that cannot be
-    predicted; the whole budget when ``alone``) before it starts, grows the reservation to ``gpu_growth`` x
+    predicted; the whole budget when ``alone``) before its first device filter (a task the CPU filters
+    reject never waits for memory), grows the reservation to ``gpu_growth`` x
     the memory it has held so far after each GPU step (one forward call, build or comparison) and before
     each filter, and frees its memory afterwards. Growing after every step, not only between filters, keeps
     the sum of the reservations close to what the tasks hold: a task starts with an estimate, and until
@@ -171,33 +172,43 @@ def _run_on_gpu(run, chain, stage, alone: bool, settings: dict, reserve_gib: flo
     of that re-run comes back with ``retry_alone: True`` and the task runs a last time ``alone`` once the
     others are done (``retried_alone: True``). ``lock_wait_s`` says how long the task waited for each
     lock (``memory``: admission), ``gpu_peak_gib`` the most GPU memory its tensors held at once,
-    ``gpu_reserved_gib`` the most the allocator held, ``admit_gib`` its start reservation and
-    ``predicted_peak_gib`` the prediction (GiB, None when not predicted), and ``release_s`` the seconds
+    ``gpu_reserved_gib`` the most the allocator held, ``admit_gib`` its start reservation (None when no
+    device filter ran) and ``predicted_peak_gib`` the prediction (GiB, None when not predicted), and
+    ``release_s`` the seconds
     spent handing the task's memory back afterwards (garbage collection, ``empty_cache``), while it still
     held its reservation.
     """
     import torch
     from opforge.filters.chain import run_chain
     from opforge.filters.gpu_locks import ADMIT_MIN_GIB, admitted_on_gpu, grow_to_peak, lock_waits
+    from opforge.filters.verdict import Cost
 
     before = lock_waits()
-    predicted = None
-    if reserve_gib is None and not alone and settings.get("gpu_admit_predicted"):
-        from opforge.filters.memory_estimate import predict_peak_bytes
+    device_filters = {f.name for f in chain if f.cost == Cost.DEVICE}
+    admitted: dict = {"budget": None, "start_gib": None, "predicted": None}
 
-        predicted = predict_peak_bytes(run.code, "cuda", run.task_id)
-    if reserve_gib:
-        start_gib = reserve_gib
-    elif predicted is not None:
-        start_gib = max(ADMIT_MIN_GIB, settings["gpu_admit_predicted"] * predicted / 2**30)
-    else:
-        start_gib = settings["gpu_admit_gib"]
-    budget = admitted_on_gpu(settings["gpu_memory_fraction"], start_gib, alone)
+    def admit() -> None:
+        predicted = None
+        if reserve_gib is None and not alone and settings.get("gpu_admit_predicted"):
+            from opforge.filters.memory_estimate import predict_peak_bytes
+
+            predicted = predict_peak_bytes(run.code, "cuda", run.task_id)
+        if reserve_gib:
+            start_gib = reserve_gib
+        elif predicted is not None:
+            start_gib = max(ADMIT_MIN_GIB, settings["gpu_admit_predicted"] * predicted / 2**30)
+        else:
+            start_gib = settings["gpu_admit_gib"]
+        admitted.update(predicted=predicted, start_gib=start_gib,
+                        budget=admitted_on_gpu(settings["gpu_memory_fraction"], start_gib, alone))
 
     def grow() -> None:
-        grow_to_peak(budget, settings["gpu_growth"])
+        if admitted["budget"] is not None:
+            grow_to_peak(admitted["budget"], settings["gpu_growth"])
 
-    def grow_then_stage(name: str) -> None:
+    def admit_or_grow_then_stage(name: str) -> None:
+        if admitted["budget"] is None and name in device_filters:
+            admit()  # the CPU filters before the first GPU one (static, contamination) reserve nothing
         grow()
         stage(name)
 
@@ -205,7 +216,7 @@ def _run_on_gpu(run, chain, stage, alone: bool, settings: dict, reserve_gib: flo
     _after_gpu_step = grow
     try:
         torch.cuda.reset_peak_memory_stats()
-        result = run_chain(run, chain, on_stage=grow_then_stage)
+        result = run_chain(run, chain, on_stage=admit_or_grow_then_stage)
         result["gpu_peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
         result["gpu_reserved_gib"] = round(torch.cuda.max_memory_reserved() / 2**30, 3)
         released = time.perf_counter()
@@ -217,17 +228,19 @@ def _run_on_gpu(run, chain, stage, alone: bool, settings: dict, reserve_gib: flo
         result["release_s"] = round(time.perf_counter() - released, 4)
     finally:
         _after_gpu_step = None
-        budget.release()
+        if admitted["budget"] is not None:
+            admitted["budget"].release()
+    start_gib, predicted = admitted["start_gib"], admitted["predicted"]
     if alone:
         result["retried_alone"] = True
     elif result["reason"] == "oom" and reserve_gib is None:
         error = str(result["metrics"].get(result["filter"] or "", {}).get("error", ""))
         need = (result["gpu_reserved_gib"] + _failed_allocation_gib(error)) * settings["gpu_growth"]
-        result["retry_gib"] = round(max(need, 2 * start_gib), 3)
+        result["retry_gib"] = round(max(need, 2 * (start_gib or 0.0)), 3)
     elif result["reason"] == "oom":
         result["retry_alone"] = True
     result["lock_wait_s"] = {k: round(v - before.get(k, 0.0), 4) for k, v in lock_waits().items()}
-    result["admit_gib"] = round(start_gib, 3)
+    result["admit_gib"] = None if start_gib is None else round(start_gib, 3)
     result["predicted_peak_gib"] = None if predicted is None else round(predicted / 2**30, 3)
     return result
 

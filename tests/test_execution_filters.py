@@ -48,7 +48,7 @@ def test_positive_control_passes_every_filter_including_compile():
     assert res["metrics"]["contamination"]["kernelbench_similarity"] < 0.9
     m = res["metrics"]
     # an exact repeat and a rebuild within the drift bound: the re-seeded call is not needed
-    assert m["determinism"] == {"err_call": 0.0, "err_reseed": None, "err_rebuild": 0.0}
+    assert m["determinism"] == {"err_call": 0.0, "err_reseed": None, "err_rebuild": 0.0, "same_inputs": True}
     assert m["compile"]["err_compile"] <= 1.0 and m["compile"]["compile_s"] > 0
     assert m["runtime"]["eager_ms"] > 0 and m["runtime"]["in_window"] is None
     assert m["eager"]["outputs"] == [{"shape": [16, 32], "dtype": "float32"}]
@@ -84,6 +84,46 @@ def test_the_reseeded_call_names_the_cause_of_drift(reason, no_compile):
     # measured because the state-mutating forward repeats differently (err_call > 0) / the rebuild drifted
     assert res["reason"] == reason and (d["err_call"] > 0 or d["err_rebuild"] > 0.1)
     assert (d["err_reseed"] > 0.1) == reason.endswith("reseed")
+
+
+def test_reproducible_inputs_are_shared_by_the_rebuild_and_drawn_again_by_degenerate(no_compile):
+    """The rebuilt model is called on the task's own inputs once a second draw equals them; the degenerate
+    filter then drops them during its call on the other draw and draws them again (equal values, new
+    tensors), so the later filters still get the task's inputs."""
+    chain = {f.name: f for f in no_compile}
+    run = TaskRun(GOOD, "g")
+    chain["eager"].score(run)
+    first = run.inputs[0]
+    calls = []
+    real_call = run.call
+
+    def call(model=None, inputs=None, **kw):
+        calls.append((inputs is run.inputs or inputs is None, len(run.inputs)))
+        return real_call(model, inputs, **kw)
+
+    run.call = call
+    d = chain["determinism"].score(run)
+    assert d["same_inputs"] and run.inputs_reproducible and run.inputs[0] is first
+    assert calls[-1] == (True, 1)  # the rebuilt model's call got the task's own inputs
+    calls.clear()
+    chain["degenerate"].score(run)
+    assert calls == [(False, 0)]  # the call on the other draw ran with the task's inputs dropped
+    assert run.inputs[0] is not first and torch.equal(run.inputs[0], first)
+
+
+def test_inputs_that_do_not_follow_the_seed_are_not_shared_or_dropped(no_compile):
+    """Inputs drawn from a counter that ``torch.manual_seed`` does not reset differ on the second draw: the
+    rebuilt model gets that draw, the drift rejects the task, and the inputs are never marked
+    reproducible."""
+    code = GOOD.replace("def get_inputs():\n    return [torch.randn(16, 32)]",
+                        "def get_inputs():\n    get_inputs.n = getattr(get_inputs, 'n', 0) + 1\n"
+                        "    return [torch.randn(16, 32) * get_inputs.n]")
+    assert code != GOOD
+    run = TaskRun(code, "drift")
+    res = run_chain(run, no_compile)
+    d = res["metrics"]["determinism"]
+    assert res["reason"] == "nondeterministic:rebuild" and not d["same_inputs"] and d["err_rebuild"] > 0.1
+    assert not run.inputs_reproducible
 
 
 def test_autotune_benchmark_cap_reaches_inductors_benchmarker(monkeypatch):
@@ -397,6 +437,28 @@ def test_unregistered_tensor_breaks_the_task_on_the_gpu():
     assert run_chain(TaskRun(GOOD, "g", "cuda"), chain)["accepted"]
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_memory_is_reserved_from_the_first_device_filter_on(tmp_path, monkeypatch):
+    """A task the static filter rejects never reserves GPU memory; a task that reaches the GPU reserves
+    at least ``ADMIT_MIN_GIB`` from its predicted peak and hands it back afterwards."""
+    import tempfile
+
+    from opforge.filters import sandbox_child
+    from opforge.filters.gpu_locks import ADMIT_MIN_GIB, memory_budget
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    settings = FilterSettings(device="cuda", skip=["compile", "contamination"]).model_dump()
+    chain = make_chain(FilterSettings(**settings))
+    stages = []
+    res = sandbox_child._run_on_gpu(TaskRun("x = 1\n", "s", "cuda"), chain, stages.append, False, settings)
+    assert res["filter"] == "static" and res["admit_gib"] is None and res["predicted_peak_gib"] is None
+    res = sandbox_child._run_on_gpu(TaskRun(GOOD, "g", "cuda"), chain, stages.append, False, settings)
+    assert res["accepted"], res
+    assert res["admit_gib"] >= ADMIT_MIN_GIB and res["predicted_peak_gib"] > 0
+    assert memory_budget(1.0).usage() == (0.0, 0)  # released
+
+
 def _lock_schedule(tmp_path, plan: dict[str, tuple[str, float, float]], drain_s: float,
                    gate_s: float = 0.25) -> dict:
     """Run one process per ``plan`` entry (name -> (mode "s"/"x", start offset s, hold s)) on one GPU lock,
@@ -461,9 +523,11 @@ def test_gpu_lock_long_shared_step_does_not_stall_other_readers(tmp_path):
     assert ev[("w", "in")] >= ev[("long", "out")] - 0.05  # exclusive all the same
 
 
-def test_memory_budget_admits_what_fits_first_come_first_served(tmp_path, monkeypatch):
-    """Reservations fit the capacity; a large request waits for releases and holds back later small ones
-    (no starvation); growing never waits; a dead process's reservation is dropped. Plain files."""
+def test_memory_budget_admits_what_fits_and_backfills_within_patience(tmp_path, monkeypatch):
+    """Reservations fit the capacity; a large request waits for releases; a small one that fits passes it
+    while the large one has waited less than the small one's ``PATIENCE_S`` (backfilling), and queues
+    behind it otherwise (no starvation); growing never waits; a dead process's reservation is dropped.
+    Plain files; the order does not depend on timing (patience 60 s or 0)."""
     import os
     import tempfile
     import threading
@@ -472,7 +536,8 @@ def test_memory_budget_admits_what_fits_first_come_first_served(tmp_path, monkey
     from opforge.filters.gpu_locks import MemoryBudget
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    a, b, big, small = (MemoryBudget("g", 10.0, owner=o) for o in ("a", "b", "big", "small"))
+    a, b, big, small, late = (MemoryBudget("g", 10.0, owner=o) for o in ("a", "b", "big", "small", "late"))
+    small.PATIENCE_S, late.PATIENCE_S = 60.0, 0.0
     a.admit(4)
     b.admit(4)
     assert a.usage() == (8.0, 0)
@@ -485,24 +550,29 @@ def test_memory_budget_admits_what_fits_first_come_first_served(tmp_path, monkey
     t_big = threading.Thread(target=ask, args=(big, 20))  # capped at 10: needs the GPU to itself
     t_big.start()
     time.sleep(0.2)
-    t_small = threading.Thread(target=ask, args=(small, 1))  # would fit, but queues behind big
+    t_small = threading.Thread(target=ask, args=(small, 1))  # fits, and big has waited < 60 s: passes it
     t_small.start()
+    t_small.join(5)
+    assert order == ["small"] and small.held_gib == 1.0 and a.usage() == (9.0, 1)
+    t_late = threading.Thread(target=ask, args=(late, 1))  # would fit, but passes no one: queues behind big
+    t_late.start()
     time.sleep(0.2)
-    assert order == [] and a.usage() == (8.0, 2)
+    assert order == ["small"] and a.usage() == (9.0, 2)
     a.resize(9)  # growing past the capacity never waits
-    assert a.held_gib == 9 and a.usage()[0] == 13.0
+    assert a.held_gib == 9 and a.usage()[0] == 14.0
     a.release()
+    small.release()
     time.sleep(0.2)
-    assert order == []  # b still holds 4: big (10) does not fit yet
+    assert order == ["small"]  # b still holds 4: big (10) does not fit yet
     b.release()
     t_big.join(5)
-    assert order == ["big"] and big.held_gib == 10.0
+    assert order == ["small", "big"] and big.held_gib == 10.0
     time.sleep(0.2)
-    assert order == ["big"]  # small waits until big is done
+    assert order == ["small", "big"]  # late waits until big is done
     big.release()
-    t_small.join(5)
-    assert order == ["big", "small"] and small.waited_s > 0.3
-    small.release()
+    t_late.join(5)
+    assert order == ["small", "big", "late"] and late.waited_s > 0.3
+    late.release()
     # a reservation of a process that is gone (a child killed on timeout) no longer counts
     dead = MemoryBudget("g", 10.0, owner=str(2**22 + 12345))
     if not os.path.exists(f"/proc/{dead.owner}"):
