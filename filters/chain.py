@@ -61,6 +61,9 @@ class FilterSettings(BaseModel):
             60 s (H200, 14 sandboxes). 5 s shared by at most 16 time-sliced sandboxes is still >= 0.3 s
             of the GPU to itself: 3 x the default window's top (10 s let 10 of 1,095 tasks stall their
             neighbours for 10 s each on an H200, session 6). 0 or None: no limit.
+        gpu_concurrency: most sandboxes whose GPU steps run on one GPU at once (``filters.gpu_locks``
+            ``compute`` slots; the others' CPU work goes on meanwhile); 0 = no cap (the GPU time-slices
+            between all of them).
         compile_threads: Inductor's ``compile_threads`` in each sandbox (1: kernels of one task compile
             one after another in the sandbox itself; more starts Inductor's pool of compile processes in
             every sandbox, which only pays when cores are idle).
@@ -85,6 +88,7 @@ class FilterSettings(BaseModel):
     gpu_admit_predicted: float = Field(ADMIT_PREDICTED, ge=0)
     gpu_growth: float = Field(ADMIT_GROWTH, ge=1)
     gpu_step_limit_s: float | None = Field(5.0, ge=0)
+    gpu_concurrency: int = Field(0, ge=0)
     compile_threads: int = Field(1, ge=1)
     thresholds: dict[str, dict[str, Any]] = Field(default_factory=dict)
     kernelbench: str | None = None

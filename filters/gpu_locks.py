@@ -75,8 +75,13 @@ on_hold: Callable[[bool], None] | None = None
 class GpuLock:
     """One named reader/writer lock over one physical GPU (see the module docstring).
 
+    ``slots`` > 0 caps how many processes hold it shared at once (a counting semaphore of ``slots`` files
+    ``.<name>.slot<i>``, taken before the lock itself and polled every ``POLL_S``); 0 = no cap.
+
     Attributes:
         waited_s: seconds this process has spent waiting to acquire it (shared or exclusive).
+        waited_exclusive_s: the part of ``waited_s`` spent waiting for exclusive holds.
+        held_s: seconds this process has held it, per mode ("shared", "exclusive").
         mode: None, "shared" or "exclusive" - what this process holds now.
     """
 
@@ -85,18 +90,24 @@ class GpuLock:
     # shared acquisition waits at most GATE_S for the queued exclusive holders before it queues itself
     DRAIN_S, BACKOFF_S, BACKOFF_MAX_S, POLL_S, GATE_S = 0.25, 0.05, 1.0, 0.0005, 0.25
 
-    def __init__(self, gpu: str, name: str, before_release: Callable[[], None] | None = None):
+    def __init__(self, gpu: str, name: str, before_release: Callable[[], None] | None = None, slots: int = 0):
         base = os.path.join(tempfile.gettempdir(), f"opforge-gpu-{gpu}.{name}")
         self.paths = (base, base + ".turnstile", base + ".writers")
+        self.slot_paths = [f"{base}.slot{i}" for i in range(max(0, int(slots)))]
         self.before_release = before_release
         self.mode: str | None = None
-        self.waited_s = 0.0
+        self.waited_s = self.waited_exclusive_s = 0.0
+        self.held_s = {"shared": 0.0, "exclusive": 0.0}
         self._fh = self._turn = self._gate = None
+        self._slots: list = []
+        self._slot = None
+        self._since = 0.0
 
     # -- raw operations ----------------------------------------------------------------------------
     def _open(self) -> None:
         if self._fh is None:
             self._fh, self._turn, self._gate = (open(p, "a") for p in self.paths)  # noqa: SIM115
+            self._slots = [open(p, "a") for p in self.slot_paths]  # noqa: SIM115
 
     def _flock(self, fh, mode: int) -> None:
         """``flock(fh, mode)``; when it would block, ``on_wait(True)`` before and ``on_wait(False)`` after."""
@@ -119,14 +130,40 @@ class GpuLock:
         if exclusive:
             self._acquire_exclusive()
         else:
+            self._take_slot()
             self._wait_for_queued_writers()
             self._flock(self._turn, fcntl.LOCK_EX)
             fcntl.flock(self._turn, fcntl.LOCK_UN)
             self._flock(self._fh, fcntl.LOCK_SH)
-        self.waited_s += time.perf_counter() - t0
+        self._since = time.perf_counter()
+        self.waited_s += self._since - t0
+        if exclusive:
+            self.waited_exclusive_s += self._since - t0
         self.mode = "exclusive" if exclusive else "shared"
         if on_hold is not None:
             on_hold(True)
+
+    def _take_slot(self) -> None:
+        """One of the ``slots`` files, exclusively (nothing when there are none); polls until one is free,
+        starting at a slot of its own so that waiting processes spread over the slots."""
+        if not self._slots:
+            return
+        first, waiting = os.getpid() % len(self._slots), False
+        try:
+            while True:
+                for i in range(len(self._slots)):
+                    fh = self._slots[(first + i) % len(self._slots)]
+                    try:
+                        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        self._slot = fh
+                        return
+                    except BlockingIOError:
+                        pass
+                waiting = waiting or self._start_waiting()
+                time.sleep(self.POLL_S)
+        finally:
+            if waiting and on_wait is not None:
+                on_wait(False)
 
     def _wait_for_queued_writers(self) -> None:
         """Until no exclusive holder is queued (``.writers`` free) or ``GATE_S`` has passed."""
@@ -196,6 +233,11 @@ class GpuLock:
             if self.mode == "exclusive":
                 fcntl.flock(self._turn, fcntl.LOCK_UN)
                 fcntl.flock(self._gate, fcntl.LOCK_UN)
+            if self._slot is not None:
+                fcntl.flock(self._slot, fcntl.LOCK_UN)
+                self._slot = None
+            if self.mode is not None:
+                self.held_s[self.mode] += time.perf_counter() - self._since
             self.mode = None
             if on_hold is not None:
                 on_hold(False)
@@ -232,12 +274,16 @@ class GpuLock:
 
     def close(self) -> None:
         if self._fh is not None:
-            for fh in (self._fh, self._turn, self._gate):
+            for fh in (self._fh, self._turn, self._gate, *self._slots):
                 fh.close()
             self._fh = self._turn = self._gate = None
+            self._slots = []
 
 
 _LOCKS: dict[tuple[str, str], GpuLock] = {}
+# Processes that may hold a GPU's ``compute`` lock shared at once (``GpuLock`` slots; 0 = any number); set
+# by a sandbox child from ``FilterSettings.gpu_concurrency`` before its first lock.
+COMPUTE_SLOTS = 0
 
 
 def gpu_lock(name: str, gpu: str | None = None) -> GpuLock:
@@ -246,12 +292,12 @@ def gpu_lock(name: str, gpu: str | None = None) -> GpuLock:
     gpu = physical_gpu(0) if gpu is None else gpu
     key = (gpu, name)
     if key not in _LOCKS:
-        sync = None
+        sync, slots = None, 0
         if name == "compute":
             import torch
 
-            sync = torch.cuda.synchronize
-        _LOCKS[key] = GpuLock(gpu, name, sync)
+            sync, slots = torch.cuda.synchronize, COMPUTE_SLOTS
+        _LOCKS[key] = GpuLock(gpu, name, sync, slots)
     return _LOCKS[key]
 
 
@@ -270,12 +316,24 @@ def gpu_timing(device) -> contextlib.AbstractContextManager:
     return gpu_lock("compute").exclusive() if _is_cuda(device) else contextlib.nullcontext()
 
 
+def lock_holds() -> dict[str, float]:
+    """Seconds this process has held its GPU locks so far, per lock name and mode (``compute_shared``,
+    ``compute_exclusive``), summed over GPUs."""
+    out: dict[str, float] = {}
+    for (_, name), lock in _LOCKS.items():
+        for mode, held in lock.held_s.items():
+            out[f"{name}_{mode}"] = out.get(f"{name}_{mode}", 0.0) + held
+    return out
+
+
 def lock_waits() -> dict[str, float]:
     """Seconds waited so far in this process, per lock name (summed over GPUs; ``memory`` is the
-    ``MemoryBudget``'s admission)."""
+    ``MemoryBudget``'s admission), and per lock the part spent waiting for exclusive holds
+    (``<name>_exclusive``)."""
     out: dict[str, float] = {}
     for (_, name), lock in _LOCKS.items():
         out[name] = out.get(name, 0.0) + lock.waited_s
+        out[f"{name}_exclusive"] = out.get(f"{name}_exclusive", 0.0) + lock.waited_exclusive_s
     for budget in _BUDGETS.values():
         out["memory"] = out.get("memory", 0.0) + budget.waited_s
     return out

@@ -101,6 +101,7 @@ def main() -> None:
     chain = make_chain(FilterSettings.model_validate(settings))
     from opforge.filters import gpu_locks
 
+    gpu_locks.COMPUTE_SLOTS = int(settings.get("gpu_concurrency") or 0)
     gpu_locks.on_wait = lambda waiting: send_message(out, ("lock_wait", waiting))
 
     def on_hold(holding: bool) -> None:
@@ -180,10 +181,10 @@ def _run_on_gpu(run, chain, stage, alone: bool, settings: dict, reserve_gib: flo
     """
     import torch
     from opforge.filters.chain import run_chain
-    from opforge.filters.gpu_locks import ADMIT_MIN_GIB, admitted_on_gpu, grow_to_peak, lock_waits
+    from opforge.filters.gpu_locks import ADMIT_MIN_GIB, admitted_on_gpu, grow_to_peak, lock_holds, lock_waits
     from opforge.filters.verdict import Cost
 
-    before = lock_waits()
+    before, held_before = lock_waits(), lock_holds()
     device_filters = {f.name for f in chain if f.cost == Cost.DEVICE}
     admitted: dict = {"budget": None, "start_gib": None, "predicted": None}
 
@@ -240,6 +241,7 @@ def _run_on_gpu(run, chain, stage, alone: bool, settings: dict, reserve_gib: flo
     elif result["reason"] == "oom":
         result["retry_alone"] = True
     result["lock_wait_s"] = {k: round(v - before.get(k, 0.0), 4) for k, v in lock_waits().items()}
+    result["lock_hold_s"] = {k: round(v - held_before.get(k, 0.0), 4) for k, v in lock_holds().items()}
     result["admit_gib"] = None if start_gib is None else round(start_gib, 3)
     result["predicted_peak_gib"] = None if predicted is None else round(predicted / 2**30, 3)
     return result

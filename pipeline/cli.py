@@ -145,6 +145,8 @@ def filter_cmd(
                                                 "each GPU step and before each filter (default 1.25)."),
     gpu_memory_fraction: float = typer.Option(None, help="CUDA: share of GPU memory tasks may reserve "
                                                          "together (default 0.9)."),
+    gpu_concurrency: int = typer.Option(None, help="CUDA: most sandboxes running GPU steps on one GPU at "
+                                                   "once; 0 = no cap (default 0)."),
     compile_threads: int = typer.Option(None, help="Inductor compile_threads per sandbox (default 1)."),
     compile_autotune: bool = typer.Option(False, "--compile-autotune", help="CUDA: let Inductor autotune in "
                                           "the compile check (default: its heuristic configs, no autotuning)."),
@@ -162,7 +164,8 @@ def filter_cmd(
         levels = tuple(int(v) for v in _names(kernelbench_levels) or [])
         gpu = {"gpu_step_limit_s": gpu_step_limit_s, "gpu_admit_gib": gpu_admit_gib,
                "gpu_admit_predicted": gpu_admit_predicted, "gpu_growth": gpu_growth,
-               "gpu_memory_fraction": gpu_memory_fraction, "compile_threads": compile_threads}
+               "gpu_memory_fraction": gpu_memory_fraction, "gpu_concurrency": gpu_concurrency,
+               "compile_threads": compile_threads}
         thresholds = merge_thresholds({}, threshold, compile_autotune)
         settings = FilterSettings(device=device, only=_names(only), skip=_names(skip) or [],
                                   runtime_window_ms=window, timeout_s=timeout_s, memory_gib=memory_gib,

@@ -459,6 +459,45 @@ def test_gpu_memory_is_reserved_from_the_first_device_filter_on(tmp_path, monkey
     assert memory_budget(1.0).usage() == (0.0, 0)  # released
 
 
+def test_compute_slots_cap_the_shared_holders_and_let_an_exclusive_one_in(tmp_path, monkeypatch):
+    """With 2 slots, 4 holders that each keep the lock shared for 0.5 s run two at a time; waits and holds
+    are counted per mode. Plain flock files (one GpuLock per
+    thread: each opens its own files, so flock treats them as separate holders)."""
+    import tempfile
+    import threading
+    import time
+
+    from opforge.filters.gpu_locks import GpuLock
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    locks = [GpuLock("g", "compute", slots=2) for _ in range(4)]
+    inside, most = [0], [0]
+    guard = threading.Lock()
+
+    def hold(lock):
+        with lock.shared():
+            with guard:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            time.sleep(0.5)
+            with guard:
+                inside[0] -= 1
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=hold, args=(lock,)) for lock in locks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert most[0] == 2 and time.perf_counter() - t0 >= 1.0
+    assert sum(lock.waited_s > 0.3 for lock in locks) == 2  # the second pair waited for a slot
+    assert all(abs(lock.held_s["shared"] - 0.5) < 0.4 and lock.held_s["exclusive"] == 0 for lock in locks)
+    writer = GpuLock("g", "compute", slots=2)
+    with writer.exclusive():
+        pass
+    assert writer.held_s["exclusive"] > 0 and writer.waited_exclusive_s == writer.waited_s
+
+
 def _lock_schedule(tmp_path, plan: dict[str, tuple[str, float, float]], drain_s: float,
                    gate_s: float = 0.25) -> dict:
     """Run one process per ``plan`` entry (name -> (mode "s"/"x", start offset s, hold s)) on one GPU lock,
