@@ -58,9 +58,12 @@ class FilterSettings(BaseModel):
             model's first call with Inductor's autotuning, a timing section) may hold the GPU's lock; a
             longer one ends the task with reason ``timeout`` (metrics ``gpu_step_s``). While a step runs,
             every neighbour that wants to time waits for it, so one 60 s forward stalled a whole GPU for
-            60 s (H200, 14 sandboxes). 5 s shared by at most 16 time-sliced sandboxes is still >= 0.3 s
-            of the GPU to itself: 3 x the default window's top (10 s let 10 of 1,095 tasks stall their
-            neighbours for 10 s each on an H200, session 6). 0 or None: no limit.
+            60 s (H200, 14 sandboxes): every sandbox soon waits to time its own task, and the GPU runs
+            that one step. 2.5 s shared by at most 16 time-sliced sandboxes is still >= 0.15 s of the GPU
+            to itself: 1.5 x the default window's top. On an H200 each step that ran into the earlier
+            5 s limit (batched SVDs, 4 of 600 tasks) cut the GPU's verdicts for those 5 s to about a third
+            (session 11); the longest steps of tasks inside the window took ~1.3 s with their lock waits.
+            Results carry ``gpu_step_max_s``, the task's longest step. 0 or None: no limit.
         gpu_concurrency: most sandboxes whose GPU steps run on one GPU at once (``filters.gpu_locks``
             ``compute`` slots; the others' CPU work goes on meanwhile); 0 = no cap (the GPU time-slices
             between all of them).
@@ -87,7 +90,7 @@ class FilterSettings(BaseModel):
     gpu_admit_gib: float = Field(ADMIT_GIB, gt=0)
     gpu_admit_predicted: float = Field(ADMIT_PREDICTED, ge=0)
     gpu_growth: float = Field(ADMIT_GROWTH, ge=1)
-    gpu_step_limit_s: float | None = Field(5.0, ge=0)
+    gpu_step_limit_s: float | None = Field(2.5, ge=0)
     gpu_concurrency: int = Field(0, ge=0)
     compile_threads: int = Field(1, ge=1)
     thresholds: dict[str, dict[str, Any]] = Field(default_factory=dict)

@@ -173,7 +173,8 @@ class Sandbox:
     def run(self, task_id: str, code: str, timeout_s: float, alone: bool = False,
             reserve_gib: float | None = None) -> dict[str, Any]:
         """Verdict of the filter chain on one task, as ``run_chain``'s dict plus ``start_s`` (seconds spent
-        starting a child for this task). ``alone``: on a GPU, run it with no other task on that GPU;
+        starting a child for this task) and, when the task held a GPU lock, ``gpu_step_max_s`` (seconds of
+        its longest GPU step). ``alone``: on a GPU, run it with no other task on that GPU;
         ``reserve_gib``: the GPU memory it reserves before it starts (default: the settings'
         ``gpu_admit_gib``); see ``sandbox_child._run_on_gpu``. Never raises for anything the task does."""
         start_s = self.start()
@@ -203,6 +204,7 @@ class Sandbox:
 
         stage = ""
         held_since: float | None = None  # the child holds a GPU lock (one GPU step) since then
+        longest = 0.0  # the longest GPU step of this task so far, seconds
         step_limit = self.settings.get("gpu_step_limit_s") or 0.0
         margin = self.settings.get("memory_gib", 0) * 2**30
         # the guard is relative to the child's size at start; while it starts, only the timeout applies
@@ -227,6 +229,8 @@ class Sandbox:
                     stage = msg[1]
                     continue
                 if isinstance(msg, tuple) and msg[0] == "gpu_hold":
+                    if not msg[1] and held_since is not None:
+                        longest = max(longest, time.monotonic() - held_since)
                     held_since = time.monotonic() if msg[1] else None
                     continue
                 if isinstance(msg, tuple) and msg[0] == "lock_wait":
@@ -240,6 +244,8 @@ class Sandbox:
                         waited += now - paused_at
                         paused_at = None
                     continue
+                if isinstance(msg, dict) and longest:
+                    msg["gpu_step_max_s"] = round(longest, 4)
                 return msg
             if self.proc.poll() is not None:
                 return self._failure(self._death_reason(), stage)
