@@ -17,7 +17,11 @@ from typing import Any
 
 from opforge.filters.gpu_locks import ADMIT_FRACTION, ADMIT_GIB, ADMIT_GROWTH, ADMIT_PREDICTED
 from opforge.filters.verdict import REGISTRY, Cost, Filter, TaskInput
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+# Default GPU step limit (FilterSettings.gpu_step_limit_s): this many time-sliced sandboxes x the runtime
+# window's upper edge; without a window, this many seconds.
+STEP_LIMIT_SANDBOXES, STEP_LIMIT_NO_WINDOW_S = 16, 5.0
 
 # Modules whose Filter subclasses make up the chain (importing a module registers its filters).
 FILTER_MODULES = ("duplicate", "static", "contamination", "eager", "determinism", "degenerate", "runtime",
@@ -59,11 +63,14 @@ class FilterSettings(BaseModel):
             longer one ends the task with reason ``timeout`` (metrics ``gpu_step_s``). While a step runs,
             every neighbour that wants to time waits for it, so one 60 s forward stalled a whole GPU for
             60 s (H200, 14 sandboxes): every sandbox soon waits to time its own task, and the GPU runs
-            that one step. 2.5 s shared by at most 16 time-sliced sandboxes is still >= 0.15 s of the GPU
-            to itself: 1.5 x the default window's top. On an H200 each step that ran into the earlier
-            5 s limit (batched SVDs, 4 of 600 tasks) cut the GPU's verdicts for those 5 s to about a third
-            (session 11); the longest steps of tasks inside the window took ~1.3 s with their lock waits.
-            Results carry ``gpu_step_max_s``, the task's longest step. 0 or None: no limit.
+            that one step. On an H200 each step that ran into a 5 s limit (batched SVDs, 4 of 600 tasks)
+            cut the GPU's verdicts for those 5 s to about a third; with 2.5 s the same 600 tasks finished
+            ~10 % sooner (session 11, benchmarks/README.md). Default (None): ``STEP_LIMIT_SANDBOXES`` x
+            the window's upper edge, i.e. 1.6 s for 1-100 ms: a forward inside the window, time-sliced
+            with that many sandboxes, still ends within it, so a step cut there is certainly too slow
+            (the longest step of the 898 accepted tasks of that H200 run took 0.58 s); without a window
+            ``STEP_LIMIT_NO_WINDOW_S``. Results carry ``gpu_step_max_s``, the task's longest step.
+            0: no limit.
         gpu_concurrency: most sandboxes whose GPU steps run on one GPU at once (``filters.gpu_locks``
             ``compute`` slots; the others' CPU work goes on meanwhile); 0 = no cap (the GPU time-slices
             between all of them).
@@ -90,7 +97,7 @@ class FilterSettings(BaseModel):
     gpu_admit_gib: float = Field(ADMIT_GIB, gt=0)
     gpu_admit_predicted: float = Field(ADMIT_PREDICTED, ge=0)
     gpu_growth: float = Field(ADMIT_GROWTH, ge=1)
-    gpu_step_limit_s: float | None = Field(2.5, ge=0)
+    gpu_step_limit_s: float | None = Field(None, ge=0)
     gpu_concurrency: int = Field(0, ge=0)
     compile_threads: int = Field(1, ge=1)
     thresholds: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -112,6 +119,14 @@ class FilterSettings(BaseModel):
         if v is not None and not 0 <= v[0] < v[1]:
             raise ValueError(f"runtime window must be 0 <= lo < hi (ms), got {list(v)}")
         return v
+
+    @model_validator(mode="after")
+    def _step_limit(self) -> FilterSettings:
+        if self.gpu_step_limit_s is None:
+            window = self.runtime_window_ms
+            self.gpu_step_limit_s = (STEP_LIMIT_NO_WINDOW_S if window is None
+                                     else round(STEP_LIMIT_SANDBOXES * window[1] / 1e3, 3))
+        return self
 
     def names(self) -> list[str]:
         """Filter names that will run, in chain order. Raises ValueError on an unknown name."""
