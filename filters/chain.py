@@ -20,8 +20,9 @@ from opforge.filters.verdict import REGISTRY, Cost, Filter, TaskInput
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 # Default GPU step limit (FilterSettings.gpu_step_limit_s): this many time-sliced sandboxes x the runtime
-# window's upper edge; without a window, this many seconds.
-STEP_LIMIT_SANDBOXES, STEP_LIMIT_NO_WINDOW_S = 16, 5.0
+# window's upper edge; without a window, this many seconds. Default GPU-time limit of one forward call
+# (gpu_share_limit_s): this many x the window's upper edge.
+STEP_LIMIT_SANDBOXES, STEP_LIMIT_NO_WINDOW_S, STEP_SHARE_WINDOWS = 16, 5.0, 2.0
 
 # Modules whose Filter subclasses make up the chain (importing a module registers its filters).
 FILTER_MODULES = ("duplicate", "static", "contamination", "eager", "determinism", "degenerate", "runtime",
@@ -71,6 +72,14 @@ class FilterSettings(BaseModel):
             (the longest step of the 898 accepted tasks of that H200 run took 0.58 s); without a window
             ``STEP_LIMIT_NO_WINDOW_S``. Results carry ``gpu_step_max_s``, the task's longest step.
             0: no limit.
+        gpu_share_limit_s: most seconds of GPU time one forward call of a task may have had, bounded
+            from below by its time divided by the processes sharing the GPU meanwhile
+            (``filters.sandbox.GpuStepWatch``); a longer one ends the task with reason ``timeout``
+            (metrics ``gpu_share_s``). Default (None): ``STEP_SHARE_WINDOWS`` x the window's upper edge
+            (0.2 s for 1-100 ms: such a forward is certainly too slow), off without a window or with
+            Inductor's autotuning in the compile check. It ends a far-too-slow forward as soon as its
+            neighbours queue to time their tasks and leave it the GPU, instead of after
+            ``gpu_step_limit_s``. 0: off.
         gpu_concurrency: most sandboxes whose GPU steps run on one GPU at once (``filters.gpu_locks``
             ``compute`` slots; the others' CPU work goes on meanwhile); 0 = no cap (the GPU time-slices
             between all of them).
@@ -98,6 +107,7 @@ class FilterSettings(BaseModel):
     gpu_admit_predicted: float = Field(ADMIT_PREDICTED, ge=0)
     gpu_growth: float = Field(ADMIT_GROWTH, ge=1)
     gpu_step_limit_s: float | None = Field(None, ge=0)
+    gpu_share_limit_s: float | None = Field(None, ge=0)
     gpu_concurrency: int = Field(0, ge=0)
     compile_threads: int = Field(1, ge=1)
     thresholds: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -121,11 +131,15 @@ class FilterSettings(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _step_limit(self) -> FilterSettings:
+    def _step_limits(self) -> FilterSettings:
+        window = self.runtime_window_ms
         if self.gpu_step_limit_s is None:
-            window = self.runtime_window_ms
             self.gpu_step_limit_s = (STEP_LIMIT_NO_WINDOW_S if window is None
                                      else round(STEP_LIMIT_SANDBOXES * window[1] / 1e3, 3))
+        if self.gpu_share_limit_s is None:
+            autotune = bool(self.thresholds.get("compile", {}).get("autotune"))
+            self.gpu_share_limit_s = (0.0 if window is None or autotune
+                                      else round(STEP_SHARE_WINDOWS * window[1] / 1e3, 3))
         return self
 
     def names(self) -> list[str]:

@@ -94,7 +94,7 @@ class TaskRun:
         inputs = self.inputs if inputs is None else inputs
         if seed is not None:
             torch.manual_seed(seed)
-        with gpu_work(self.device if lock else "cpu"), torch.no_grad():
+        with gpu_work(self.device if lock else "cpu", kind="forward"), torch.no_grad():
             out = model(*inputs)
         flat = flatten_tensors(out)
         if not flat:

@@ -66,10 +66,13 @@ def physical_gpu(index: int | None = 0) -> str:
 # child reports both to its parent, which stops the task's timeout clock in between (waiting for a
 # neighbour is not the task's time).
 on_wait: Callable[[bool], None] | None = None
-# Called with True when this process starts holding a GPU lock (any mode) and with False when it stops
-# (after the synchronisation on release, which is where a long step's time goes); a sandbox child reports
-# both, and its parent ends a task whose one step holds the GPU past ``FilterSettings.gpu_step_limit_s``.
-on_hold: Callable[[bool], None] | None = None
+# Called with (True, lock) when this process starts holding a GPU lock (``lock.mode``: "shared" or
+# "exclusive"; ``lock.kind``: what the hold is for, e.g. "forward", or None) and with (False, lock) when it
+# stops (after the synchronisation on release, which is where a long step's time goes); a sandbox child
+# reports both, and its parent ends a task whose one step holds the GPU past
+# ``FilterSettings.gpu_step_limit_s``, or whose one forward call had more than ``gpu_share_limit_s`` of
+# the GPU (``shared_holders``).
+on_hold: Callable[[bool, GpuLock], None] | None = None
 
 
 class GpuLock:
@@ -83,6 +86,7 @@ class GpuLock:
         waited_exclusive_s: the part of ``waited_s`` spent waiting for exclusive holds.
         held_s: seconds this process has held it, per mode ("shared", "exclusive").
         mode: None, "shared" or "exclusive" - what this process holds now.
+        kind: what the current shared hold is for (``shared(kind=...)``, e.g. "forward"), or None.
     """
 
     # an exclusive acquisition holds the turnstile this long at most while the shared holders drain, then
@@ -96,6 +100,7 @@ class GpuLock:
         self.slot_paths = [f"{base}.slot{i}" for i in range(max(0, int(slots)))]
         self.before_release = before_release
         self.mode: str | None = None
+        self.kind: str | None = None
         self.waited_s = self.waited_exclusive_s = 0.0
         self.held_s = {"shared": 0.0, "exclusive": 0.0}
         self._fh = self._turn = self._gate = None
@@ -124,7 +129,7 @@ class GpuLock:
             if on_wait is not None:
                 on_wait(False)
 
-    def _acquire(self, exclusive: bool) -> None:
+    def _acquire(self, exclusive: bool, kind: str | None = None) -> None:
         self._open()
         t0 = time.perf_counter()
         if exclusive:
@@ -140,8 +145,9 @@ class GpuLock:
         if exclusive:
             self.waited_exclusive_s += self._since - t0
         self.mode = "exclusive" if exclusive else "shared"
+        self.kind = None if exclusive else kind
         if on_hold is not None:
-            on_hold(True)
+            on_hold(True, self)
 
     def _take_slot(self) -> None:
         """One of the ``slots`` files, exclusively (nothing when there are none); polls until one is free,
@@ -238,18 +244,19 @@ class GpuLock:
                 self._slot = None
             if self.mode is not None:
                 self.held_s[self.mode] += time.perf_counter() - self._since
-            self.mode = None
+            self.mode = self.kind = None
             if on_hold is not None:
-                on_hold(False)
+                on_hold(False, self)
 
     # -- context managers --------------------------------------------------------------------------
     @contextlib.contextmanager
-    def shared(self) -> Iterator[None]:
-        """Hold the lock shared (no-op when this process already holds it in any mode)."""
+    def shared(self, kind: str | None = None) -> Iterator[None]:
+        """Hold the lock shared (no-op when this process already holds it in any mode); ``kind`` says what
+        for (``GpuLock.kind``, passed to ``on_hold``)."""
         if self.mode is not None:
             yield
             return
-        self._acquire(exclusive=False)
+        self._acquire(exclusive=False, kind=kind)
         try:
             yield
         finally:
@@ -305,10 +312,26 @@ def _is_cuda(device) -> bool:
     return str(device).startswith("cuda")
 
 
-def gpu_work(device) -> contextlib.AbstractContextManager:
-    """Context for GPU work that must not overlap a neighbour's timing: ``compute`` shared on CUDA,
-    nothing on CPU."""
-    return gpu_lock("compute").shared() if _is_cuda(device) else contextlib.nullcontext()
+def gpu_work(device, kind: str | None = None) -> contextlib.AbstractContextManager:
+    """Context for GPU work that must not overlap a neighbour's timing: ``compute`` shared on CUDA (with
+    ``kind``, e.g. "forward" for one forward call of a task), nothing on CPU."""
+    return gpu_lock("compute").shared(kind) if _is_cuda(device) else contextlib.nullcontext()
+
+
+def shared_holders(path: str) -> int | None:
+    """How many open files hold the lock file ``path`` shared right now, from Linux's ``/proc/locks``
+    (one ``FLOCK ... READ`` line per holder), or None when that cannot be read (another OS, no such file).
+
+    The sandbox parent divides a forward call's time by this count to bound the GPU time the call had:
+    the GPU time-slices between processes with work, and a holder that is not running kernels leaves its
+    share to the others, so ``time / holders`` never exceeds what the call got."""
+    try:
+        st = os.stat(path)
+        key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        with open("/proc/locks") as fh:
+            return sum(1 for line in fh if " FLOCK " in line and " READ " in line and f" {key} " in line)
+    except OSError:
+        return None
 
 
 def gpu_timing(device) -> contextlib.AbstractContextManager:

@@ -203,9 +203,7 @@ class Sandbox:
             return min(now - paused_at, max(0.0, self.max_lock_wait_s - waited)) if paused_at is not None else 0.0
 
         stage = ""
-        held_since: float | None = None  # the child holds a GPU lock (one GPU step) since then
-        longest = 0.0  # the longest GPU step of this task so far, seconds
-        step_limit = self.settings.get("gpu_step_limit_s") or 0.0
+        step = GpuStepWatch(self.settings.get("gpu_step_limit_s") or 0.0, self.settings.get("gpu_share_limit_s") or 0.0)
         margin = self.settings.get("memory_gib", 0) * 2**30
         # the guard is relative to the child's size at start; while it starts, only the timeout applies
         limit = self.child_info["rss"] + margin if margin and "rss" in self.child_info else 0
@@ -214,12 +212,13 @@ class Sandbox:
             left = deadline - now + credit(now)  # while the child waits for a lock, the clock stands
             if left <= 0:
                 return self._failure("timeout", stage)
-            if step_limit and held_since is not None and now - held_since > step_limit:
+            over = step.over(now)
+            if over is not None:
                 failure = self._failure("timeout", stage)
-                failure["metrics"][stage or "sandbox"].update(gpu_step_s=round(now - held_since, 3),
-                                                              gpu_step_limit_s=step_limit)
+                failure["metrics"][stage or "sandbox"].update(over)
                 return failure
-            ready, _, _ = select.select([self._rfd], [], [], min(self.poll_s, left))
+            poll = min(self.poll_s, GpuStepWatch.POLL_S) if step.watching_share() else self.poll_s
+            ready, _, _ = select.select([self._rfd], [], [], min(poll, left))
             if ready:
                 try:
                     msg = read_message(self._rfd)
@@ -229,9 +228,10 @@ class Sandbox:
                     stage = msg[1]
                     continue
                 if isinstance(msg, tuple) and msg[0] == "gpu_hold":
-                    if not msg[1] and held_since is not None:
-                        longest = max(longest, time.monotonic() - held_since)
-                    held_since = time.monotonic() if msg[1] else None
+                    if msg[1]:
+                        step.start(msg[2] if len(msg) > 2 else {}, time.monotonic())
+                    else:
+                        step.stop(time.monotonic())
                     continue
                 if isinstance(msg, tuple) and msg[0] == "lock_wait":
                     # time spent waiting for a neighbour on a shared GPU is not the task's: stop the clock,
@@ -244,8 +244,10 @@ class Sandbox:
                         waited += now - paused_at
                         paused_at = None
                     continue
-                if isinstance(msg, dict) and longest:
-                    msg["gpu_step_max_s"] = round(longest, 4)
+                if isinstance(msg, dict) and step.longest:
+                    msg["gpu_step_max_s"] = round(step.longest, 4)
+                    if step.share_max:
+                        msg["gpu_share_max_s"] = round(step.share_max, 4)
                 return msg
             if self.proc.poll() is not None:
                 return self._failure(self._death_reason(), stage)
@@ -299,3 +301,77 @@ class Sandbox:
                 except OSError:
                     pass
             self.proc = None
+
+
+class GpuStepWatch:
+    """The child's current GPU step as its parent sees it (``("gpu_hold", ...)`` messages), and the two
+    limits on it: ``step_limit`` seconds of holding a GPU lock, and, for a shared "forward" step (one
+    forward call of the task, ``TaskRun.call``), ``share_limit`` seconds of GPU time.
+
+    The GPU time of a forward step is bounded from below by ``sum(dt / holders)``: over each interval the
+    GPU time-slices between the processes with work, all of which hold the lock shared
+    (``gpu_locks.shared_holders``; the larger of the counts at the interval's two ends is used, and a
+    holder running no kernels only leaves more to the others). A forward that had more GPU time than
+    ``share_limit`` (default 2 x the window's upper edge, ``FilterSettings.gpu_share_limit_s``) alone
+    takes longer than that, so it is certainly too slow, and it is ended as soon as the count shows it,
+    before every neighbour that wants to time has queued behind it. The count is read every ``POLL_S``
+    while such a step runs; where ``/proc/locks`` cannot be read only ``step_limit`` applies.
+
+    Attributes:
+        longest: seconds of the task's longest GPU step so far.
+        share_max: the largest GPU-time bound of one forward step so far, seconds.
+    """
+
+    POLL_S = 0.05
+
+    def __init__(self, step_limit: float, share_limit: float):
+        self.step_limit, self.share_limit = step_limit, share_limit
+        self.since: float | None = None
+        self.info: dict = {}
+        self.share = self.longest = self.share_max = 0.0
+        self._at, self._holders = 0.0, 1
+
+    def start(self, info: dict, now: float) -> None:
+        self.since, self.info, self.share, self._at = now, info, 0.0, now
+        if self.watching_share():
+            self._holders = self._count()
+
+    def stop(self, now: float) -> None:
+        if self.since is not None:
+            self._accrue(now)
+            self.longest = max(self.longest, now - self.since)
+        self.since = None
+
+    def watching_share(self) -> bool:
+        return bool(self.since is not None and self.share_limit and self.info.get("mode") == "shared"
+                    and self.info.get("kind") == "forward" and self.info.get("path"))
+
+    def _count(self) -> int:
+        from opforge.filters.gpu_locks import shared_holders
+
+        n = shared_holders(self.info["path"])
+        if n is None:  # no /proc/locks: this step keeps only the step limit
+            self.info = {**self.info, "path": None}
+            return 1
+        return max(1, n)
+
+    def _accrue(self, now: float) -> None:
+        if not self.watching_share():
+            return
+        holders = self._count()
+        self.share += (now - self._at) / max(holders, self._holders)
+        self.share_max = max(self.share_max, self.share)
+        self._at, self._holders = now, holders
+
+    def over(self, now: float) -> dict | None:
+        """Metrics of the limit the current step has passed (``gpu_step_s`` with ``gpu_step_limit_s``, or
+        with ``gpu_share_s`` and ``gpu_share_limit_s``), or None."""
+        if self.since is None:
+            return None
+        self._accrue(now)
+        held = round(now - self.since, 3)
+        if self.step_limit and now - self.since > self.step_limit:
+            return {"gpu_step_s": held, "gpu_step_limit_s": self.step_limit}
+        if self.watching_share() and self.share > self.share_limit:
+            return {"gpu_step_s": held, "gpu_share_s": round(self.share, 3), "gpu_share_limit_s": self.share_limit}
+        return None

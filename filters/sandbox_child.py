@@ -4,8 +4,10 @@ Protocol (length-prefixed pickles, see ``filters.sandbox``): the parent sends ``
 the child imports torch, applies the settings and answers ``("ready", info)``. Then for each
 ``("task", task_id, code)`` it sends ``("stage", filter_name)`` before every filter, ``("lock_wait",
 True / False)`` when it starts / stops waiting for a GPU lock (the parent's timeout clock stops in
-between), ``("gpu_hold", True / False)`` when it starts / stops holding one (one GPU step: the parent
-ends the task when a step outlasts ``gpu_step_limit_s``), and finally the ``run_chain`` result dict.
+between), ``("gpu_hold", True, {"mode", "kind", "path"})`` / ``("gpu_hold", False)`` when it starts /
+stops holding one (one GPU step: the parent ends the task when a step outlasts ``gpu_step_limit_s``, or
+a shared "forward" step had more than ``gpu_share_limit_s`` of the GPU, see ``filters.sandbox``), and
+finally the ``run_chain`` result dict.
 ``("task", task_id, code, alone, reserve_gib)``: ``alone`` runs it with no other task on its GPU,
 ``reserve_gib`` sets its memory reservation (see ``_run_on_gpu``). ``("stop",)`` or a closed stdin ends
 the child; so does the parent's death (checked every second), so an orphaned child never keeps a GPU
@@ -104,9 +106,12 @@ def main() -> None:
     gpu_locks.COMPUTE_SLOTS = int(settings.get("gpu_concurrency") or 0)
     gpu_locks.on_wait = lambda waiting: send_message(out, ("lock_wait", waiting))
 
-    def on_hold(holding: bool) -> None:
-        send_message(out, ("gpu_hold", holding))
-        if not holding and _after_gpu_step is not None:
+    def on_hold(holding: bool, lock) -> None:
+        if holding:
+            send_message(out, ("gpu_hold", True, {"mode": lock.mode, "kind": lock.kind, "path": lock.paths[0]}))
+            return
+        send_message(out, ("gpu_hold", False))
+        if _after_gpu_step is not None:
             _after_gpu_step()
 
     gpu_locks.on_hold = on_hold

@@ -138,6 +138,10 @@ def filter_cmd(
                                                       "GPU's lock before the task ends as timeout (default: 16 x "
                                                       "the window's top, 1.6 s for 1-100 ms; 5 s without a "
                                                       "window; 0 = no limit)."),
+    gpu_share_limit_s: float = typer.Option(None, help="CUDA: most seconds of GPU time one forward call may "
+                                                       "have had (its time / the processes sharing the GPU) "
+                                                       "before the task ends as timeout (default: 2 x the "
+                                                       "window's top; off without a window; 0 = off)."),
     gpu_admit_gib: float = typer.Option(None, help="CUDA: GiB a task reserves before it starts when its "
                                                    "peak cannot be predicted (default 4)."),
     gpu_admit_predicted: float = typer.Option(None, help="CUDA: a task reserves this x its predicted eager "
@@ -164,7 +168,8 @@ def filter_cmd(
     window = resolve_window(device, given, no_window)
     try:
         levels = tuple(int(v) for v in _names(kernelbench_levels) or [])
-        gpu = {"gpu_step_limit_s": gpu_step_limit_s, "gpu_admit_gib": gpu_admit_gib,
+        gpu = {"gpu_step_limit_s": gpu_step_limit_s, "gpu_share_limit_s": gpu_share_limit_s,
+               "gpu_admit_gib": gpu_admit_gib,
                "gpu_admit_predicted": gpu_admit_predicted, "gpu_growth": gpu_growth,
                "gpu_memory_fraction": gpu_memory_fraction, "gpu_concurrency": gpu_concurrency,
                "compile_threads": compile_threads}

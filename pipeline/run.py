@@ -109,8 +109,8 @@ def _compose_round(cfg: RunConfig, catalog: Path, k: int, run_dir: Path) -> Path
 
 
 # RunConfig fields passed to FilterSettings when set (GPU sharing; see FilterSettings for their meaning)
-GPU_OPTIONS = ("gpu_step_limit_s", "gpu_admit_gib", "gpu_admit_predicted", "gpu_growth", "gpu_memory_fraction",
-               "compile_threads")
+GPU_OPTIONS = ("gpu_step_limit_s", "gpu_share_limit_s", "gpu_admit_gib", "gpu_admit_predicted", "gpu_growth",
+               "gpu_memory_fraction", "gpu_concurrency", "compile_threads")
 
 
 def _filter_settings(cfg: RunConfig):

@@ -30,9 +30,9 @@ class RunConfig(BaseModel):
         candidate_budget: most candidates composed in all (default: 20 x target).
         max_per_signature: selection cap on tasks sharing one op-label set.
         skip_filters / timeout_s / memory_gib: filter-stage options.
-        gpu_step_limit_s / gpu_admit_gib / gpu_admit_predicted / gpu_growth / gpu_memory_fraction /
-            compile_threads: the filter stage's GPU sharing options (``filters.chain.FilterSettings``;
-            None = its default).
+        gpu_step_limit_s / gpu_share_limit_s / gpu_admit_gib / gpu_admit_predicted / gpu_growth /
+            gpu_memory_fraction / gpu_concurrency / compile_threads: the filter stage's GPU sharing options
+            (``filters.chain.FilterSettings``; None = its default).
         compile_autotune: let Inductor autotune in the compile check on CUDA (default False: its heuristic
             configs, see ``filters.torch_compile``).
         thresholds: per-filter threshold overrides (filter -> {key: value}, see ``opforge filter
@@ -63,10 +63,12 @@ class RunConfig(BaseModel):
     timeout_s: float = 300.0
     memory_gib: float = 8.0
     gpu_step_limit_s: float | None = Field(None, ge=0)
+    gpu_share_limit_s: float | None = Field(None, ge=0)
     gpu_admit_gib: float | None = Field(None, gt=0)
     gpu_admit_predicted: float | None = Field(None, ge=0)
     gpu_growth: float | None = Field(None, ge=1)
     gpu_memory_fraction: float | None = Field(None, gt=0, le=1)
+    gpu_concurrency: int | None = Field(None, ge=0)
     compile_threads: int | None = Field(None, ge=1)
     compile_autotune: bool = False
     thresholds: dict[str, dict[str, Any]] = Field(default_factory=dict)

@@ -239,7 +239,7 @@ def test_one_gpu_step_longer_than_the_step_limit_ends_the_task(tmp_path, monkeyp
     code = task("        import time\n        from opforge.filters.gpu_locks import GpuLock\n"
                 "        with GpuLock('steptest', 'compute').shared():\n            time.sleep(4.0)\n"
                 "        return x * 2.0")
-    for limit in (1.0, None):
+    for limit in (1.0, 0.0):
         settings = FilterSettings(only=["eager"], timeout_s=60.0, gpu_step_limit_s=limit).model_dump()
         with Sandbox(settings, env={"TMPDIR": str(tmp_path)}) as box:
             t0 = time.monotonic()
@@ -250,6 +250,38 @@ def test_one_gpu_step_longer_than_the_step_limit_ends_the_task(tmp_path, monkeyp
             assert result["metrics"]["eager"]["gpu_step_s"] > 1.0
         else:
             assert result["accepted"] and seconds >= 4.0, result
+
+
+def test_a_forward_with_more_gpu_time_than_the_share_limit_ends_the_task(tmp_path, monkeypatch):
+    """A "forward" step held for 3 s alone has had 3 s of the GPU: it ends as ``timeout`` once past
+    ``gpu_share_limit_s`` (1 s), long before the step limit (10 s). Next to three other shared holders the
+    same 3 s step had at most 3 / 4 s, and the task is accepted; so is a step of no kind held alone (only
+    the step limit applies to it). Plain lock files: no GPU needed."""
+    import tempfile
+
+    from opforge.filters.gpu_locks import GpuLock, shared_holders
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    def code(kind):
+        return task("        import time\n        from opforge.filters.gpu_locks import GpuLock\n"
+                    f"        with GpuLock('sharetest', 'compute').shared({kind!r}):\n            time.sleep(3.0)\n"
+                    "        return x * 2.0")
+
+    settings = FilterSettings(only=["eager"], timeout_s=60.0, gpu_step_limit_s=10.0,
+                              gpu_share_limit_s=1.0).model_dump()
+    neighbours = [GpuLock("sharetest", "compute") for _ in range(3)]
+    with Sandbox(settings, env={"TMPDIR": str(tmp_path)}) as box:
+        alone = box.run("alone", code("forward"), timeout_s=60.0)
+        with neighbours[0].shared(), neighbours[1].shared(), neighbours[2].shared():
+            assert shared_holders(neighbours[0].paths[0]) == 3
+            shared = box.run("shared", code("forward"), timeout_s=60.0)
+        untagged = box.run("untagged", code(None), timeout_s=60.0)
+    assert shared_holders(neighbours[0].paths[0]) == 0
+    m = alone["metrics"]["eager"]
+    assert alone["reason"] == "timeout" and m["gpu_share_s"] > 1.0 and m["gpu_step_s"] < 2.5, alone
+    assert shared["accepted"] and 0.7 <= shared["gpu_share_max_s"] < 1.0, shared
+    assert untagged["accepted"] and untagged["gpu_step_max_s"] >= 3.0 and "gpu_share_max_s" not in untagged
 
 
 def test_time_waiting_for_a_gpu_lock_does_not_count_against_the_timeout(tmp_path, monkeypatch):
