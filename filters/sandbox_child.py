@@ -125,6 +125,10 @@ def main() -> None:
             info["compile_warm_up_s"] = round(warm_up_compiler("cuda", heuristic=heuristic), 3)
         except Exception as exc:  # noqa: BLE001 - only a head start: the compile filter meets and reports it
             info["compile_warm_up_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    if settings["device"] == "cuda":
+        from opforge.filters.execution import warm_up_cuda_libraries
+
+        info["library_warm_up"] = warm_up_cuda_libraries("cuda")
     info["gc_frozen"] = _freeze_start_up_objects()
     send_message(out, ("ready", info))
     while True:

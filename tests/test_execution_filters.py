@@ -450,6 +450,20 @@ def test_unregistered_tensor_breaks_the_task_on_the_gpu():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_libraries_warm_up_without_failures(tmp_path, monkeypatch):
+    """Every library a sandbox child initialises at start (cuBLAS, cuSOLVER, cuFFT, cuDNN, the Triton
+    comparison kernel) runs on this GPU."""
+    import tempfile
+
+    from opforge.filters.execution import warm_up_cuda_libraries
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    out = warm_up_cuda_libraries("cuda")
+    assert out["failed"] == [] and out["seconds"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_memory_is_reserved_from_the_first_device_filter_on(tmp_path, monkeypatch):
     """A task the static filter rejects never reserves GPU memory; a task that reaches the GPU reserves
     at least ``ADMIT_MIN_GIB`` from its predicted peak and hands it back afterwards."""
