@@ -315,7 +315,8 @@ class GpuStepWatch:
     ``share_limit`` (default 2 x the window's upper edge, ``FilterSettings.gpu_share_limit_s``) alone
     takes longer than that, so it is certainly too slow, and it is ended as soon as the count shows it,
     before every neighbour that wants to time has queued behind it. The count is read every ``POLL_S``
-    while such a step runs; where ``/proc/locks`` cannot be read only ``step_limit`` applies.
+    while such a step runs; where ``/proc/locks`` cannot be read, or does not show the child's own hold,
+    only ``step_limit`` applies.
 
     Attributes:
         longest: seconds of the task's longest GPU step so far.
@@ -350,10 +351,12 @@ class GpuStepWatch:
         from opforge.filters.gpu_locks import shared_holders
 
         n = shared_holders(self.info["path"])
-        if n is None:  # no /proc/locks: this step keeps only the step limit
+        if not n:
+            # no /proc/locks, or it does not show the child's own hold (a file system whose locks it lists
+            # under other device numbers): this step keeps only the step limit
             self.info = {**self.info, "path": None}
             return 1
-        return max(1, n)
+        return n
 
     def _accrue(self, now: float) -> None:
         if not self.watching_share():

@@ -284,6 +284,21 @@ def test_a_forward_with_more_gpu_time_than_the_share_limit_ends_the_task(tmp_pat
     assert untagged["accepted"] and untagged["gpu_step_max_s"] >= 3.0 and "gpu_share_max_s" not in untagged
 
 
+def test_the_share_limit_stands_aside_when_the_locks_do_not_show_the_hold(tmp_path):
+    """When ``/proc/locks`` shows no shared holder of the step's lock file (so not even the child's own
+    hold can be seen), the GPU-time bound is not computed and only the step limit applies."""
+    from opforge.filters.sandbox import GpuStepWatch
+
+    unheld = tmp_path / "opforge-gpu-x.compute"
+    unheld.write_text("")
+    watch = GpuStepWatch(step_limit=0.0, share_limit=0.1)
+    watch.start({"mode": "shared", "kind": "forward", "path": str(unheld)}, now=0.0)
+    assert not watch.watching_share() and watch.over(now=30.0) is None
+    watch = GpuStepWatch(step_limit=1.0, share_limit=0.1)
+    watch.start({"mode": "shared", "kind": "forward", "path": str(unheld)}, now=0.0)
+    assert watch.over(now=1.5) == {"gpu_step_s": 1.5, "gpu_step_limit_s": 1.0}
+
+
 def test_time_waiting_for_a_gpu_lock_does_not_count_against_the_timeout(tmp_path, monkeypatch):
     """A task waiting 3 s for a GPU lock held by a neighbour finishes under a 2 s timeout: the child
     reports the wait and the parent extends the deadline by it (plain lock files: no GPU needed)."""
