@@ -322,9 +322,9 @@ def shared_holders(path: str) -> int | None:
     """How many open files hold the lock file ``path`` shared right now, from Linux's ``/proc/locks``
     (one ``FLOCK ... READ`` line per holder), or None when that cannot be read (another OS, no such file).
 
-    The sandbox parent divides a forward call's time by this count to bound the GPU time the call had:
-    the GPU time-slices between processes with work, and a holder that is not running kernels leaves its
-    share to the others, so ``time / holders`` never exceeds what the call got."""
+    The sandbox parent divides a forward call's time by this count to bound the GPU time the call had
+    from below: the GPU time-slices between the processes with work (all of them hold the lock shared),
+    and a holder that runs no kernels leaves its share to the others."""
     try:
         st = os.stat(path)
         key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"

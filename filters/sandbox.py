@@ -11,7 +11,9 @@ Outcomes the child cannot report itself become verdicts here:
 * ``timeout`` - no result within ``timeout_s``, not counting time the child reported waiting for a GPU
   lock (``filters.gpu_locks``, up to ``max_lock_wait_s``); the child's whole process group is killed;
   also when one GPU step holds a GPU lock longer than the settings' ``gpu_step_limit_s`` (metrics
-  ``gpu_step_s``, ``gpu_step_limit_s``): a neighbour that wants to time waits for every such step;
+  ``gpu_step_s``, ``gpu_step_limit_s``), or one forward call has had more GPU time than
+  ``gpu_share_limit_s`` (``gpu_share_s``, ``gpu_share_limit_s``; see ``GpuStepWatch``): a neighbour that
+  wants to time waits for every such step;
 * ``crash:<SIGNAL>`` or ``crash:exit<code>`` - the child died (``os.abort()``, a segfault in a kernel...);
 * a result flagged ``cuda_broken`` (a task's kernel broke the child's CUDA context) keeps its verdict,
   and the child is replaced before the next task;
@@ -174,7 +176,8 @@ class Sandbox:
             reserve_gib: float | None = None) -> dict[str, Any]:
         """Verdict of the filter chain on one task, as ``run_chain``'s dict plus ``start_s`` (seconds spent
         starting a child for this task) and, when the task held a GPU lock, ``gpu_step_max_s`` (seconds of
-        its longest GPU step). ``alone``: on a GPU, run it with no other task on that GPU;
+        its longest GPU step) and ``gpu_share_max_s`` (the largest GPU-time bound of one forward call, when
+        one was watched). ``alone``: on a GPU, run it with no other task on that GPU;
         ``reserve_gib``: the GPU memory it reserves before it starts (default: the settings'
         ``gpu_admit_gib``); see ``sandbox_child._run_on_gpu``. Never raises for anything the task does."""
         start_s = self.start()
@@ -203,7 +206,8 @@ class Sandbox:
             return min(now - paused_at, max(0.0, self.max_lock_wait_s - waited)) if paused_at is not None else 0.0
 
         stage = ""
-        step = GpuStepWatch(self.settings.get("gpu_step_limit_s") or 0.0, self.settings.get("gpu_share_limit_s") or 0.0)
+        step = GpuStepWatch(self.settings.get("gpu_step_limit_s") or 0.0,
+                            self.settings.get("gpu_share_limit_s") or 0.0)
         margin = self.settings.get("memory_gib", 0) * 2**30
         # the guard is relative to the child's size at start; while it starts, only the timeout applies
         limit = self.child_info["rss"] + margin if margin and "rss" in self.child_info else 0
