@@ -18,7 +18,11 @@ the GPU waits meanwhile), so each task gets exactly one such exclusive section, 
   that call exceeds ``stop_above`` x the upper edge. The default 1.2 leaves room for a call's noise
   against the ``runtime`` filter's median of >= 3 (well under 20 % for a forward of 100 ms on an idle
   GPU), so a 150 ms forward is dropped here instead of running through determinism, degenerate and
-  compile first (12 such tasks of 1,095 on an H200 in session 9, ~1.2 s of GPU time each).
+  compile first (12 such tasks of 1,095 on an H200 in session 9, ~1.2 s of GPU time each). A first call
+  alone that lands between ``stop_above`` and ``confirm_below`` x the edge gets a second one, and the
+  faster of the two decides: a single call can carry one-time costs (its outputs are allocated next to
+  the kept unseeded ones, which may map new memory), and on an H200 one task with a ~94 ms median took
+  129 ms alone (session 11); of 32 tasks dropped here in that run, 3 were in that band.
 * ``runtime`` (order 60, after ``compile``): the exclusive measurement. Eager and, when the ``compile``
   filter left a compiled model (``TaskRun.compiled``), the compiled model are timed interleaved in one
   exclusive section; the window is decided on the eager median. A first eager call longer than
@@ -67,9 +71,11 @@ class RuntimeScreenFilter(Filter):
     Rejects ``runtime_out_of_window:too_slow`` when that call is above the upper edge and one more call,
     timed alone on the GPU, exceeds ``stop_above`` x the upper edge.
 
-    Thresholds: ``window_ms`` ([lo, hi] in ms, or None), ``screen_factor``, ``stop_above``.
+    Thresholds: ``window_ms`` ([lo, hi] in ms, or None), ``screen_factor``, ``stop_above``,
+    ``confirm_below``.
     Metrics: ``screen_ms`` (the call, ms: CUDA events after an L2 flush, or ``perf_counter`` on CPU),
-    ``alone_ms`` (the exclusive call, ms, when made), ``certainly_too_fast``, ``certainly_too_slow``.
+    ``alone_ms`` (the faster exclusive call, ms, when made), ``alone_calls`` (0-2), ``certainly_too_fast``,
+    ``certainly_too_slow``.
     """
 
     name = "runtime_screen"
@@ -79,7 +85,7 @@ class RuntimeScreenFilter(Filter):
 
     @classmethod
     def default_thresholds(cls) -> dict[str, Any]:
-        return {"window_ms": None, "screen_factor": 0.9, "stop_above": 1.2}
+        return {"window_ms": None, "screen_factor": 0.9, "stop_above": 1.2, "confirm_below": 1.5}
 
     def score(self, run: TaskRun) -> dict[str, Any]:
         if run.device.startswith("cuda"):
@@ -99,14 +105,18 @@ class RuntimeScreenFilter(Filter):
             ms = (time.perf_counter() - t) * 1e3
         t = self.thresholds
         window = t["window_ms"]
-        m = {"screen_ms": ms, "alone_ms": None, "certainly_too_slow": False,
+        m = {"screen_ms": ms, "alone_ms": None, "alone_calls": 0, "certainly_too_slow": False,
              "certainly_too_fast": window is not None and ms < window[0] * t["screen_factor"]}
         if window is not None and ms > window[1]:
             limit = window[1] * t["stop_above"]
-            alone = time_call(lambda: run.call(seed=None), run.device, warmup=0, min_trials=1, max_trials=1,
-                              budget_s=0.0, stop_above_ms=limit)
-            m["alone_ms"] = alone.median_ms
-            m["certainly_too_slow"] = alone.median_ms > limit
+            for _ in range(2):
+                alone = time_call(lambda: run.call(seed=None), run.device, warmup=0, min_trials=1, max_trials=1,
+                                  budget_s=0.0, stop_above_ms=limit).median_ms
+                m["alone_calls"] += 1
+                m["alone_ms"] = alone if m["alone_ms"] is None else min(m["alone_ms"], alone)
+                if not limit < alone <= window[1] * t["confirm_below"]:
+                    break  # within the limit, or far above it: one call decides
+            m["certainly_too_slow"] = m["alone_ms"] > limit
         return m
 
     def decide(self, m: dict[str, Any]) -> Verdict:
