@@ -243,15 +243,17 @@ def outputs_error(ref: list[torch.Tensor], out: list[torch.Tensor], atol: float 
 
 
 def warm_up_cuda_libraries(device: str = "cuda") -> dict[str, Any]:
-    """Initialise, in this process and holding the GPU's ``compute`` lock shared, the CUDA libraries and
-    kernels tasks reach: cuBLAS (matmul), cuSOLVER (``linalg.svd``, ``linalg.inv``), cuFFT (``fft.rfft``),
-    cuDNN (``conv2d``) and the comparison kernel of ``error_stats`` (Triton JIT or its cache), on tiny
-    tensors, then hand the cached memory back.
+    """Initialise, in this process, the CUDA libraries and kernels tasks reach: cuBLAS (matmul), cuSOLVER
+    (``linalg.svd``, ``linalg.inv``), cuFFT (``fft.rfft``), cuDNN (``conv2d``) and the comparison kernel of
+    ``error_stats`` (Triton JIT or its cache), on tiny tensors, then hand the cached memory back.
 
     A library's first use in a process loads it and creates its handle: tenths of a second of CPU work
     inside the first task's forward step, which the sandbox parent would count against the step and GPU-time
     limits (``FilterSettings.gpu_step_limit_s`` / ``gpu_share_limit_s``) and every neighbour waiting to
-    time would wait for. Returns {"seconds": float, "failed": [names]}; never raises."""
+    time would wait for. For the same reason this runs *without* the GPU's ``compute`` lock: a sandbox
+    restarted mid-run would otherwise hold every timing on the GPU while it loads cuDNN, and its own
+    kernels here are microseconds on tensors of a few KB. Returns {"seconds": float, "failed": [names]};
+    never raises."""
     start = time.perf_counter()
     failed = []
     steps = {
@@ -267,9 +269,8 @@ def warm_up_cuda_libraries(device: str = "cuda") -> dict[str, Any]:
     with torch.no_grad():
         for name, step in steps.items():
             try:
-                with gpu_work(device):
-                    step()
-                    torch.cuda.synchronize(device)
+                step()
+                torch.cuda.synchronize(device)
             except Exception:  # noqa: BLE001 - only a head start: a task meets and reports the same failure
                 failed.append(name)
     torch.cuda.empty_cache()

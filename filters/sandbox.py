@@ -145,7 +145,7 @@ class Sandbox:
         self._rfd = rfd
         self.child_info = {}  # no memory baseline until the new child reports ready
         send_message(self.proc.stdin, ("settings", self.settings))
-        msg = self._wait(self.start_timeout_s)
+        msg = self._wait(self.start_timeout_s, watch_steps=False)
         if not (isinstance(msg, tuple) and msg[0] == "ready"):
             failure = msg if isinstance(msg, dict) else {"reason": str(msg)}
             self.close()
@@ -195,8 +195,9 @@ class Sandbox:
         result["start_s"] = start_s
         return result
 
-    def _wait(self, timeout_s: float) -> Any:
-        """Next non-progress message from the child, or a failure verdict (timeout / crash / oom)."""
+    def _wait(self, timeout_s: float, watch_steps: bool = True) -> Any:
+        """Next non-progress message from the child, or a failure verdict (timeout / crash / oom).
+        ``watch_steps`` False (the child's start: its warm-up) leaves GPU steps unlimited."""
         deadline = time.monotonic() + timeout_s
         paused_at: float | None = None  # the child is waiting for a GPU lock since then
         waited = 0.0  # lock-waiting seconds already credited or refused
@@ -206,8 +207,9 @@ class Sandbox:
             return min(now - paused_at, max(0.0, self.max_lock_wait_s - waited)) if paused_at is not None else 0.0
 
         stage = ""
-        step = GpuStepWatch(self.settings.get("gpu_step_limit_s") or 0.0,
-                            self.settings.get("gpu_share_limit_s") or 0.0)
+        limits = ((self.settings.get("gpu_step_limit_s") or 0.0, self.settings.get("gpu_share_limit_s") or 0.0)
+                  if watch_steps else (0.0, 0.0))
+        step = GpuStepWatch(*limits)
         margin = self.settings.get("memory_gib", 0) * 2**30
         # the guard is relative to the child's size at start; while it starts, only the timeout applies
         limit = self.child_info["rss"] + margin if margin and "rss" in self.child_info else 0
