@@ -149,48 +149,56 @@ class GpuLock:
         if on_hold is not None:
             on_hold(True, self)
 
-    def _take_slot(self) -> None:
-        """One of the ``slots`` files, exclusively (nothing when there are none); polls until one is free,
-        starting at a slot of its own so that waiting processes spread over the slots."""
-        if not self._slots:
-            return
-        first, waiting = os.getpid() % len(self._slots), False
+    def _poll(self, attempt: Callable[[], bool], timeout_s: float | None = None) -> None:
+        """Call ``attempt`` every ``POLL_S`` until it returns True or, with ``timeout_s``, that many seconds
+        after its first failure; reports waiting through ``on_wait`` once it has to wait."""
+        deadline, waiting = None, False
         try:
-            while True:
-                for i in range(len(self._slots)):
-                    fh = self._slots[(first + i) % len(self._slots)]
-                    try:
-                        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                        self._slot = fh
+            while not attempt():
+                if timeout_s is not None:
+                    now = time.perf_counter()
+                    deadline = deadline or now + timeout_s
+                    if now > deadline:
                         return
-                    except BlockingIOError:
-                        pass
                 waiting = waiting or self._start_waiting()
                 time.sleep(self.POLL_S)
         finally:
             if waiting and on_wait is not None:
                 on_wait(False)
 
+    @staticmethod
+    def _try_flock(fh, mode: int) -> bool:
+        """``flock(fh, mode)`` without blocking; False when someone else holds it."""
+        try:
+            fcntl.flock(fh, mode | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+
+    def _take_slot(self) -> None:
+        """One of the ``slots`` files, exclusively (nothing when there are none); polls until one is free,
+        starting at a slot of its own so that waiting processes spread over the slots."""
+        if not self._slots:
+            return
+        first = os.getpid() % len(self._slots)
+        order = [self._slots[(first + i) % len(self._slots)] for i in range(len(self._slots))]
+
+        def any_free() -> bool:
+            self._slot = next((fh for fh in order if self._try_flock(fh, fcntl.LOCK_EX)), None)
+            return self._slot is not None
+
+        self._poll(any_free)
+
     def _wait_for_queued_writers(self) -> None:
         """Until no exclusive holder is queued (``.writers`` free) or ``GATE_S`` has passed."""
-        deadline, waiting = None, False
-        try:
-            while True:
-                try:
-                    fcntl.flock(self._gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    fcntl.flock(self._gate, fcntl.LOCK_UN)
-                    return
-                except BlockingIOError:
-                    pass
-                now = time.perf_counter()
-                deadline = deadline or now + self.GATE_S
-                if now > deadline:
-                    return
-                waiting = waiting or self._start_waiting()
-                time.sleep(self.POLL_S)
-        finally:
-            if waiting and on_wait is not None:
-                on_wait(False)
+
+        def gate_free() -> bool:
+            if not self._try_flock(self._gate, fcntl.LOCK_EX):
+                return False
+            fcntl.flock(self._gate, fcntl.LOCK_UN)
+            return True
+
+        self._poll(gate_free, self.GATE_S)
 
     def _acquire_exclusive(self) -> None:
         """Queue (``.writers`` shared), turnstile, then the lock itself within ``DRAIN_S``; else free the

@@ -195,10 +195,10 @@ def _run_on_gpu(run, chain, stage, alone: bool, settings: dict, reserve_gib: flo
 
     before, held_before = lock_waits(), lock_holds()
     device_filters = {f.name for f in chain if f.cost == Cost.DEVICE}
-    admitted: dict = {"budget": None, "start_gib": None, "predicted": None}
+    budget = start_gib = predicted = None
 
     def admit() -> None:
-        predicted = None
+        nonlocal budget, start_gib, predicted
         if reserve_gib is None and not alone and settings.get("gpu_admit_predicted"):
             from opforge.filters.memory_estimate import predict_peak_bytes
 
@@ -209,15 +209,14 @@ def _run_on_gpu(run, chain, stage, alone: bool, settings: dict, reserve_gib: flo
             start_gib = max(ADMIT_MIN_GIB, settings["gpu_admit_predicted"] * predicted / 2**30)
         else:
             start_gib = settings["gpu_admit_gib"]
-        admitted.update(predicted=predicted, start_gib=start_gib,
-                        budget=admitted_on_gpu(settings["gpu_memory_fraction"], start_gib, alone))
+        budget = admitted_on_gpu(settings["gpu_memory_fraction"], start_gib, alone)
 
     def grow() -> None:
-        if admitted["budget"] is not None:
-            grow_to_peak(admitted["budget"], settings["gpu_growth"])
+        if budget is not None:
+            grow_to_peak(budget, settings["gpu_growth"])
 
     def admit_or_grow_then_stage(name: str) -> None:
-        if admitted["budget"] is None and name in device_filters:
+        if budget is None and name in device_filters:
             admit()  # the CPU filters before the first GPU one (static, contamination) reserve nothing
         grow()
         stage(name)
@@ -238,9 +237,8 @@ def _run_on_gpu(run, chain, stage, alone: bool, settings: dict, reserve_gib: flo
         result["release_s"] = round(time.perf_counter() - released, 4)
     finally:
         _after_gpu_step = None
-        if admitted["budget"] is not None:
-            admitted["budget"].release()
-    start_gib, predicted = admitted["start_gib"], admitted["predicted"]
+        if budget is not None:
+            budget.release()
     if alone:
         result["retried_alone"] = True
     elif result["reason"] == "oom" and reserve_gib is None:
