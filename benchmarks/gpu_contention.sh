@@ -36,7 +36,7 @@ fi
 
 count() {  # ledger line counts every 5 s
     while sleep 5; do
-        echo "$(date +%s) $(wc -l < "$W/f0/ledger.jsonl" 2>/dev/null || echo 0) $(wc -l < "$W/f1/ledger.jsonl" 2>/dev/null || echo 0)"
+        echo "$(date +%s) $(wc -l 2>/dev/null < "$W/f0/ledger.jsonl" || echo 0) $(wc -l 2>/dev/null < "$W/f1/ledger.jsonl" || echo 0)"
     done > "$OUT/ledger_counts.txt"
 }
 count &

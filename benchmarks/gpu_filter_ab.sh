@@ -50,7 +50,7 @@ for i in "${!SIDES[@]}"; do
 done | tee "$W/ab_sides.txt"
 ( while sleep 5; do
       line=$(date +%s)
-      for i in "${!SIDES[@]}"; do line="$line $(wc -l < "$W/f$i/ledger.jsonl" 2>/dev/null || echo 0)"; done
+      for i in "${!SIDES[@]}"; do line="$line $(wc -l 2>/dev/null < "$W/f$i/ledger.jsonl" || echo 0)"; done
       echo "$line"
   done > "$W/ab_counts.txt" ) &
 CNT=$!
