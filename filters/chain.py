@@ -72,7 +72,8 @@ class FilterSettings(BaseModel):
             (the longest step of the 898 accepted tasks of that H200 run took 0.58 s); without a window
             ``STEP_LIMIT_NO_WINDOW_S``. Results carry ``gpu_step_max_s``, the task's longest step.
             0: no limit.
-        gpu_share_limit_s: most seconds of GPU time one forward call of a task may have had, bounded
+        gpu_share_limit_s: most seconds of GPU time one forward call of a task (after its first, which
+            carries one-time costs) may have had, bounded
             from below by its time divided by the processes sharing the GPU meanwhile
             (``filters.sandbox.GpuStepWatch``); a longer one ends the task with reason ``timeout``
             (metrics ``gpu_share_s``). Default (None): ``STEP_SHARE_WINDOWS`` x the window's upper edge

@@ -46,6 +46,10 @@ class TaskRun:
         inputs_reproducible: True once a fresh ``draw_inputs()`` was found equal to ``inputs``
             (``same_inputs``; set by the ``determinism`` filter), so a later filter may drop ``inputs`` to
             save GPU memory and draw them again.
+        forward_calls: how many ``call``s this task has made in this process. The first one holds the GPU
+            lock as a "first_forward" step, the later ones as "forward" steps: a first call carries the
+            task's one-time costs (cuDNN plans for its shapes, kernels loaded on first use), so only later
+            calls are held to the GPU-time limit (``filters.sandbox.GpuStepWatch``).
     """
 
     code: str
@@ -58,6 +62,7 @@ class TaskRun:
     unseeded_outputs: list[torch.Tensor] | None = None
     compiled: Any = None
     inputs_reproducible: bool = False
+    forward_calls: int = 0
 
     def load(self) -> LoadedTask:
         if self.task is None:
@@ -95,7 +100,9 @@ class TaskRun:
         inputs = self.inputs if inputs is None else inputs
         if seed is not None:
             torch.manual_seed(seed)
-        with gpu_work(self.device if lock else "cpu", kind="forward"), torch.no_grad():
+        kind = "forward" if self.forward_calls else "first_forward"
+        self.forward_calls += 1
+        with gpu_work(self.device if lock else "cpu", kind=kind), torch.no_grad():
             out = model(*inputs)
         flat = flatten_tensors(out)
         if not flat:
@@ -244,8 +251,9 @@ def outputs_error(ref: list[torch.Tensor], out: list[torch.Tensor], atol: float 
 
 def warm_up_cuda_libraries(device: str = "cuda") -> dict[str, Any]:
     """Initialise, in this process, the CUDA libraries and kernels tasks reach: cuBLAS (matmul), cuSOLVER
-    (``linalg.svd``, ``linalg.inv``), cuFFT (``fft.rfft``), cuDNN (``conv2d``) and the comparison kernel of
-    ``error_stats`` (Triton JIT or its cache), on tiny tensors, then hand the cached memory back.
+    (``linalg.svd``, ``linalg.inv``), cuFFT (``fft.rfft``), cuDNN (``conv2d``, and its RNN path through
+    ``nn.LSTM``), the fused attention kernels of ``scaled_dot_product_attention`` and the comparison kernel
+    of ``error_stats`` (Triton JIT or its cache), on tiny tensors, then hand the cached memory back.
 
     A library's first use in a process loads it and creates its handle: tenths of a second of CPU work
     inside the first task's forward step, which the sandbox parent would count against the step and GPU-time
@@ -263,6 +271,9 @@ def warm_up_cuda_libraries(device: str = "cuda") -> dict[str, Any]:
         "cufft": lambda: torch.fft.rfft(torch.randn(4, 64, device=device)),
         "cudnn": lambda: torch.nn.functional.conv2d(torch.randn(1, 3, 8, 8, device=device),
                                                     torch.randn(4, 3, 3, 3, device=device)),
+        "cudnn_rnn": lambda: torch.nn.LSTM(8, 8, batch_first=True, device=device)(torch.randn(2, 3, 8, device=device)),
+        "attention": lambda: torch.nn.functional.scaled_dot_product_attention(
+            *(torch.randn(1, 2, 8, 16, device=device) for _ in range(3))),
         "comparison": lambda: (error_stats(torch.randn(64, device=device), torch.randn(64, device=device)),
                                error_stats(torch.randn(64, device=device), torch.zeros(1, device=device))),
     }

@@ -11,7 +11,7 @@ Outcomes the child cannot report itself become verdicts here:
 * ``timeout`` - no result within ``timeout_s``, not counting time the child reported waiting for a GPU
   lock (``filters.gpu_locks``, up to ``max_lock_wait_s``); the child's whole process group is killed;
   also when one GPU step holds a GPU lock longer than the settings' ``gpu_step_limit_s`` (metrics
-  ``gpu_step_s``, ``gpu_step_limit_s``), or one forward call has had more GPU time than
+  ``gpu_step_s``, ``gpu_step_limit_s``), or one forward call after the task's first has had more GPU time than
   ``gpu_share_limit_s`` (``gpu_share_s``, ``gpu_share_limit_s``; see ``GpuStepWatch``): a neighbour that
   wants to time waits for every such step;
 * ``crash:<SIGNAL>`` or ``crash:exit<code>`` - the child died (``os.abort()``, a segfault in a kernel...);
@@ -311,8 +311,11 @@ class Sandbox:
 
 class GpuStepWatch:
     """The child's current GPU step as its parent sees it (``("gpu_hold", ...)`` messages), and the two
-    limits on it: ``step_limit`` seconds of holding a GPU lock, and, for a shared "forward" step (one
-    forward call of the task, ``TaskRun.call``), ``share_limit`` seconds of GPU time.
+    limits on it: ``step_limit`` seconds of holding a GPU lock, and, for a shared "forward" step (a forward
+    call of the task after its first, ``TaskRun.call``), ``share_limit`` seconds of GPU time. A task's first
+    call ("first_forward") carries one-time costs (cuDNN plans for its shapes, kernels loaded on first use:
+    an ``nn.LSTM`` or ``nn.MultiheadAttention`` task with a 35-42 ms forward had more than 0.2 s on its first
+    call on an H200, session 12), so only the step limit applies to it.
 
     The GPU time of a forward step is bounded from below by ``sum(dt / holders)``: over each interval the
     GPU time-slices between the processes with work, all of which hold the lock shared

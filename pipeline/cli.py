@@ -138,10 +138,11 @@ def filter_cmd(
                                                       "GPU's lock before the task ends as timeout (default: 16 x "
                                                       "the window's top, 1.6 s for 1-100 ms; 5 s without a "
                                                       "window; 0 = no limit)."),
-    gpu_share_limit_s: float = typer.Option(None, help="CUDA: most seconds of GPU time one forward call may "
-                                                       "have had (its time / the processes sharing the GPU) "
-                                                       "before the task ends as timeout (default: 2 x the "
-                                                       "window's top; off without a window; 0 = off)."),
+    gpu_share_limit_s: float = typer.Option(None, help="CUDA: most seconds of GPU time one forward call (after "
+                                                       "the task's first) may have had (its time / the "
+                                                       "processes sharing the GPU) before the task ends as "
+                                                       "timeout (default: 2 x the window's top; off without a "
+                                                       "window; 0 = off)."),
     gpu_admit_gib: float = typer.Option(None, help="CUDA: GiB a task reserves before it starts when its "
                                                    "peak cannot be predicted (default 4)."),
     gpu_admit_predicted: float = typer.Option(None, help="CUDA: a task reserves this x its predicted eager "

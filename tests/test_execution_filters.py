@@ -122,6 +122,28 @@ def test_reproducible_inputs_are_shared_by_the_rebuild_and_drawn_again_by_degene
     assert run.inputs[0] is not first and torch.equal(run.inputs[0], first)
 
 
+def test_only_the_first_forward_call_of_a_task_is_a_first_forward_step(no_compile, monkeypatch):
+    """Every forward call of a task goes through ``gpu_work``; the eager filter's call, the task's first,
+    is tagged "first_forward" (it carries one-time costs and is not held to the GPU-time limit), and every
+    later one (rebuild, redraw, screen) "forward"."""
+    import contextlib
+
+    from opforge.filters import execution
+
+    kinds = []
+
+    def recording(device, kind=None):
+        kinds.append(kind)
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(execution, "gpu_work", recording)
+    run = TaskRun(GOOD, "g")
+    res = run_chain(run, no_compile)
+    calls = [k for k in kinds if k is not None]
+    assert res["accepted"] and run.forward_calls == len(calls) >= 3, (res, kinds)
+    assert calls[0] == "first_forward" and set(calls[1:]) == {"forward"}, calls
+
+
 def test_inputs_that_do_not_follow_the_seed_are_not_shared_or_dropped(no_compile):
     """Inputs drawn from a counter that ``torch.manual_seed`` does not reset differ on the second draw: the
     rebuilt model gets that draw, the drift rejects the task, and the inputs are never marked
@@ -460,8 +482,8 @@ def test_unregistered_tensor_breaks_the_task_on_the_gpu():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_libraries_warm_up_without_failures(tmp_path, monkeypatch):
-    """Every library a sandbox child initialises at start (cuBLAS, cuSOLVER, cuFFT, cuDNN, the Triton
-    comparison kernel) runs on this GPU."""
+    """Every library a sandbox child initialises at start (cuBLAS, cuSOLVER, cuFFT, cuDNN with its RNN path,
+    the fused attention kernels, the Triton comparison kernel) runs on this GPU."""
     import tempfile
 
     from opforge.filters.execution import warm_up_cuda_libraries

@@ -255,8 +255,8 @@ def test_one_gpu_step_longer_than_the_step_limit_ends_the_task(tmp_path, monkeyp
 def test_a_forward_with_more_gpu_time_than_the_share_limit_ends_the_task(tmp_path, monkeypatch):
     """A "forward" step held for 3 s alone has had 3 s of the GPU: it ends as ``timeout`` once past
     ``gpu_share_limit_s`` (1 s), long before the step limit (10 s). Next to three other shared holders the
-    same 3 s step had at most 3 / 4 s, and the task is accepted; so is a step of no kind held alone (only
-    the step limit applies to it). Plain lock files: no GPU needed."""
+    same 3 s step had at most 3 / 4 s, and the task is accepted; so is a task's first forward call held
+    alone (it carries one-time costs: only the step limit applies to it). Plain lock files: no GPU needed."""
     import tempfile
 
     from opforge.filters.gpu_locks import GpuLock, shared_holders
@@ -276,7 +276,7 @@ def test_a_forward_with_more_gpu_time_than_the_share_limit_ends_the_task(tmp_pat
         with neighbours[0].shared(), neighbours[1].shared(), neighbours[2].shared():
             assert shared_holders(neighbours[0].paths[0]) == 3
             shared = box.run("shared", code("forward"), timeout_s=60.0)
-        untagged = box.run("untagged", code(None), timeout_s=60.0)
+        untagged = box.run("untagged", code("first_forward"), timeout_s=60.0)
     assert shared_holders(neighbours[0].paths[0]) == 0
     m = alone["metrics"]["eager"]
     assert alone["reason"] == "timeout" and m["gpu_share_s"] > 1.0 and m["gpu_step_s"] < 2.5, alone
