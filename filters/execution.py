@@ -88,6 +88,13 @@ class TaskRun:
             inputs = task.inputs()
             return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in inputs]
 
+    @property
+    def forward_kind(self) -> str:
+        """What the next ``call``'s GPU step is (``gpu_locks.gpu_work``'s ``kind``): "first_forward" before
+        the task's first call, then "forward". A caller that holds the lock around a call itself (to time
+        it) passes this on, so the step is watched the same way."""
+        return "forward" if self.forward_calls else "first_forward"
+
     def call(self, model=None, inputs=None, seed: int | None = CALL_SEED, lock: bool = True) -> list[torch.Tensor]:
         """Flat output tensors of ``model(*inputs)`` under ``no_grad``; ``seed=None`` keeps the RNG state.
         ``lock=False`` leaves the GPU lock to the callee (a ``torch.compile``-d model whose first call
@@ -100,7 +107,7 @@ class TaskRun:
         inputs = self.inputs if inputs is None else inputs
         if seed is not None:
             torch.manual_seed(seed)
-        kind = "forward" if self.forward_calls else "first_forward"
+        kind = self.forward_kind
         self.forward_calls += 1
         with gpu_work(self.device if lock else "cpu", kind=kind), torch.no_grad():
             out = model(*inputs)

@@ -12,7 +12,9 @@ the GPU waits meanwhile), so each task gets exactly one such exclusive section, 
   call below ``screen_factor`` x the window's lower edge (0.9: room for one call's noise against the
   median) is certainly too fast and the task is dropped before determinism, degenerate and compile
   spend anything on it. The call's outputs serve the ``determinism`` filter's ``err_call``
-  (``TaskRun.unseeded_outputs``), so the screen costs no forward call of its own. A call above the
+  (``TaskRun.unseeded_outputs``), so the screen costs no forward call of its own. It is a "forward" step
+  (``TaskRun.forward_kind``): the sandbox ends it once it has had more GPU time than
+  ``gpu_share_limit_s`` (``filters.sandbox.GpuStepWatch``). A call above the
   window's upper edge may only be slowed by the neighbours: that task gets one more call, timed with the
   GPU to itself after an L2 flush (no warm-up: the model has run twice), and is dropped as too slow when
   that call exceeds ``stop_above`` x the upper edge. The default 1.2 leaves room for a call's noise
@@ -92,7 +94,7 @@ class RuntimeScreenFilter(Filter):
             import torch
 
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            with gpu_work(run.device):
+            with gpu_work(run.device, kind=run.forward_kind):  # the call's own step, watched as such
                 l2_flush_buffer(torch.device(run.device)).zero_()
                 start.record()
                 run.unseeded_outputs = run.call(seed=None)

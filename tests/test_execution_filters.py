@@ -142,6 +142,7 @@ def test_only_the_first_forward_call_of_a_task_is_a_first_forward_step(no_compil
     calls = [k for k in kinds if k is not None]
     assert res["accepted"] and run.forward_calls == len(calls) >= 3, (res, kinds)
     assert calls[0] == "first_forward" and set(calls[1:]) == {"forward"}, calls
+    assert run.forward_kind == "forward" and TaskRun(GOOD, "h").forward_kind == "first_forward"
 
 
 def test_inputs_that_do_not_follow_the_seed_are_not_shared_or_dropped(no_compile):
