@@ -24,7 +24,10 @@ the GPU waits meanwhile), so each task gets exactly one such exclusive section, 
   alone that lands between ``stop_above`` and ``confirm_below`` x the edge gets a second one, and the
   faster of the two decides: a single call can carry one-time costs (its outputs are allocated next to
   the kept unseeded ones, which may map new memory), and on an H200 one task with a ~94 ms median took
-  129 ms alone (session 11); of 32 tasks dropped here in that run, 3 were in that band.
+  129 ms alone (session 11); of 32 tasks dropped here in that run, 3 were in that band. A first call
+  alone more than ``recheck_above`` (1.2) x the task's own shared call also gets a second one, wherever
+  it lands: sharing the GPU only lengthens a call, so such a call carried a one-time cost (an ``nn.RNN``
+  task with a 4 GiB output and a ~60 ms median took 115 ms shared and 233 ms alone on an H200, session 12).
 * ``runtime`` (order 60, after ``compile``): the exclusive measurement. Eager and, when the ``compile``
   filter left a compiled model (``TaskRun.compiled``), the compiled model are timed interleaved in one
   exclusive section; the window is decided on the eager median. A first eager call longer than
@@ -74,7 +77,8 @@ class RuntimeScreenFilter(Filter):
     timed alone on the GPU, exceeds ``stop_above`` x the upper edge.
 
     Thresholds: ``window_ms`` ([lo, hi] in ms, or None), ``screen_factor``, ``stop_above``,
-    ``confirm_below``.
+    ``confirm_below``, ``recheck_above`` (a first call alone above the limit and more than this x the
+    shared call gets a second one).
     Metrics: ``screen_ms`` (the call, ms: CUDA events after an L2 flush, or ``perf_counter`` on CPU),
     ``alone_ms`` (the faster exclusive call, ms, when made), ``alone_calls`` (0-2), ``certainly_too_fast``,
     ``certainly_too_slow``.
@@ -87,7 +91,8 @@ class RuntimeScreenFilter(Filter):
 
     @classmethod
     def default_thresholds(cls) -> dict[str, Any]:
-        return {"window_ms": None, "screen_factor": 0.9, "stop_above": 1.2, "confirm_below": 1.5}
+        return {"window_ms": None, "screen_factor": 0.9, "stop_above": 1.2, "confirm_below": 1.5,
+                "recheck_above": 1.2}
 
     def score(self, run: TaskRun) -> dict[str, Any]:
         if run.device.startswith("cuda"):
@@ -116,8 +121,8 @@ class RuntimeScreenFilter(Filter):
                                   budget_s=0.0, stop_above_ms=limit).median_ms
                 m["alone_calls"] += 1
                 m["alone_ms"] = alone if m["alone_ms"] is None else min(m["alone_ms"], alone)
-                if not limit < alone <= window[1] * t["confirm_below"]:
-                    break  # within the limit, or far above it: one call decides
+                if not (limit < alone <= window[1] * t["confirm_below"] or alone > ms * t["recheck_above"]):
+                    break  # within the limit, or far above it and no slower than the shared call: one decides
             m["certainly_too_slow"] = m["alone_ms"] > limit
         return m
 

@@ -306,12 +306,32 @@ def test_runtime_screen_leaves_edge_cases_to_the_timed_filter():
     assert res["metrics"]["runtime_screen"]["alone_calls"] == 1  # within the limit: one call decides
     # a first call alone above the limit (42 ms) but below confirm_below x 35 gets a second one; far
     # above it (confirm_below 1: 35 ms) it does not
+    # (recheck_above 10: the alone call's sleep may overshoot the shared one's on a loaded machine)
     for confirm, calls in ((10.0, 2), (1.0, 1)):
+        screen = {"confirm_below": confirm, "recheck_above": 10.0}
         res = run_chain(TaskRun(SLEEPY, "s"), _chain(skip=skip, runtime_window_ms=(1.0, 35.0),
-                                                       thresholds={"runtime_screen": {"confirm_below": confirm}}))
+                                                       thresholds={"runtime_screen": screen}))
         m = res["metrics"]["runtime_screen"]
         assert res["reason"] == "runtime_out_of_window:too_slow" and m["alone_calls"] == calls, m
         assert m["alone_ms"] >= 50.0
+
+
+def test_a_call_alone_slower_than_the_shared_call_is_made_again():
+    """The forward sleeps 50 ms except on its third call, the screen's first call alone, which sleeps
+    250 ms: far above ``confirm_below`` x 35 ms, but 5 x the shared call (~50 ms), so a one-time cost; a
+    second call alone is made and the faster one (~50 ms) decides. With ``recheck_above`` 10 the one slow
+    call decides."""
+    code = SLEEPY.replace("    def forward(self, x):\n        time.sleep(0.05)",
+                          "    def forward(self, x):\n        self.n = getattr(self, 'n', 0) + 1\n"
+                          "        time.sleep(0.25 if self.n == 3 else 0.05)")
+    assert code != SLEEPY
+    for recheck, calls in ((1.2, 2), (10.0, 1)):
+        screen = {"confirm_below": 1.0, "recheck_above": recheck}
+        res = run_chain(TaskRun(code, "r"), _chain(skip=["compile", "contamination"], runtime_window_ms=(1.0, 35.0),
+                                                   thresholds={"runtime_screen": screen}))
+        m = res["metrics"]["runtime_screen"]
+        assert res["reason"] == "runtime_out_of_window:too_slow" and m["alone_calls"] == calls, m
+        assert m["screen_ms"] < 200.0 and (m["alone_ms"] < 200.0) == (calls == 2), m
 
 
 def test_runtime_times_the_compiled_model_with_eager():
