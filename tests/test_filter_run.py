@@ -276,12 +276,12 @@ def test_a_forward_with_more_gpu_time_than_the_share_limit_ends_the_task(tmp_pat
         with neighbours[0].shared(), neighbours[1].shared(), neighbours[2].shared():
             assert shared_holders(neighbours[0].paths[0]) == 3
             shared = box.run("shared", code("forward"), timeout_s=60.0)
-        untagged = box.run("untagged", code("first_forward"), timeout_s=60.0)
+        first = box.run("first", code("first_forward"), timeout_s=60.0)
     assert shared_holders(neighbours[0].paths[0]) == 0
     m = alone["metrics"]["eager"]
     assert alone["reason"] == "timeout" and m["gpu_share_s"] > 1.0 and m["gpu_step_s"] < 2.5, alone
     assert shared["accepted"] and 0.7 <= shared["gpu_share_max_s"] < 1.0, shared
-    assert untagged["accepted"] and untagged["gpu_step_max_s"] >= 3.0 and "gpu_share_max_s" not in untagged
+    assert first["accepted"] and first["gpu_step_max_s"] >= 3.0 and "gpu_share_max_s" not in first
 
 
 def test_the_share_limit_stands_aside_when_the_locks_do_not_show_the_hold(tmp_path):
