@@ -75,10 +75,10 @@ class FilterSettings(BaseModel):
         gpu_share_limit_s: most seconds of GPU time one forward call of a task (after its first, which
             carries one-time costs) may have had, bounded from below by its time divided by the processes
             sharing the GPU meanwhile (``filters.sandbox.GpuStepWatch``); a longer one ends the task with
-            reason ``timeout`` (metrics ``gpu_share_s``). Default (None): ``STEP_SHARE_WINDOWS`` x the window's upper edge
-            (0.2 s for 1-100 ms: such a forward is certainly too slow), off without a window or with
-            Inductor's autotuning in the compile check. It ends a far-too-slow forward as soon as its
-            neighbours queue to time their tasks and leave it the GPU, instead of after
+            reason ``timeout`` (metrics ``gpu_share_s``). Default (None): ``STEP_SHARE_WINDOWS`` x the
+            window's upper edge (0.2 s for 1-100 ms: such a forward is certainly too slow), off without a
+            window or with Inductor's autotuning in the compile check. It ends a far-too-slow forward as
+            soon as its neighbours queue to time their tasks and leave it the GPU, instead of after
             ``gpu_step_limit_s``. 0: off.
         gpu_concurrency: most sandboxes whose GPU steps run on one GPU at once (``filters.gpu_locks``
             ``compute`` slots; the others' CPU work goes on meanwhile); 0 = no cap (the GPU time-slices

@@ -70,8 +70,8 @@ on_wait: Callable[[bool], None] | None = None
 # "exclusive"; ``lock.kind``: what the hold is for, e.g. "forward", or None) and with (False, lock) when it
 # stops (after the synchronisation on release, which is where a long step's time goes); a sandbox child
 # reports both, and its parent ends a task whose one step holds the GPU past
-# ``FilterSettings.gpu_step_limit_s``, or whose one forward call (after its first) had more than ``gpu_share_limit_s`` of
-# the GPU (``shared_holders``).
+# ``FilterSettings.gpu_step_limit_s``, or whose one forward call (after its first) had more than
+# ``gpu_share_limit_s`` of the GPU (``shared_holders``).
 on_hold: Callable[[bool, GpuLock], None] | None = None
 
 

@@ -11,9 +11,9 @@ Outcomes the child cannot report itself become verdicts here:
 * ``timeout`` - no result within ``timeout_s``, not counting time the child reported waiting for a GPU
   lock (``filters.gpu_locks``, up to ``max_lock_wait_s``); the child's whole process group is killed;
   also when one GPU step holds a GPU lock longer than the settings' ``gpu_step_limit_s`` (metrics
-  ``gpu_step_s``, ``gpu_step_limit_s``), or one forward call after the task's first has had more GPU time than
-  ``gpu_share_limit_s`` (``gpu_share_s``, ``gpu_share_limit_s``; see ``GpuStepWatch``): a neighbour that
-  wants to time waits for every such step;
+  ``gpu_step_s``, ``gpu_step_limit_s``), or one forward call after the task's first has had more GPU
+  time than ``gpu_share_limit_s`` (``gpu_share_s``, ``gpu_share_limit_s``; see ``GpuStepWatch``): a
+  neighbour that wants to time waits for every such step;
 * ``crash:<SIGNAL>`` or ``crash:exit<code>`` - the child died (``os.abort()``, a segfault in a kernel...);
 * a result flagged ``cuda_broken`` (a task's kernel broke the child's CUDA context) keeps its verdict,
   and the child is replaced before the next task;
