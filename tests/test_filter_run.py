@@ -281,7 +281,9 @@ def test_a_forward_with_more_gpu_time_than_the_share_limit_ends_the_task(tmp_pat
     m = alone["metrics"]["eager"]
     assert alone["reason"] == "timeout" and m["gpu_share_s"] > 1.0 and m["gpu_step_s"] < 2.5, alone
     assert shared["accepted"] and 0.7 <= shared["gpu_share_max_s"] < 1.0, shared
-    assert first["accepted"] and first["gpu_step_max_s"] >= 3.0 and "gpu_share_max_s" not in first
+    # the parent times a step from the child's messages as it reads them, so a 3 s hold can read a few ms
+    # short (2.996 s on a loaded CI machine): what matters is that it ran far past the 1 s share limit
+    assert first["accepted"] and first["gpu_step_max_s"] > 2.5 and "gpu_share_max_s" not in first
 
 
 def test_the_share_limit_stands_aside_when_the_locks_do_not_show_the_hold(tmp_path):
