@@ -170,6 +170,10 @@ FILTER_NAMES = ("duplicate", "static", "contamination", "eager", "runtime_screen
                 "compile", "runtime")
 # Filters that score the whole input at once on the client (``corpus = True``), before dispatch.
 CORPUS_FILTERS = ("duplicate",)
+# FilterSettings fields for GPU sharing that ``opforge filter`` and ``opforge run`` take as options and pass
+# on only when given (None: FilterSettings' default).
+GPU_SHARING_OPTIONS = ("gpu_step_limit_s", "gpu_share_limit_s", "gpu_admit_gib", "gpu_admit_predicted", "gpu_growth",
+                       "gpu_memory_fraction", "gpu_concurrency", "compile_threads")
 
 
 def parse_threshold(text: str) -> tuple[str, str, Any]:

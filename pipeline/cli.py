@@ -160,7 +160,8 @@ def filter_cmd(
     threshold: list[str] = typer.Option(None, "--threshold", help=THRESHOLD_HELP),
 ):
     """Verdict every input task with the filter chain; resumes from RUN_DIR's ledger when re-run."""
-    from opforge.filters.chain import FILTER_NAMES, FilterSettings, merge_thresholds
+    options = dict(locals())  # the command's options by name, before any other local is bound
+    from opforge.filters.chain import FILTER_NAMES, GPU_SHARING_OPTIONS, FilterSettings, merge_thresholds
     from opforge.filters.kernelbench import ReferenceLoadError
     from opforge.filters.runtime import resolve_window
     from opforge.pipeline.filter_run import InputError, format_funnel, run_filter
@@ -169,11 +170,7 @@ def filter_cmd(
     window = resolve_window(device, given, no_window)
     try:
         levels = tuple(int(v) for v in _names(kernelbench_levels) or [])
-        gpu = {"gpu_step_limit_s": gpu_step_limit_s, "gpu_share_limit_s": gpu_share_limit_s,
-               "gpu_admit_gib": gpu_admit_gib,
-               "gpu_admit_predicted": gpu_admit_predicted, "gpu_growth": gpu_growth,
-               "gpu_memory_fraction": gpu_memory_fraction, "gpu_concurrency": gpu_concurrency,
-               "compile_threads": compile_threads}
+        gpu = {k: options[k] for k in GPU_SHARING_OPTIONS if options[k] is not None}
         thresholds = merge_thresholds({}, threshold, compile_autotune)
         settings = FilterSettings(device=device, only=_names(only), skip=_names(skip) or [],
                                   runtime_window_ms=window, timeout_s=timeout_s, memory_gib=memory_gib,

@@ -108,15 +108,10 @@ def _compose_round(cfg: RunConfig, catalog: Path, k: int, run_dir: Path) -> Path
     return path
 
 
-# RunConfig fields passed to FilterSettings when set (GPU sharing; see FilterSettings for their meaning)
-GPU_OPTIONS = ("gpu_step_limit_s", "gpu_share_limit_s", "gpu_admit_gib", "gpu_admit_predicted", "gpu_growth",
-               "gpu_memory_fraction", "gpu_concurrency", "compile_threads")
-
-
 def _filter_settings(cfg: RunConfig):
-    from opforge.filters.chain import FilterSettings, merge_thresholds
+    from opforge.filters.chain import GPU_SHARING_OPTIONS, FilterSettings, merge_thresholds
 
-    gpu = {k: getattr(cfg, k) for k in GPU_OPTIONS if getattr(cfg, k) is not None}
+    gpu = {k: getattr(cfg, k) for k in GPU_SHARING_OPTIONS if getattr(cfg, k) is not None}
     thresholds = merge_thresholds(cfg.thresholds, compile_autotune=cfg.compile_autotune)
     return FilterSettings(device=cfg.device, skip=list(cfg.skip_filters), runtime_window_ms=cfg.runtime_window_ms,
                           timeout_s=cfg.timeout_s, memory_gib=cfg.memory_gib, kernelbench=cfg.kernelbench,

@@ -203,6 +203,23 @@ def test_gpu_sharing_options_reach_the_filter_settings(tmp_path):
         load_config(cfg_file, {})
 
 
+def test_every_gpu_sharing_option_is_a_setting_a_config_key_and_a_filter_option():
+    """``GPU_SHARING_OPTIONS`` is the one list both commands pass on: each name is a FilterSettings field, a
+    RunConfig key and an ``opforge filter`` option, and a bad value given there is refused by FilterSettings
+    with exit code 2, naming the field."""
+    from typer.testing import CliRunner
+
+    from opforge.filters.chain import GPU_SHARING_OPTIONS, FilterSettings
+    from opforge.pipeline.cli import app
+
+    assert set(GPU_SHARING_OPTIONS) <= set(FilterSettings.model_fields) & set(RunConfig.model_fields)
+    runner = CliRunner()
+    for name in GPU_SHARING_OPTIONS:
+        flag = "--" + name.replace("_", "-")
+        out = runner.invoke(app, ["filter", "missing.parquet", "--out", "unused", flag, "-1"])
+        assert out.exit_code == 2 and name in out.output, (name, out.output)
+
+
 def test_threshold_overrides_merge_config_and_command_line(tmp_path):
     """The config file's ``thresholds`` and ``--threshold`` texts merge per filter and key (the command
     line wins); a malformed text is a ConfigError; a misspelt key stops the run before it writes anything."""
