@@ -61,7 +61,7 @@ class FilterSettings(BaseModel):
             come).
         gpu_step_limit_s: most seconds one GPU step of a task (a forward call, a comparison, a compiled
             model's first call with Inductor's autotuning, a timing section) may hold the GPU's lock; a
-            longer one ends the task with reason ``timeout`` (metrics ``gpu_step_s``). While a step runs,
+            longer one ends the task with reason ``timeout:gpu_step`` (metrics ``gpu_step_s``). While a step runs,
             every neighbour that wants to time waits for it, so one 60 s forward stalled a whole GPU for
             60 s (H200, 14 sandboxes): every sandbox soon waits to time its own task, and the GPU runs
             that one step. On an H200 each step that ran into a 5 s limit (batched SVDs, 4 of 600 tasks)
@@ -75,7 +75,7 @@ class FilterSettings(BaseModel):
         gpu_share_limit_s: most seconds of GPU time one forward call of a task (after its first, which
             carries one-time costs) may have had, bounded from below by its time divided by the processes
             sharing the GPU meanwhile (``filters.sandbox.GpuStepWatch``); a longer one ends the task with
-            reason ``timeout`` (metrics ``gpu_share_s``). Default (None): ``STEP_SHARE_WINDOWS`` x the
+            reason ``timeout:gpu_share`` (metrics ``gpu_share_s``). Default (None): ``STEP_SHARE_WINDOWS`` x the
             window's upper edge (0.2 s for 1-100 ms: such a forward is certainly too slow), off without a
             window or with Inductor's autotuning in the compile check. It ends a far-too-slow forward as
             soon as its neighbours queue to time their tasks and leave it the GPU, instead of after

@@ -10,10 +10,10 @@ Outcomes the child cannot report itself become verdicts here:
 
 * ``timeout`` - no result within ``timeout_s``, not counting time the child reported waiting for a GPU
   lock (``filters.gpu_locks``, up to ``max_lock_wait_s``); the child's whole process group is killed;
-  also when one GPU step holds a GPU lock longer than the settings' ``gpu_step_limit_s`` (metrics
-  ``gpu_step_s``, ``gpu_step_limit_s``), or one forward call after the task's first has had more GPU
-  time than ``gpu_share_limit_s`` (``gpu_share_s``, ``gpu_share_limit_s``; see ``GpuStepWatch``): a
-  neighbour that wants to time waits for every such step;
+  ``timeout:gpu_step`` when one GPU step holds a GPU lock longer than the settings' ``gpu_step_limit_s``
+  (metrics ``gpu_step_s``, ``gpu_step_limit_s``), ``timeout:gpu_share`` when one forward call after the
+  task's first has had more GPU time than ``gpu_share_limit_s`` (``gpu_share_s``, ``gpu_share_limit_s``;
+  see ``GpuStepWatch``): a neighbour that wants to time waits for every such step;
 * ``crash:<SIGNAL>`` or ``crash:exit<code>`` - the child died (``os.abort()``, a segfault in a kernel...);
 * a result flagged ``cuda_broken`` (a task's kernel broke the child's CUDA context) keeps its verdict,
   and the child is replaced before the next task;
@@ -220,7 +220,7 @@ class Sandbox:
                 return self._failure("timeout", stage)
             over = step.over(now)
             if over is not None:
-                failure = self._failure("timeout", stage)
+                failure = self._failure("timeout:gpu_share" if "gpu_share_s" in over else "timeout:gpu_step", stage)
                 failure["metrics"][stage or "sandbox"].update(over)
                 return failure
             poll = min(self.poll_s, GpuStepWatch.POLL_S) if step.watching_share() else self.poll_s

@@ -246,7 +246,7 @@ def test_one_gpu_step_longer_than_the_step_limit_ends_the_task(tmp_path, monkeyp
             result = box.run("s", code, timeout_s=60.0)
             seconds = time.monotonic() - t0
         if limit:
-            assert result["reason"] == "timeout" and seconds < 3.5, (result, seconds)
+            assert result["reason"] == "timeout:gpu_step" and seconds < 3.5, (result, seconds)
             assert result["metrics"]["eager"]["gpu_step_s"] > 1.0
         else:
             assert result["accepted"] and seconds >= 4.0, result
@@ -279,7 +279,7 @@ def test_a_forward_with_more_gpu_time_than_the_share_limit_ends_the_task(tmp_pat
         first = box.run("first", code("first_forward"), timeout_s=60.0)
     assert shared_holders(neighbours[0].paths[0]) == 0
     m = alone["metrics"]["eager"]
-    assert alone["reason"] == "timeout" and m["gpu_share_s"] > 1.0 and m["gpu_step_s"] < 2.5, alone
+    assert alone["reason"] == "timeout:gpu_share" and m["gpu_share_s"] > 1.0 and m["gpu_step_s"] < 2.5, alone
     assert shared["accepted"] and 0.7 <= shared["gpu_share_max_s"] < 1.0, shared
     # the parent times a step from the child's messages as it reads them, so a 3 s hold can read a few ms
     # short (2.996 s on a loaded CI machine): what matters is that it ran far past the 1 s share limit

@@ -207,10 +207,9 @@ def test_every_gpu_sharing_option_is_a_setting_a_config_key_and_a_filter_option(
     """``GPU_SHARING_OPTIONS`` is the one list both commands pass on: each name is a FilterSettings field, a
     RunConfig key and an ``opforge filter`` option, and a bad value given there is refused by FilterSettings
     with exit code 2, naming the field."""
-    from typer.testing import CliRunner
-
     from opforge.filters.chain import GPU_SHARING_OPTIONS, FilterSettings
     from opforge.pipeline.cli import app
+    from typer.testing import CliRunner
 
     assert set(GPU_SHARING_OPTIONS) <= set(FilterSettings.model_fields) & set(RunConfig.model_fields)
     runner = CliRunner()
