@@ -18,7 +18,7 @@ from opforge.seeds.seed_op import SeedOp
 from opforge.task.identity import task_id_for
 from tqdm import tqdm
 
-GENERATOR = "opforge-compose/0.1"
+GENERATOR = "opforge-compose/0.2"  # 0.2: linalg ops off by default (sampler.DEFAULT_CATEGORY_WEIGHTS)
 COLUMNS = ["task_id", "code", "ops", "data_source", "num_ops", "graph", "categories", "input_shapes",
            "pattern", "predicted_ms", "device_profile", "generator", "generator_seed", "candidate_index"]
 

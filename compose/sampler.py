@@ -31,6 +31,14 @@ REDUCERS = ("torch.mean", "torch.sum", "torch.amax", "torch.amin", "torch.logsum
 # millions of view objects, so the composer leaves them out.
 VARIADIC_OUTPUT = re.compile(r"(^|\.)(split|unbind|tensor_split|hsplit|vsplit|dsplit|unsafe_split)(_copy)?$")
 
+# Category weights of op choice unless the caller sets them (``opforge compose --categories``), on top of 1
+# per category. ``linalg`` (matrix decompositions: torch.svd, torch.qr, torch.pinverse, torch.nuclear_norm...)
+# is off: on one H200, none of the 22 of 1,100 candidates holding one was accepted, in either of two runs
+# (sessions 11-12, benchmarks/results/gpu_verdicts_h200_s11.csv and _s12.csv): 14-15 ran a batched cuSOLVER
+# call past the 1.6 s GPU step limit (the cost model's FLOP counter sees no FLOPs in them, so it picks
+# huge batches), the others gave degenerate or too slow outputs. CUDA-Agent-Ops-6K has no such op either.
+DEFAULT_CATEGORY_WEIGHTS = {"linalg": 0.0}
+
 OP_MIXES = {
     # CUDA-Agent-Ops-6K: share of rows with 1..5 ops (204/5026/457/168/74 of 5,929 torch rows).
     "ops6k": {1: 0.034, 2: 0.838, 3: 0.076, 4: 0.028, 5: 0.012},
@@ -60,12 +68,15 @@ class SamplingError(Exception):
 
 
 class Sampler:
-    """Draws graphs from ``ops`` (torch seed ops; stochastic ones dropped unless ``allow_stochastic``)."""
+    """Draws graphs from ``ops`` (torch seed ops; stochastic ones dropped unless ``allow_stochastic``).
+
+    ``category_weights`` (category -> weight, default 1) weighs the category an op is drawn from, over
+    ``DEFAULT_CATEGORY_WEIGHTS``; an op of a category weighing 0 is never drawn."""
 
     def __init__(self, ops: list[SeedOp], profile: DeviceProfile, allow_stochastic: bool = False,
                  category_weights: dict[str, float] | None = None):
         self.profile = profile
-        self.category_weights = category_weights or {}
+        self.category_weights = {**DEFAULT_CATEGORY_WEIGHTS, **(category_weights or {})}
         usable = [o for o in ops if o.library == "torch" and o.meta_ok and (allow_stochastic or not o.stochastic)
                   and o.output_dtype == "float32" and o.inputs and not VARIADIC_OUTPUT.search(o.label)]
         self.by_label = {o.label: o for o in usable}

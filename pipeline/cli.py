@@ -74,7 +74,8 @@ def compose_cmd(
     op_mix: str = typer.Option("ops6k", help="ops6k | uniform | '1:0.2,2:0.3,...' (share of 1..5-op tasks)."),
     device_profile: str = typer.Option("h100", help="Cost-model profile for sizing: h100, h200, cpu, test."),
     transformers_share: float = typer.Option(0.012, help="Share of standalone transformers-module tasks."),
-    categories: str = typer.Option(None, help="Category weights for op choice, e.g. 'conv:2,gemm:2,loss:0'."),
+    categories: str = typer.Option(None, help="Category weights for op choice, e.g. 'conv:2,gemm:2,loss:0' "
+                                              "(default 1 each, linalg 0)."),
     workers: int = typer.Option(1, help="Processes (output does not depend on it)."),
 ):
     """Compose candidate fused tasks (KernelBench format) from the seed catalog."""

@@ -99,6 +99,18 @@ def test_sampler_excludes_stochastic_ops(harvested):
         assert not any(g.seeds[n].stochastic for n in g.ops())
 
 
+def test_linalg_ops_are_off_by_default_and_can_be_turned_on(harvested):
+    """The harvested catalog holds matrix decompositions (category ``linalg``); the default sampler never
+    draws one, ``category_weights={"linalg": 1}`` does."""
+    linalg = {o.label for o in harvested.ops if o.category == "linalg"}
+    assert {"torch.svd", "torch.qr", "torch.pinverse"} <= linalg, linalg
+    for weights, drawn_at_most, drawn_at_least in ((None, 0, 0), ({"linalg": 1.0}, 10**6, 1)):
+        s = Sampler(harvested.ops, get_profile("test"), category_weights=weights)
+        rng = random.Random(3)
+        drawn = sum(s._pick(rng, s.starters).label in linalg for _ in range(600))
+        assert drawn_at_least <= drawn <= drawn_at_most, (weights, drawn)
+
+
 def test_cpu_profile_sizes_land_in_window_often(harvested):
     """Sizing on CPU: share of candidates whose measured eager time is inside 1-100 ms (reported, and
     required to beat a coin flip)."""

@@ -116,6 +116,28 @@ def test_catalog_size_and_coverage(harvested):
     assert all(o.label not in {s.label for s in harvested.skips} for o in harvested.ops)
 
 
+@pytest.mark.parametrize(("name", "category"), [
+    ("gelu", "activation"), ("GELU", "activation"), ("leaky_relu", "activation"), ("LeakyReLU", "activation"),
+    ("ReLU", "activation"), ("ReLU6", "activation"), ("SiLU", "activation"), ("PReLU", "activation"),
+    ("ge", "comparison"), ("greater_equal", "comparison"), ("logical_xor", "comparison"), ("fmax", "comparison"),
+    ("svd", "linalg"), ("qr", "linalg"), ("pinverse", "linalg"), ("nuclear_norm", "linalg"), ("geqrf", "linalg"),
+    ("norm", "reduction"), ("Softmax2d", "reduction"), ("layer_norm", "normalization"), ("RMSNorm", "normalization"),
+    ("TransformerEncoderLayer", "block"), ("MultiheadAttention", "attention"), ("ConvTranspose2d", "conv"),
+    ("cdist", "gemm"), ("cumsum", "scan"), ("LSTMCell", "recurrent"),
+])
+def test_op_names_get_their_category(name, category):
+    from opforge.seeds.categories import CATEGORIES, categorize
+
+    assert category in CATEGORIES and categorize(name) == category
+
+
+@pytest.mark.parametrize("name", ["lerp", "neg", "negative", "nextafter"])
+def test_elementwise_names_that_start_like_a_comparison_are_not_comparisons(name):
+    from opforge.seeds.categories import categorize
+
+    assert categorize(name, same_shape=True) == "elementwise"
+
+
 def test_catalog_round_trip_and_every_row_reprobes(catalog_path, harvested):
     ops = read_catalog(catalog_path)
     assert [o.label for o in ops] == [o.label for o in harvested.ops]
