@@ -60,25 +60,24 @@ class FilterSettings(BaseModel):
             x the memory its allocator has held so far (room for the outputs and compiled graphs still to
             come).
         gpu_step_limit_s: most seconds one GPU step of a task (a forward call, a comparison, a compiled
-            model's first call with Inductor's autotuning, a timing section) may hold the GPU's lock; a
-            longer one ends the task with reason ``timeout:gpu_step`` (metrics ``gpu_step_s``). While a step runs,
-            every neighbour that wants to time waits for it, so one 60 s forward stalled a whole GPU for
-            60 s (H200, 14 sandboxes): every sandbox soon waits to time its own task, and the GPU runs
-            that one step. On an H200 each step that ran into a 5 s limit (batched SVDs, 4 of 600 tasks)
-            cut the GPU's verdicts for those 5 s to about a third; with 2.5 s the same 600 tasks finished
-            ~10 % sooner (session 11, benchmarks/README.md). Default (None): ``STEP_LIMIT_SANDBOXES`` x
-            the window's upper edge, i.e. 1.6 s for 1-100 ms: a forward inside the window, time-sliced
-            with that many sandboxes, still ends within it, so a step cut there is certainly too slow
-            (the longest step of the 898 accepted tasks of that H200 run took 0.58 s); without a window
-            ``STEP_LIMIT_NO_WINDOW_S``. Results carry ``gpu_step_max_s``, the task's longest step.
-            0: no limit.
-        gpu_share_limit_s: most seconds of GPU time one forward call of a task (after its first, which
-            carries one-time costs) may have had, bounded from below by its time divided by the processes
-            sharing the GPU meanwhile (``filters.sandbox.GpuStepWatch``); a longer one ends the task with
-            reason ``timeout:gpu_share`` (metrics ``gpu_share_s``). Default (None): ``STEP_SHARE_WINDOWS`` x the
+            model's first call with Inductor's autotuning, a timing section) may hold the GPU's lock; a longer
+            one ends the task with reason ``timeout:gpu_step`` (metrics ``gpu_step_s``). While a step runs,
+            every neighbour that wants to time waits for it, so one 60 s forward stalled a whole GPU for 60 s
+            (H200, 14 sandboxes): every sandbox soon waits to time its own task, and the GPU runs that one
+            step. On an H200 each step that ran into a 5 s limit (batched SVDs, 4 of 600 tasks) cut the GPU's
+            verdicts for those 5 s to about a third; with 2.5 s the same 600 tasks finished ~10 % sooner
+            (session 11, benchmarks/README.md). Default (None): ``STEP_LIMIT_SANDBOXES`` x the window's upper
+            edge, i.e. 1.6 s for 1-100 ms: a forward inside the window, time-sliced with that many sandboxes,
+            still ends within it, so a step cut there is certainly too slow (the longest step of the 898
+            accepted tasks of that H200 run took 0.58 s); without a window ``STEP_LIMIT_NO_WINDOW_S``. Results
+            carry ``gpu_step_max_s``, the task's longest step. 0: no limit.
+        gpu_share_limit_s: most seconds of GPU time one forward call of a task (after its first, which carries
+            one-time costs) may have had, bounded from below by its time divided by the processes sharing the
+            GPU meanwhile (``filters.sandbox.GpuStepWatch``); a longer one ends the task with reason
+            ``timeout:gpu_share`` (metrics ``gpu_share_s``). Default (None): ``STEP_SHARE_WINDOWS`` x the
             window's upper edge (0.2 s for 1-100 ms: such a forward is certainly too slow), off without a
-            window or with Inductor's autotuning in the compile check. It ends a far-too-slow forward as
-            soon as its neighbours queue to time their tasks and leave it the GPU, instead of after
+            window or with Inductor's autotuning in the compile check. It ends a far-too-slow forward as soon
+            as its neighbours queue to time their tasks and leave it the GPU, instead of after
             ``gpu_step_limit_s``. 0: off.
         gpu_concurrency: most sandboxes whose GPU steps run on one GPU at once (``filters.gpu_locks``
             ``compute`` slots; the others' CPU work goes on meanwhile); 0 = no cap (the GPU time-slices
@@ -172,8 +171,8 @@ FILTER_NAMES = ("duplicate", "static", "contamination", "eager", "runtime_screen
 CORPUS_FILTERS = ("duplicate",)
 # FilterSettings fields for GPU sharing that ``opforge filter`` and ``opforge run`` take as options and pass
 # on only when given (None: FilterSettings' default).
-GPU_SHARING_OPTIONS = ("gpu_step_limit_s", "gpu_share_limit_s", "gpu_admit_gib", "gpu_admit_predicted", "gpu_growth",
-                       "gpu_memory_fraction", "gpu_concurrency", "compile_threads")
+GPU_SHARING_OPTIONS = ("gpu_step_limit_s", "gpu_share_limit_s", "gpu_admit_gib", "gpu_admit_predicted",
+                       "gpu_growth", "gpu_memory_fraction", "gpu_concurrency", "compile_threads")
 
 
 def parse_threshold(text: str) -> tuple[str, str, Any]:

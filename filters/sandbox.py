@@ -220,7 +220,8 @@ class Sandbox:
                 return self._failure("timeout", stage)
             over = step.over(now)
             if over is not None:
-                failure = self._failure("timeout:gpu_share" if "gpu_share_s" in over else "timeout:gpu_step", stage)
+                which = "gpu_share" if "gpu_share_s" in over else "gpu_step"
+                failure = self._failure(f"timeout:{which}", stage)
                 failure["metrics"][stage or "sandbox"].update(over)
                 return failure
             poll = min(self.poll_s, GpuStepWatch.POLL_S) if step.watching_share() else self.poll_s

@@ -117,11 +117,12 @@ def test_catalog_size_and_coverage(harvested):
 
 
 @pytest.mark.parametrize(("name", "category"), [
-    ("gelu", "activation"), ("GELU", "activation"), ("leaky_relu", "activation"), ("LeakyReLU", "activation"),
-    ("ReLU", "activation"), ("ReLU6", "activation"), ("SiLU", "activation"), ("PReLU", "activation"),
-    ("ge", "comparison"), ("greater_equal", "comparison"), ("logical_xor", "comparison"), ("fmax", "comparison"),
-    ("svd", "linalg"), ("qr", "linalg"), ("pinverse", "linalg"), ("nuclear_norm", "linalg"), ("geqrf", "linalg"),
-    ("norm", "reduction"), ("Softmax2d", "reduction"), ("layer_norm", "normalization"), ("RMSNorm", "normalization"),
+    ("gelu", "activation"), ("GELU", "activation"), ("leaky_relu", "activation"),
+    ("LeakyReLU", "activation"), ("ReLU", "activation"), ("ReLU6", "activation"), ("SiLU", "activation"),
+    ("PReLU", "activation"), ("ge", "comparison"), ("greater_equal", "comparison"),
+    ("logical_xor", "comparison"), ("fmax", "comparison"), ("svd", "linalg"), ("qr", "linalg"),
+    ("pinverse", "linalg"), ("nuclear_norm", "linalg"), ("geqrf", "linalg"), ("norm", "reduction"),
+    ("Softmax2d", "reduction"), ("layer_norm", "normalization"), ("RMSNorm", "normalization"),
     ("TransformerEncoderLayer", "block"), ("MultiheadAttention", "attention"), ("ConvTranspose2d", "conv"),
     ("cdist", "gemm"), ("cumsum", "scan"), ("LSTMCell", "recurrent"),
 ])
