@@ -136,14 +136,14 @@ def filter_cmd(
                                                "$OPFORGE_KERNELBENCH, ../shared/reference, the Hub)."),
     kernelbench_levels: str = typer.Option("1,2,3", help="KernelBench levels to compare with, e.g. 1,2,3,4."),
     gpu_step_limit_s: float = typer.Option(None, help="CUDA: most seconds one GPU step of a task may hold the "
-                                                      "GPU's lock before the task ends as timeout (default: 16 x "
-                                                      "the window's top, 1.6 s for 1-100 ms; 5 s without a "
-                                                      "window; 0 = no limit)."),
+                                                      "GPU's lock before the task ends as timeout:gpu_step "
+                                                      "(default: 16 x the window's top, 1.6 s for 1-100 ms; 5 s "
+                                                      "without a window; 0 = no limit)."),
     gpu_share_limit_s: float = typer.Option(None, help="CUDA: most seconds of GPU time one forward call (after "
                                                        "the task's first) may have had (its time / the "
                                                        "processes sharing the GPU) before the task ends as "
-                                                       "timeout (default: 2 x the window's top; off without a "
-                                                       "window; 0 = off)."),
+                                                       "timeout:gpu_share (default: 2 x the window's top; off "
+                                                       "without a window; 0 = off)."),
     gpu_admit_gib: float = typer.Option(None, help="CUDA: GiB a task reserves before it starts when its "
                                                    "peak cannot be predicted (default 4)."),
     gpu_admit_predicted: float = typer.Option(None, help="CUDA: a task reserves this x its predicted eager "
