@@ -1,7 +1,7 @@
 """``degenerate_output`` filter: an output a kernel could fake without computing it.
 
 Per output tensor ``o`` (the ``eager`` filter's outputs) and ``o2`` (the outputs for a second input draw,
-``ALT_INPUT_SEED``), all at the evaluation tolerance atol = rtol = 1e-2 (KernelBench's default):
+``ALT_INPUT_SEED``), all at the evaluation tolerance of the output's dtype (``opforge.task.precision``: 1e-2 for float32):
 
 * ``all_zeros``: ``torch.allclose(o, zeros)`` holds in either argument order, i.e. a kernel that returns
   zeros would pass (KernelBench level 1 has such problems, e.g. outputs of order 1e-4).

@@ -4,9 +4,10 @@ Seeds: the model is built after ``torch.manual_seed(BUILD_SEED)``, inputs are dr
 ``torch.manual_seed(INPUT_SEED)`` (``ALT_INPUT_SEED`` for the second draw of the degenerate filter), and
 every forward call that is compared starts from ``torch.manual_seed(CALL_SEED)``.
 
-Tolerance: candidates are judged with ``torch.allclose(ref, out, atol=1e-2, rtol=1e-2)``, the default of
-KernelBench's ``eval_kernel_against_ref`` and of CUDA-Agent's verifier. ``tolerance_error`` expresses a
-difference in units of that tolerance: <= 1 means "allclose would pass".
+Tolerance: outputs are judged with ``torch.allclose(ref, out, atol, rtol)`` at the tolerance of the
+reference's dtype (``opforge.task.precision``: 1e-2 for float32 and float16, KernelBench's
+``eval_kernel_against_ref`` default; 2e-2 for bfloat16). ``tolerance_error`` expresses a difference in units
+of that tolerance: <= 1 means "allclose would pass".
 
 GPU locking: on CUDA each build, input draw, forward call and output comparison of a ``TaskRun`` holds the
 GPU's ``compute`` lock shared (``filters.gpu_locks.gpu_work``) for just that step, so a neighbour waiting
@@ -22,10 +23,9 @@ from typing import Any
 
 import torch
 from opforge.filters.gpu_locks import gpu_work
+from opforge.task.precision import tolerance
 from opforge.task.source import LoadedTask, load_task
 
-EVAL_ATOL = 1e-2
-EVAL_RTOL = 1e-2
 BUILD_SEED, INPUT_SEED, CALL_SEED, ALT_INPUT_SEED = 0, 1, 2, 3
 
 
@@ -195,8 +195,8 @@ def _chunk_stats(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> 
     return err.max(), (err <= 1.0).sum()
 
 
-def error_stats(ref: torch.Tensor, out: torch.Tensor, atol: float = EVAL_ATOL,
-                rtol: float = EVAL_RTOL) -> tuple[float, int]:
+def error_stats(ref: torch.Tensor, out: torch.Tensor, atol: float | None = None,
+                rtol: float | None = None) -> tuple[float, int]:
     """(largest error in tolerance units, number of elements within tolerance) of ``out`` against ``ref``,
     elementwise as in ``tolerance_error``; ``out`` has ``ref``'s numel or one element (one answer for every
     element: the degenerate filter's constant and all-zeros answers). ``ref.numel() > 0``.
@@ -204,8 +204,12 @@ def error_stats(ref: torch.Tensor, out: torch.Tensor, atol: float = EVAL_ATOL,
     On CUDA one pass of a Triton kernel (``filters.comparison_cuda``) over both tensors in their own dtype;
     elsewhere (or for dtypes the kernel does not load) torch over ``CHUNK_ELEMENTS`` slices, so extra memory
     stays near one slice whatever the output size. Either way one host read: on a GPU shared by many
-    processes each sync waits for a time slice.
+    processes each sync waits for a time slice. ``atol`` / ``rtol`` left None take the tolerance of
+    ``ref``'s dtype (``opforge.task.precision.tolerance``).
     """
+    if atol is None or rtol is None:
+        d_atol, d_rtol = tolerance(ref.dtype)
+        atol, rtol = (d_atol if atol is None else atol), (d_rtol if rtol is None else rtol)
     ref_flat, out_flat = flat_view(ref), flat_view(out.to(ref.device))
     if out_flat.numel() not in (1, ref_flat.numel()) or ref_flat.numel() == 0:
         raise ValueError(f"error_stats: {out_flat.numel()} elements against {ref_flat.numel()}")
@@ -232,8 +236,8 @@ def flat_view(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1)
 
 
-def tolerance_error(ref: torch.Tensor, out: torch.Tensor, atol: float = EVAL_ATOL,
-                    rtol: float = EVAL_RTOL) -> float:
+def tolerance_error(ref: torch.Tensor, out: torch.Tensor, atol: float | None = None,
+                    rtol: float | None = None) -> float:
     """``max |out - ref| / (atol + rtol * |ref|)`` over all elements, as a float.
 
     0 means identical values; <= 1 means ``torch.allclose(out, ref, rtol, atol)`` holds. NaN on one side
@@ -247,8 +251,8 @@ def tolerance_error(ref: torch.Tensor, out: torch.Tensor, atol: float = EVAL_ATO
     return error_stats(ref, out, atol, rtol)[0]
 
 
-def outputs_error(ref: list[torch.Tensor], out: list[torch.Tensor], atol: float = EVAL_ATOL,
-                  rtol: float = EVAL_RTOL) -> float:
+def outputs_error(ref: list[torch.Tensor], out: list[torch.Tensor], atol: float | None = None,
+                  rtol: float | None = None) -> float:
     """The largest ``tolerance_error`` over paired outputs; ``inf`` when the counts differ."""
     if len(ref) != len(out):
         return float("inf")

@@ -3,7 +3,7 @@
 Each task starts from ``torch._dynamo.reset()`` so a worker that is reused across tasks neither hits
 Dynamo's recompile limits nor keeps earlier tasks' graphs alive. The compiled model gets the ``eager``
 filter's inputs after the same ``CALL_SEED`` and must be allclose to the eager outputs at the evaluation
-tolerance (atol = rtol = 1e-2). The compiled model is left on ``TaskRun.compiled`` for the ``runtime``
+tolerance of the output's dtype (``opforge.task.precision``). The compiled model is left on ``TaskRun.compiled`` for the ``runtime``
 filter, which times it with eager in one exclusive section.
 
 On CUDA the default Inductor backend is wrapped so that only the compiled graph's execution holds the GPU's

@@ -7,7 +7,8 @@ Steps (each in a child process with its own timeout, see ``harness.sandbox``):
    the candidate ``ModelNew`` from the same seed and ``get_init_inputs()``, load the reference's
    ``state_dict`` into the candidate, then
    * verify on ``correct_trials`` (>= 5) fresh input draws: outputs allclose at ``atol`` / ``rtol``
-     (default 1e-2, KernelBench's and CUDA-Agent's tolerance), under the anti-hacking suite
+     (default: by output dtype, ``opforge.task.precision``; 1e-2 for float32, KernelBench's and
+     CUDA-Agent's tolerance), under the anti-hacking suite
      (``harness.guard``: dispatcher allow-list, no aliasing of inputs / parameters / buffers, precision
      flags unchanged);
    * profile eager, ``torch.compile`` (Inductor, default mode) and the candidate, interleaved
@@ -40,12 +41,13 @@ HARNESS_DIR = Path(__file__).resolve().parent
 
 
 class EvalConfig(BaseModel):
-    """Evaluation settings. Tolerances in absolute / relative units of ``torch.allclose``; times in s."""
+    """Evaluation settings. Tolerances in absolute / relative units of ``torch.allclose`` (None: the
+    tolerance of each reference output's dtype, ``opforge.task.precision``); times in s."""
 
     model_config = ConfigDict(extra="forbid")
     device: Literal["cpu", "cuda"] = "cpu"
-    atol: float = 1e-2
-    rtol: float = 1e-2
+    atol: float | None = None
+    rtol: float | None = None
     correct_trials: int = Field(5, ge=5)
     reverify_trials: int = Field(2, ge=1)
     timing_trials: int = Field(20, ge=3)

@@ -296,8 +296,8 @@ def eval_cmd(
     workers: int = typer.Option(None, help="Evaluations at once (CPU: processes, default cores; CUDA: per GPU, default 4)."),
     reward: str = typer.Option("milestone", help="milestone | speedup."),
     no_compile: bool = typer.Option(False, "--no-compile", help="Do not profile torch.compile."),
-    atol: float = typer.Option(1e-2, help="Absolute tolerance."),
-    rtol: float = typer.Option(1e-2, help="Relative tolerance."),
+    atol: float = typer.Option(None, help="Absolute tolerance (default: by output dtype, 1e-2 for float32)."),
+    rtol: float = typer.Option(None, help="Relative tolerance (default: by output dtype, 1e-2 for float32)."),
 ):
     """Evaluate every solution against its task on Dask workers; write per-solution results and the
     pass rate / faster-than rates / geomean speed-ups, overall and per data_source."""
