@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -11,30 +12,61 @@ from pathlib import Path
 import pandas as pd
 from opforge.compose.cost_model import choose_batch, graph_cost
 from opforge.compose.device_profiles import get_profile
-from opforge.compose.render import render_graph, render_transformers
-from opforge.compose.sampler import Sampler, SamplingError, parse_op_mix
+from opforge.compose.render import render_graph
+from opforge.compose.sampler import FLOAT_DTYPES, Sampler, SamplingError, parse_op_mix
+from opforge.compose.sizing import SizingError, fit_sizes
 from opforge.seeds.catalog import read_catalog
 from opforge.seeds.seed_op import SeedOp
 from opforge.task.identity import task_id_for
 from tqdm import tqdm
 
-GENERATOR = "opforge-compose/0.2"  # 0.2: linalg ops off by default (sampler.DEFAULT_CATEGORY_WEIGHTS)
-COLUMNS = ["task_id", "code", "ops", "data_source", "num_ops", "graph", "categories", "input_shapes",
-           "pattern", "predicted_ms", "device_profile", "generator", "generator_seed", "candidate_index"]
+GENERATOR = "opforge-compose/0.3"  # 0.3: vocabulary sizes, relevance weights, dtypes, self-contained blocks
+COLUMNS = ["task_id", "code", "ops", "data_source", "num_ops", "graph", "categories", "input_shapes", "dtype",
+           "size_context", "pattern", "predicted_ms", "device_profile", "generator", "generator_seed",
+           "candidate_index"]
+DEFAULT_DTYPE_MIX = "float32:0.7,bfloat16:0.18,float16:0.12"
+
+
+def parse_dtype_mix(spec: str) -> dict[str, float]:
+    """``float32:0.7,bfloat16:0.2,float16:0.1`` -> normalised {dtype: share}. Raises ValueError naming the
+    choices for an unknown dtype or a bad number."""
+    out: dict[str, float] = {}
+    try:
+        for part in spec.split(","):
+            name, w = part.split(":")
+            out[name.strip()] = float(w)
+    except ValueError:
+        raise ValueError(f"bad dtype mix {spec!r}: use 'float32:0.7,bfloat16:0.2,float16:0.1'") from None
+    bad = [d for d in out if d not in FLOAT_DTYPES]
+    if bad or any(w < 0 for w in out.values()) or sum(out.values()) <= 0:
+        raise ValueError(f"bad dtype mix {spec!r}: dtypes are {', '.join(FLOAT_DTYPES)} with non-negative shares")
+    total = sum(out.values())
+    return {d: w / total for d, w in out.items() if w > 0}
 
 
 @dataclass
 class ComposeConfig:
-    """Options of one composition run (see ``opforge compose --help``)."""
+    """Options of one composition run (see ``opforge compose --help``).
+
+    ``dtype_mix``: share of tasks per floating dtype (bfloat16 / float16 tasks have inputs, parameters and
+    modules in that dtype and are judged at its tolerance, ``opforge.task.precision``). ``op_weights``: label ->
+    weight overriding the relevance-based defaults (``compose.op_weights``). ``vocabulary``: path of a shape
+    vocabulary JSON (default: the packaged one, ``opforge.seeds.vocabulary.default_vocabulary``).
+    ``transformers_share``: share of self-contained transformers block tasks (``compose.blocks``)."""
 
     n: int
     seed: int = 0
     op_mix: str = "ops6k"
     device_profile: str = "h100"
-    transformers_share: float = 0.012  # Ops-6K: 71 of 6,000 rows are transformers modules
+    transformers_share: float = 0.04
     allow_stochastic: bool = False
     category_weights: dict[str, float] | None = None
     start_index: int = 0
+    dtype_mix: str = DEFAULT_DTYPE_MIX
+    op_weights: dict[str, float] | None = None
+    include_internal: bool = False
+    heavy_start: float | None = None
+    vocabulary: str | None = None
 
 
 _STATE: dict = {}
@@ -43,85 +75,154 @@ _STATE: dict = {}
 def _init(catalog: list[SeedOp], cfg: ComposeConfig):
     import warnings
 
+    from opforge.compose.op_weights import default_op_weights, merge_op_weights
+    from opforge.compose.sampler import DEFAULT_HEAVY_START
     from transformers.utils import logging as hf_logging
 
     warnings.filterwarnings("ignore")  # deprecation chatter from ops run on meta
     hf_logging.set_verbosity_error()
     profile = get_profile(cfg.device_profile)
-    _STATE["sampler"] = Sampler(catalog, profile, cfg.allow_stochastic, cfg.category_weights)
-    _STATE["tf"] = [o for o in catalog if o.library == "transformers" and not o.stochastic and o.meta_ok
-                    and o.config_class and o.inputs and o.inputs[0].shape and o.inputs[0].shape[0] == "N"]
+    vocab = _vocabulary(cfg) if profile.realistic else None
+    weights = merge_op_weights(default_op_weights(catalog), cfg.op_weights)
+    heavy = DEFAULT_HEAVY_START if cfg.heavy_start is None else cfg.heavy_start
+    _STATE["sampler"] = Sampler(catalog, profile, cfg.allow_stochastic, cfg.category_weights, vocab=vocab,
+                                op_weights=weights, include_internal=cfg.include_internal, heavy_start=heavy)
+    _STATE["vocab"] = vocab
+    _STATE["blocks"] = _block_specs() if cfg.transformers_share > 0 else []
     _STATE["cfg"], _STATE["profile"] = cfg, profile
     _STATE["mix"] = parse_op_mix(cfg.op_mix)
+    _STATE["dtypes"] = parse_dtype_mix(cfg.dtype_mix)
+
+
+def _vocabulary(cfg: ComposeConfig):
+    from opforge.seeds.vocabulary import default_vocabulary, load_vocabulary
+
+    return load_vocabulary(cfg.vocabulary) if cfg.vocabulary else default_vocabulary()
+
+
+def _block_specs():
+    from opforge.compose.blocks import block_specs
+
+    return block_specs()
+
+
+def _batches(profile) -> list[int]:
+    vocab = _STATE["vocab"]
+    return [b for b in vocab.values("batch", 1, profile.max_batch)] or [1]
 
 
 def _candidate(i: int) -> dict:
     cfg, profile, sampler = _STATE["cfg"], _STATE["profile"], _STATE["sampler"]
     mix = _STATE["mix"]
-    for attempt in range(20):
+    dtypes = _STATE["dtypes"]
+    # the dtype is drawn once per candidate, so that the dtype mix holds whatever fails to sample
+    dtype = random.Random(f"{cfg.seed}:{i}:dtype").choices(list(dtypes), list(dtypes.values()))[0]
+    for attempt in range(40):
         rng = random.Random(f"{cfg.seed}:{i}:{attempt}")
-        if _STATE["tf"] and rng.random() < cfg.transformers_share:
-            return _transformers_candidate(rng, i)
+        if _STATE["blocks"] and rng.random() < cfg.transformers_share:
+            row = _block_candidate(rng, i, dtype)
+            if row is not None:
+                return row
+            continue
         k = rng.choices(list(mix), list(mix.values()))[0]
         try:
-            graph, pattern = sampler.sample(rng, k)
+            graph, pattern = sampler.sample(rng, k, dtype)
         except SamplingError:
             continue
         try:
-            _, predicted = choose_batch(graph, profile)
-        except MemoryError:
+            if profile.realistic:
+                _, predicted = fit_sizes(graph, profile, _batches(profile), sampler.context.knobs)
+            else:
+                _, predicted = choose_batch(graph, profile)
+        except (MemoryError, SizingError):
             continue
         labels = graph.labels()
-        doc = f"Fused task ({pattern}): {' -> '.join(labels)}. Generated by {GENERATOR}, seed {cfg.seed}, candidate {i}."
+        doc = (f"Fused task ({pattern}, {dtype}): {' -> '.join(labels)}. Generated by {GENERATOR}, "
+               f"seed {cfg.seed}, candidate {i}.")
         code = render_graph(graph, doc)
         return {
             "task_id": task_id_for(code), "code": code, "ops": json.dumps(labels),
             "data_source": f"torch#{len(labels)}", "num_ops": len(labels), "graph": graph.to_json(),
             "categories": json.dumps(sorted({graph.seeds[n].category for n in graph.ops()})),
-            "input_shapes": json.dumps([list(graph.input_shape(n)) for n in graph.inputs()]),
+            "input_shapes": json.dumps([list(graph.input_shape(n)) for n in graph.inputs()]), "dtype": dtype,
+            "size_context": sampler.context.family if profile.realistic and sampler.context else "",
             "pattern": pattern, "predicted_ms": float(predicted), "device_profile": profile.name,
             "generator": GENERATOR, "generator_seed": cfg.seed, "candidate_index": i,
         }
-    raise SamplingError(f"candidate {i}: no graph after 20 attempts")
+    raise SamplingError(f"candidate {i}: no graph after 40 attempts")
 
 
-def _transformers_candidate(rng: random.Random, i: int) -> dict:
-    import torch
-    from opforge.task.source import load_task
+def _block_candidate(rng: random.Random, i: int, dtype: str) -> dict | None:
+    """A self-contained transformers block task (``compose.blocks``) sized to the window: the batch and the
+    sequence come from the vocabulary (a realistic profile) or stay small (others); None when no size fits."""
+    from opforge.compose.blocks import render_block
 
     cfg, profile = _STATE["cfg"], _STATE["profile"]
-    seed = rng.choice(_STATE["tf"])
-    doc = f"Transformers block {seed.label} ({seed.family}). Generated by {GENERATOR}, seed {cfg.seed}, candidate {i}."
-    # size the batch with the cost model: time is linear in the batch for these blocks
-    batch = 1
-    with torch.device("meta"):
-        task = load_task(render_transformers(seed, 1, doc), seed.label)
+    spec = rng.choice(_STATE["blocks"])
+    doc = (f"Transformers block {spec.label} ({spec.family}, {dtype}), computed in this source. Generated by "
+           f"{GENERATOR}, seed {cfg.seed}, candidate {i}.")
+    if profile.realistic:
+        longest = min(int(spec.config.get("max_position_embeddings") or 4096), 8192)
+        seqs = [s for s in _STATE["vocab"].values("seq", 16, longest)] or [128]
+        batches = _batches(profile)
+    else:
+        seqs, batches = [8], [1, 2]
+    seq = rng.choice(seqs)
+    lo, hi = profile.window_ms
+    ok_lo, ok_hi = lo * profile.window_margin, hi / profile.window_margin
+    target = (max(ok_lo, 1e-3) * ok_hi) ** 0.5
+    for _ in range(6):
+        per = _block_ms(render_block(spec, 1, seq, dtype, doc), profile, dtype)
+        if per is None:
+            return None
+        batch = min(batches, key=lambda b: abs(math.log(max(per * b, 1e-9) / target)))
+        t = per * batch
+        if ok_lo <= t <= ok_hi or not profile.realistic:
+            code = render_block(spec, batch, seq, dtype, doc)
+            return {
+                "task_id": task_id_for(code), "code": code, "ops": json.dumps([spec.label]),
+                "data_source": "transformers", "num_ops": 1,
+                "graph": json.dumps({"transformers": spec.label, "family": spec.family, "kind": spec.kind,
+                                     "batch_size": batch, "seq_len": seq, "dtype": dtype}, sort_keys=True),
+                "categories": json.dumps(["block"]),
+                "input_shapes": json.dumps([[batch, seq, int(spec.config.get("hidden_size", 0))]]),
+                "dtype": dtype, "size_context": spec.family, "pattern": "transformers", "predicted_ms": float(t),
+                "device_profile": profile.name, "generator": GENERATOR, "generator_seed": cfg.seed,
+                "candidate_index": i,
+            }
+        bigger = [s for s in seqs if s > seq]
+        smaller = [s for s in seqs if s < seq]
+        if t < ok_lo and bigger:
+            seq = min(bigger)
+        elif t > ok_hi and smaller:
+            seq = max(smaller)
+        else:
+            return None
+    return None
+
+
+def _block_ms(code: str, profile, dtype: str) -> float | None:
+    """Predicted eager ms of one batch item of a block task (roofline on ``meta``); None if it fails."""
+    import torch
+    from opforge.task.source import load_task
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
-    with torch.device("meta"), counter:
-        model = task.build()
-        x = task.inputs()
-        out = model(*x)
-    nbytes = sum(t.numel() * t.element_size() for t in x) + sum(p.numel() * 4 for p in model.parameters())
+    try:
+        with torch.device("meta"):
+            task = load_task(code, "block")
+            model = task.build()
+            x = task.inputs()
+            with counter:
+                out = model(*x)
+    except Exception:  # noqa: BLE001 - a block that does not build at these sizes
+        return None
     out_t = out[0] if isinstance(out, (tuple, list)) else out
-    nbytes += out_t.numel() * out_t.element_size() * 4  # intermediates: a few activations per block
-    per_item = max(counter.get_total_flops() / (profile.peak_flops * profile.flop_efficiency),
-                   nbytes / (profile.bandwidth * profile.bandwidth_efficiency)) * 1e3
-    lo, hi = profile.window_ms
-    target = (max(lo, 1e-3) * hi) ** 0.5
-    if per_item > 0:
-        batch = int(max(1, min(profile.max_batch, target / per_item, profile.memory_cap_bytes / max(nbytes, 1))))
-    code = render_transformers(seed, batch, doc)
-    return {
-        "task_id": task_id_for(code), "code": code, "ops": json.dumps([seed.label]),
-        "data_source": "transformers", "num_ops": 1,
-        "graph": json.dumps({"transformers": seed.label, "family": seed.family, "batch_size": batch}),
-        "categories": json.dumps(["block"]),
-        "input_shapes": json.dumps([[batch, *[d for d in seed.inputs[0].shape[1:]]]]),
-        "pattern": "transformers", "predicted_ms": float(per_item * batch), "device_profile": profile.name,
-        "generator": GENERATOR, "generator_seed": cfg.seed, "candidate_index": i,
-    }
+    nbytes = sum(t.numel() * t.element_size() for t in x) + sum(p.numel() * p.element_size()
+                                                                 for p in model.parameters())
+    nbytes += out_t.numel() * out_t.element_size() * 6  # intermediates: a few activations per block
+    return 1e3 * max(counter.get_total_flops() / (profile.peak_for(dtype) * profile.flop_efficiency),
+                     nbytes / (profile.bandwidth * profile.bandwidth_efficiency))
 
 
 def _chunk(args):
@@ -138,6 +239,7 @@ def compose(catalog: list[SeedOp], cfg: ComposeConfig, workers: int = 1, progres
     not on ``workers``. Raises ValueError for a bad op mix or device profile.
     """
     parse_op_mix(cfg.op_mix)
+    parse_dtype_mix(cfg.dtype_mix)
     get_profile(cfg.device_profile)
     indices = list(range(cfg.start_index, cfg.start_index + cfg.n))
     rows: list[dict] = []
@@ -169,4 +271,4 @@ def compose_to_parquet(catalog_path: Path, out: Path, cfg: ComposeConfig, worker
     return df
 
 
-__all__ = ["ComposeConfig", "compose", "compose_to_parquet", "graph_cost"]
+__all__ = ["ComposeConfig", "compose", "compose_to_parquet", "graph_cost", "parse_dtype_mix"]

@@ -1,8 +1,9 @@
-"""Predict eager runtime of an ``OpGraph`` from FLOPs and bytes (roofline per op) and pick the batch size.
+"""Predict eager runtime of an ``OpGraph`` from FLOPs and bytes (roofline) and pick the batch size.
 
 FLOPs come from ``torch.utils.flop_counter.FlopCounterMode`` on ``meta`` tensors (GEMM, conv, attention
-formulas); bytes are each op's tensor inputs, parameters and output, read or written once. Per op the time
-is ``max(flops / (peak * eff), bytes / (bandwidth * eff)) + launch overhead``.
+formulas); bytes are each op's tensor inputs, parameters and output in the task's dtype, read or written once.
+The time is ``max(flops / (peak * eff), bytes / (bandwidth * eff)) + launch overhead per op``, with the peak of
+the task's dtype (``DeviceProfile.peak_for``).
 """
 
 from __future__ import annotations
@@ -18,13 +19,18 @@ from torch.utils.flop_counter import FlopCounterMode
 
 @dataclass
 class Cost:
+    """One forward's FLOPs, bytes moved, op count, bytes of every tensor alive (``peak_bytes``, an upper bound of
+    the eager peak) and bytes of the graph inputs (``input_bytes``), for the task's ``dtype``."""
+
     flops: float
     bytes: float
     n_ops: int
     peak_bytes: float
+    input_bytes: float = 0.0
+    dtype: str = "float32"
 
     def predict_ms(self, p: DeviceProfile) -> float:
-        compute = self.flops / (p.peak_flops * p.flop_efficiency)
+        compute = self.flops / (p.peak_for(self.dtype) * p.flop_efficiency)
         memory = self.bytes / (p.bandwidth * p.bandwidth_efficiency)
         return 1e3 * max(compute, memory) + self.n_ops * p.launch_overhead_ms
 
@@ -40,6 +46,7 @@ def graph_cost(graph: OpGraph, sizes: dict[str, int] | None = None) -> Cost:
         vals = graph.run("meta", sizes, flop_counter=True)
     flops = float(counter.get_total_flops())
     total_bytes = 0
+    elem = torch.empty((), dtype=getattr(torch, graph.dtype)).element_size()
     for n in graph.ops():
         label = graph.g.nodes[n]["label"]
         if label in RECURRENT_GATES:  # shape-only on meta: count the gate GEMMs here
@@ -47,10 +54,11 @@ def graph_cost(graph: OpGraph, sizes: dict[str, int] | None = None) -> Cost:
             h = init["hidden_size"]
             flops += 2 * RECURRENT_GATES[label] * (init["input_size"] + h) * h * x.shape[0] * x.shape[1]
         total_bytes += sum(_nbytes(vals[a]) for a in graph.args_of(n)) + _nbytes(vals[n])
-        total_bytes += sum(math.prod(s) * 4 for s, _, _ in graph.g.nodes[n]["params"].values())
+        total_bytes += sum(math.prod(s) * elem for s, _, _ in graph.g.nodes[n]["params"].values())
     peak = sum(_nbytes(v) for v in vals.values())
+    inputs = sum(_nbytes(vals[n]) for n in graph.inputs())
     return Cost(flops=flops, bytes=float(total_bytes), n_ops=len(graph.ops()),
-                peak_bytes=float(peak))
+                peak_bytes=float(peak), input_bytes=float(inputs), dtype=graph.dtype)
 
 
 def _nice(n: float) -> int:

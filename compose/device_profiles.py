@@ -1,10 +1,15 @@
 """Device profiles for the composer's cost model.
 
 Peak numbers are datasheet values (NVIDIA H100 SXM5 and H200 SXM datasheets: FP32 non-tensor 67 TFLOP/s,
-HBM3 3.35 TB/s and HBM3e 4.8 TB/s). Eager PyTorch reaches only part of them; the ``*_efficiency`` factors
-and ``launch_overhead_ms`` are starting guesses to be calibrated against measured eager times
-(benchmarks/ on the lent GPU). The ``cpu`` profile describes one 2-core CI machine (measured loosely:
-~20 GFLOP/s fp32 GEMM, ~5 GB/s effective elementwise bandwidth).
+BF16 / FP16 dense tensor-core 989 TFLOP/s, HBM3 3.35 TB/s and HBM3e 4.8 TB/s). Eager PyTorch reaches only part
+of them; the ``*_efficiency`` factors and ``launch_overhead_ms`` are calibrated loosely against measured eager
+times (benchmarks/README.md, cost-model section). The ``cpu`` profile describes one 2-core CI machine (measured
+loosely: ~20 GFLOP/s fp32 GEMM, ~5 GB/s effective elementwise bandwidth).
+
+Sizing: a ``realistic`` profile takes every non-batch size from the shape vocabulary of real model configs
+(``opforge.seeds.vocabulary``; ``compose.sizing``) and the batch from the vocabulary's batch axis (1-512); the
+``cpu`` and ``test`` profiles keep small fixed size lists (``sizes``) so that tasks run in milliseconds on a
+CI machine, and scale the batch up to ``max_batch``.
 """
 
 from __future__ import annotations
@@ -14,7 +19,17 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class DeviceProfile:
-    """Roofline parameters. Units: FLOP/s, bytes/s, ms, bytes."""
+    """Roofline parameters. Units: FLOP/s, bytes/s, ms, bytes.
+
+    Attributes:
+        peak_flops / peak_flops_half: GEMM / conv / attention peak in float32 (TF32 off, as the filters pin
+            it) and in bfloat16 / float16.
+        memory_cap_bytes: the most a task's tensors (inputs, parameters, every intermediate) may hold.
+        input_cap_bytes: the most ``get_inputs()`` may return (it is allocated for every RL rollout).
+        window_ms: the runtime window the filters use; ``window_margin``: the predicted time must lie within
+            ``[lo * margin, hi / margin]`` (prediction errors on the GPU are of that order).
+        sizes / max_batch: the fixed size lists of a non-``realistic`` profile.
+    """
 
     name: str
     peak_flops: float
@@ -24,22 +39,32 @@ class DeviceProfile:
     bandwidth_efficiency: float
     memory_cap_bytes: int
     window_ms: tuple[float, float]
-    sizes: dict[str, tuple[int, ...]]  # candidate values of each non-batch size symbol
+    sizes: dict[str, tuple[int, ...]]  # candidate values of each non-batch size symbol (non-realistic profiles)
     max_batch: int
+    realistic: bool = False
+    peak_flops_half: float = 0.0
+    input_cap_bytes: int = 1 << 62
+    window_margin: float = 1.0
+
+    def peak_for(self, dtype: str) -> float:
+        """Peak FLOP/s for GEMM-like work in ``dtype`` (``float32``, ``bfloat16``, ``float16``)."""
+        return self.peak_flops_half if dtype != "float32" and self.peak_flops_half else self.peak_flops
 
 
-_GPU_SIZES = {"C": (16, 32, 64, 128), "K": (16, 32, 64, 128, 256), "L": (64, 128, 256, 512),
-              "H": (16, 32, 64), "W": (16, 32, 64), "D": (8, 16)}
+_GPU = dict(launch_overhead_ms=0.006, flop_efficiency=0.35, bandwidth_efficiency=0.6, memory_cap_bytes=8 << 30,
+            window_ms=(1.0, 100.0), sizes={}, max_batch=512, realistic=True, peak_flops_half=989e12,
+            input_cap_bytes=900_000_000, window_margin=1.6)
 
 PROFILES: dict[str, DeviceProfile] = {
-    "h100": DeviceProfile("h100", 67e12, 3.35e12, 0.006, 0.35, 0.6, 8 << 30, (1.0, 100.0), _GPU_SIZES, 1 << 20),
-    "h200": DeviceProfile("h200", 67e12, 4.8e12, 0.006, 0.35, 0.6, 8 << 30, (1.0, 100.0), _GPU_SIZES, 1 << 20),
+    "h100": DeviceProfile("h100", 67e12, 3.35e12, **_GPU),
+    "h200": DeviceProfile("h200", 67e12, 4.8e12, **_GPU),
     "cpu": DeviceProfile("cpu", 20e9, 5e9, 0.02, 1.0, 1.0, 1 << 30, (1.0, 100.0),
                          {"C": (8, 16, 32), "K": (8, 16, 32, 64), "L": (16, 32, 64), "H": (8, 16, 32),
-                          "W": (8, 16, 32), "D": (4, 8)}, 4096),
+                          "W": (8, 16, 32), "D": (4, 8)}, 4096, peak_flops_half=20e9),
     # tiny sizes for tests: every candidate runs in milliseconds on CPU
     "test": DeviceProfile("test", 20e9, 5e9, 0.02, 1.0, 1.0, 64 << 20, (0.0, 1.0),
-                          {"C": (4, 8), "K": (4, 8), "L": (8, 12), "H": (6, 8), "W": (6, 8), "D": (4,)}, 4),
+                          {"C": (4, 8), "K": (4, 8), "L": (8, 12), "H": (6, 8), "W": (6, 8), "D": (4,)}, 4,
+                          peak_flops_half=20e9),
 }
 
 

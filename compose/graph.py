@@ -4,7 +4,9 @@ Nodes: ``in<i>`` graph inputs (attrs: ``shape`` as size-symbol names, ``dtype``,
 instances (attrs: ``label``, the ``SeedOp`` as a dict, ``init_args`` / ``call_args`` with concrete values,
 ``params`` {name: (shape, dtype, values)}). Edges carry ``arg``, the position of the tensor in the call.
 Sizes are named symbols (``batch_size``, ``channels``...) whose values live in ``OpGraph.sizes``, so the cost
-model can rescale the batch without rebuilding the graph.
+model can rescale the batch without rebuilding the graph. ``OpGraph.dtype`` is the floating dtype of the task's
+float inputs, parameters and modules (``float32``, ``bfloat16`` or ``float16``); index and mask tensors keep
+theirs.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from opforge.seeds.tensors import make_tensor
 class OpGraph:
     g: nx.DiGraph = field(default_factory=nx.DiGraph)
     sizes: dict[str, int] = field(default_factory=dict)  # size-constant name -> value
+    dtype: str = "float32"  # floating dtype of the task (opforge.task.precision.TASK_DTYPES)
+    frozen: set[str] = field(default_factory=set)  # sizes an op depends on other than by equality: kept fixed
     seeds: dict[str, SeedOp] = field(default_factory=dict)  # node -> seed op
     _meta: dict = field(default_factory=dict, repr=False)  # sizes key -> {node: meta tensor}
 
@@ -93,7 +97,7 @@ class OpGraph:
             if n not in vals:
                 a = self.g.nodes[n]
                 spec = TensorSpec(shape=[1], dtype=a["dtype"], values=a["values"])
-                vals[n] = make_tensor(spec, self.input_shape(n, sizes), {}, device, generator)
+                vals[n] = self._cast(make_tensor(spec, self.input_shape(n, sizes), {}, device, generator))
         for n in self.ops():
             if n not in vals:
                 vals[n] = self._call(n, [vals[a] for a in self.args_of(n)], device)
@@ -104,10 +108,12 @@ class OpGraph:
         if device == "meta" and seed.label in RECURRENT_SHAPES:
             # torch's recurrent ops have no meta kernel and decompose into one step per time step
             return RECURRENT_SHAPES[seed.label](tensors[0], a["init_args"])
-        params = {k: make_tensor(TensorSpec(shape=list(s), dtype=dt, values=v), tuple(s), {}, device)
+        params = {k: self._cast(make_tensor(TensorSpec(shape=list(s), dtype=dt, values=v), tuple(s), {}, device))
                   for k, (s, dt, v) in a["params"].items()}
         if seed.kind == "module":
             fn = _module(seed, a["init_args"], device)
+            if self.dtype != "float32":
+                fn = fn.to(getattr(torch, self.dtype))
         else:
             fn = resolve_qualname(seed.qualname)
         if seed.tensor_list:
@@ -119,16 +125,22 @@ class OpGraph:
             raise TypeError(f"{a['label']} returned no tensor")
         return t
 
+    def _cast(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` in the task's dtype when it is a float32 tensor (index and mask tensors are kept)."""
+        if self.dtype != "float32" and t.dtype == torch.float32:
+            return t.to(getattr(torch, self.dtype))
+        return t
+
     def to_json(self) -> str:
         """Node-link JSON of the graph (seed ops reduced to their labels)."""
         data = nx.node_link_data(self.g, edges="edges")
-        return json.dumps({"sizes": self.sizes, **data}, sort_keys=True, default=str)
+        return json.dumps({"sizes": self.sizes, "dtype": self.dtype, **data}, sort_keys=True, default=str)
 
 
 def _seq_out(x: torch.Tensor, init: dict) -> torch.Tensor:
     if not init.get("batch_first") or x.dim() != 3 or x.shape[-1] != init["input_size"]:
         raise ValueError("recurrent seed expects a batch-first [N, L, input_size] input")
-    return torch.empty(x.shape[0], x.shape[1], init["hidden_size"], device="meta")
+    return torch.empty(x.shape[0], x.shape[1], init["hidden_size"], device="meta", dtype=x.dtype)
 
 
 RECURRENT_SHAPES = {"nn.LSTM": _seq_out, "nn.GRU": _seq_out, "nn.RNN": _seq_out}

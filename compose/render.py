@@ -22,18 +22,45 @@ def _kwargs(d: dict) -> str:
     return ", ".join(f"{k}={_literal(v)}" for k, v in d.items())
 
 
-def _factory(shape: list, dtype: str, values: str) -> str:
+def _factory(shape: list, dtype: str, values: str, float_dtype: str = "float32") -> str:
+    """Source of a random tensor; float tensors in ``float_dtype`` (the task's dtype)."""
     dims = ", ".join(str(d) for d in shape)
     tup = f"({dims},)" if len(shape) == 1 else f"({dims})"
     if values.startswith("index:"):
         return f"torch.randint(0, {values[6:]}, {tup})"
     if values == "bool" or dtype == "bool":
         return f"torch.rand({dims}) > 0.5"
+    kw = "" if float_dtype == "float32" else f", dtype=torch.{float_dtype}"
     if values == "unit":
-        return f"torch.rand({dims})"
+        return f"torch.rand({dims}{kw})"
     if values == "positive":
-        return f"torch.rand({dims}) + 0.1"
-    return f"torch.randn({dims})"
+        return f"torch.rand({dims}{kw}) + 0.1"
+    return f"torch.randn({dims}{kw})"
+
+
+# Trained-like state of normalisation modules, set in ``__init__`` (seeded by the task's build seed): with
+# PyTorch's defaults (running mean 0, variance 1, weight 1, bias 0) an eval-mode BatchNorm is x / sqrt(1 + eps),
+# which a kernel could drop. Values: running mean ~ N(0, 0.1^2), running variance ~ U(0.5, 1.5), weight ~
+# N(1, 0.1^2), bias ~ N(0, 0.1^2) (magnitudes of trained ResNet-50 BatchNorm statistics, order of magnitude).
+_NORM_STATE = (("running_mean", "normal_(0.0, 0.1)"), ("running_var", "uniform_(0.5, 1.5)"),
+               ("weight", "normal_(1.0, 0.1)"), ("bias", "normal_(0.0, 0.1)"))
+
+
+def _norm_state_lines(module, attr: str) -> list[str]:
+    """``with torch.no_grad()`` body lines giving ``self.<attr>`` trained-like statistics and affine parameters,
+    for a module that has running statistics or is a normalisation layer; [] otherwise."""
+    import torch
+
+    has_stats = isinstance(getattr(module, "running_mean", None), torch.Tensor)
+    is_norm = has_stats or "Norm" in type(module).__name__
+    lines = []
+    if not is_norm or "Lazy" in type(module).__name__:
+        return lines
+    for name, init in _NORM_STATE:
+        t = getattr(module, name, None)
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() >= 1:
+            lines.append(f"self.{attr}.{name}.{init}")
+    return lines
 
 
 def render_graph(graph: OpGraph, docstring: str) -> str:
@@ -42,14 +69,15 @@ def render_graph(graph: OpGraph, docstring: str) -> str:
     g = graph.g
     names: dict[str, str] = {n: _INPUT_NAMES[i] if i < len(_INPUT_NAMES) else f"x{i}"
                              for i, n in enumerate(graph.inputs())}
-    init_lines, fwd_lines = [], []
+    init_lines, fwd_lines, state_lines = [], [], []
     used_attrs: set[str] = set()
+    fdt = graph.dtype
     for j, n in enumerate(graph.ops()):
         a, seed = g.nodes[n], graph.seeds[n]
         args = [names[p] for p in graph.args_of(n)]
         for pname, (shape, dtype, values) in a["params"].items():
             attr = f"{pname}_{j}"
-            fac = _factory(shape, dtype, values)
+            fac = _factory(shape, dtype, values, fdt)
             # running statistics are state, not trainable weights (torch refuses grads through them)
             if dtype == "float32" and not pname.startswith("running_"):
                 init_lines.append(f"self.{attr} = nn.Parameter({fac})")
@@ -67,6 +95,7 @@ def render_graph(graph: OpGraph, docstring: str) -> str:
                 attr += "_"
             used_attrs.add(attr)
             init_lines.append(f"self.{attr} = {cls}({_kwargs(a['init_args'])})")
+            state_lines += _norm_state_lines(_meta_module(graph, n), attr)
             expr = f"self.{attr}({', '.join(args)}{', ' + kw if kw else ''})"
         else:
             call_args = f"[{', '.join(args)}]" if seed.tensor_list else ", ".join(args)
@@ -77,15 +106,28 @@ def render_graph(graph: OpGraph, docstring: str) -> str:
         fwd_lines.append(f"{out} = {expr}")
         names[n] = out
     fwd_lines.append(f"return {names[graph.output()]}")
+    if state_lines:
+        init_lines += ["with torch.no_grad():  # trained-like normalisation state (not PyTorch's identity defaults)",
+                       *["    " + line for line in state_lines]]
+    if fdt != "float32":
+        init_lines.append(f"self.to(torch.{fdt})  # parameters and buffers in the task's dtype")
     inputs = graph.inputs()
     used_sizes = [s for s in graph.sizes if any(s in g.nodes[i]["shape"] for i in inputs)]
-    get_inputs = [f"{names[i]} = {_factory(g.nodes[i]['shape'], g.nodes[i]['dtype'], g.nodes[i]['values'])}"
+    get_inputs = [f"{names[i]} = "
+                  f"{_factory(g.nodes[i]['shape'], g.nodes[i]['dtype'], g.nodes[i]['values'], fdt)}"
                   for i in inputs]
     return _task_source(
         imports=["import torch.nn.functional as F"], docstring=docstring, init_lines=init_lines,
         forward_args=[names[i] for i in inputs], forward_lines=fwd_lines,
         constants=[f"{s} = {graph.sizes[s]}" for s in used_sizes],
         input_lines=get_inputs, returned=", ".join(names[i] for i in inputs))
+
+
+def _meta_module(graph: OpGraph, node: str):
+    """The module of op ``node`` built on ``meta`` (no memory), to read which state it has."""
+    from opforge.compose.graph import _module
+
+    return _module(graph.seeds[node], graph.g.nodes[node]["init_args"], "meta")
 
 
 def _task_source(imports: list[str], docstring: str, init_lines: list[str], forward_args: list[str],

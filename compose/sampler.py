@@ -6,6 +6,13 @@ Patterns (``k`` = number of ops, the combining op included):
   ``gating``           y = chain_{k-1}(x); out = y * x
   ``reduce_broadcast`` y = chain_{k-2}(x); r = reduce(y, dim=-1, keepdim=True); out = y - r
   ``concat``           a = op(x), b = op'(x); c = torch.cat([a, b], dim=1); then k-3 more ops
+Op choice: each op is drawn with its weight (``op_weights``: by default its relevance, how often real models
+run it, ``compose.op_weights``) times the weight of its category (``category_weights``); with probability
+``heavy_start`` the first op is a GEMM, convolution, attention or recurrent op (the producer + epilogue shape of
+KernelBench level 2 and of most fused kernels in real models). Sizes: on a ``realistic`` device profile every
+non-batch size comes from one size context of the shape vocabulary (``compose.sizing``), otherwise from the
+profile's fixed lists. Constructs that change nothing (``compose.avoid``) are never generated; internal
+ATen-level ops (``seeds.public_api.is_internal``) are left out unless ``include_internal``.
 Deterministic: everything is drawn from the ``random.Random`` passed in.
 """
 
@@ -15,8 +22,11 @@ import random
 import re
 from collections import defaultdict
 
+from opforge.compose.avoid import CONSTANT_OUTPUT, noop_reason
 from opforge.compose.device_profiles import DeviceProfile
 from opforge.compose.graph import OpGraph
+from opforge.compose.sizing import SizeContext, draw_context, layout_kind
+from opforge.seeds.public_api import is_internal
 from opforge.seeds.seed_op import TEMPLATES, SeedOp
 from opforge.seeds.tensors import resolve_value
 
@@ -38,6 +48,9 @@ VARIADIC_OUTPUT = re.compile(r"(^|\.)(split|unbind|tensor_split|hsplit|vsplit|ds
 # call past the 1.6 s GPU step limit (the cost model's FLOP counter sees no FLOPs in them, so it picks
 # huge batches), the others gave degenerate or too slow outputs. CUDA-Agent-Ops-6K has no such op either.
 DEFAULT_CATEGORY_WEIGHTS = {"linalg": 0.0}
+HEAVY_CATEGORIES = ("gemm", "conv", "attention", "recurrent")
+DEFAULT_HEAVY_START = 0.5
+FLOAT_DTYPES = ("float32", "bfloat16", "float16")
 
 OP_MIXES = {
     # CUDA-Agent-Ops-6K: share of rows with 1..5 ops (204/5026/457/168/74 of 5,929 torch rows).
@@ -70,15 +83,28 @@ class SamplingError(Exception):
 class Sampler:
     """Draws graphs from ``ops`` (torch seed ops; stochastic ones dropped unless ``allow_stochastic``).
 
-    ``category_weights`` (category -> weight, default 1) weighs the category an op is drawn from, over
-    ``DEFAULT_CATEGORY_WEIGHTS``; an op of a category weighing 0 is never drawn."""
+    ``op_weights`` (label -> weight; labels left out weigh 0) and ``category_weights`` (category -> weight,
+    default 1, over ``DEFAULT_CATEGORY_WEIGHTS``) multiply; without ``op_weights`` every op weighs 1. An op
+    whose weight is 0 is never drawn. ``vocab`` (a ``ShapeVocabulary``) is required by realistic profiles.
+    ``heavy_start`` is the probability that the first op is of ``HEAVY_CATEGORIES``."""
 
     def __init__(self, ops: list[SeedOp], profile: DeviceProfile, allow_stochastic: bool = False,
-                 category_weights: dict[str, float] | None = None):
+                 category_weights: dict[str, float] | None = None, *, vocab=None,
+                 op_weights: dict[str, float] | None = None, include_internal: bool = False,
+                 heavy_start: float = DEFAULT_HEAVY_START):
         self.profile = profile
+        if profile.realistic and vocab is None:
+            raise ValueError(f"device profile {profile.name!r} sizes tasks from a shape vocabulary: pass vocab")
+        self.vocab = vocab
+        self.heavy_start = heavy_start
         self.category_weights = {**DEFAULT_CATEGORY_WEIGHTS, **(category_weights or {})}
         usable = [o for o in ops if o.library == "torch" and o.meta_ok and (allow_stochastic or not o.stochastic)
-                  and o.output_dtype == "float32" and o.inputs and not VARIADIC_OUTPUT.search(o.label)]
+                  and o.output_dtype == "float32" and o.inputs and not VARIADIC_OUTPUT.search(o.label)
+                  and not CONSTANT_OUTPUT.search(o.label)
+                  and (include_internal or not is_internal(o.label, o.qualname))]
+        self.weights = {o.label: (1.0 if op_weights is None else float(op_weights.get(o.label, 0.0)))
+                        * self.category_weights.get(o.category, 1.0) for o in usable}
+        usable = [o for o in usable if self.weights[o.label] > 0]
         self.by_label = {o.label: o for o in usable}
         # ops that may follow another op: float primary input with unconstrained values and a template
         self.chainable: dict[int, list[tuple[SeedOp, str]]] = defaultdict(list)
@@ -88,28 +114,44 @@ class Sampler:
                     self.chainable[len(TEMPLATES[t])].append((o, t))
         # ops that may start a graph: any usable op whose primary input has a batch dim
         self.starters = [o for o in usable if _primary_shape(o, None) and _primary_shape(o, None)[0] == "N"]
-        self.reducers = [self.by_label[r] for r in REDUCERS if r in self.by_label]
+        self.heavy_starters = [o for o in self.starters if o.category in HEAVY_CATEGORIES]
+        # reducers of the reduce-broadcast pattern are structural: drawn whatever their weight
+        self.reducers = [o for o in ops if o.label in REDUCERS and o.library == "torch"]
+        self.dtype = "float32"
+        self.context: SizeContext | None = None
 
-    # ---- op choice, spreading over categories ----
+    def supports(self, seed: SeedOp, dtype: str) -> bool:
+        """Whether ``seed`` runs in ``dtype``: its probed ``dtypes`` when the catalog records them, else any
+        float dtype."""
+        dtypes = getattr(seed, "dtypes", None)
+        return dtype in dtypes if dtypes else True
+
+    # ---- op choice, by weight ----
     def _pick(self, rng: random.Random, items: list, key=lambda it: it):
-        by_cat: dict[str, list] = defaultdict(list)
-        for it in items:
-            by_cat[key(it).category].append(it)
-        cats = sorted(by_cat)
-        weights = [self.category_weights.get(c, 1.0) for c in cats]
-        if sum(weights) <= 0:
-            raise SamplingError("category weights exclude every op")
-        cat = rng.choices(cats, weights)[0]
-        return rng.choice(by_cat[cat])
+        items = [it for it in items if self.supports(key(it), self.dtype)]
+        weights = [self.weights[key(it).label] for it in items]
+        if not items or sum(weights) <= 0:
+            raise SamplingError("op weights exclude every op")
+        return rng.choices(items, weights)[0]
+
+    def _k_options(self, rng: random.Random) -> int:
+        if self.profile.realistic and self.context is not None:
+            return rng.choice(self.context.k_options)
+        return rng.choice(self.profile.sizes["K"])
 
     # ---- building blocks ----
     def _start(self, rng: random.Random, g: OpGraph) -> str:
+        heavy = self.heavy_starters and rng.random() < self.heavy_start
         for _ in range(20):
-            seed = self._pick(rng, self.starters)
+            seed = self._pick(rng, self.heavy_starters if heavy else self.starters)
             templates = [t for t in seed.templates if TEMPLATES[t][0] == "N"] or [None]
+            if self.profile.realistic:
+                # 2-D [batch, features] inputs are far below a GPU's window at batch <= 512: prefer a layout
+                # with a sequence or spatial axis, as in the models the sizes come from
+                templates = [t for t in templates if t and set(TEMPLATES[t]) & set("LHWD")] or templates
             t = rng.choice(templates)
             shape = list(TEMPLATES[t]) if t else list(seed.inputs[0].shape)
-            local = {s: rng.choice(self.profile.sizes[s]) for s in ("C", "K", "L", "H", "W", "D")}
+            local = self._start_sizes(rng, t)
             local["N"] = BASE_BATCH
             names = []
             for d in shape:
@@ -126,11 +168,28 @@ class Sampler:
             g.remove(first)
         raise SamplingError("no starting op fits")
 
+    def _start_sizes(self, rng: random.Random, template: str | None) -> dict[str, int]:
+        """Sizes of the symbols for a graph whose first input has ``template``: a vocabulary size context on a
+        realistic profile (kept in ``self.context``), the profile's fixed lists otherwise."""
+        if not self.profile.realistic:
+            return {s: rng.choice(self.profile.sizes[s]) for s in ("C", "K", "L", "H", "W", "D")}
+        self.context = draw_context(self.vocab, layout_kind(template), rng)
+        local = dict(self.context.values)
+        spatial = self.vocab.values("spatial", 4, 224) or [7]
+        fill = {"C": self.context.k_options, "L": self.context.knobs.get("seq_len") or [128], "H": spatial,
+                "W": spatial, "D": self.vocab.values("depth", 2, 64) or [8]}
+        for sym, options in fill.items():
+            if sym not in local:
+                local[sym] = rng.choice(options)
+        local["K"] = self._k_options(rng)
+        return local
+
     def _apply(self, rng, g: OpGraph, seed: SeedOp, args: list[str], local: dict[str, int],
                first_shape: list | None = None, extra_from: list[str] | None = None) -> str | None:
-        """Add ``seed`` consuming ``args`` (primary first); create graph inputs for its other tensors."""
+        """Add ``seed`` consuming ``args`` (primary first); create graph inputs for its other tensors. None
+        when it does not fit the shapes or would change nothing (``compose.avoid``)."""
         local = dict(local)
-        local.setdefault("K", rng.choice(self.profile.sizes["K"]))
+        local.setdefault("K", self._k_options(rng))
         new_inputs = []
         all_args = list(args)
         if extra_from is None:
@@ -142,8 +201,9 @@ class Sampler:
                         return None
                     shape = list(sym)
                 else:
-                    shape = [SIZE_NAMES["N"] if d == "N" else (local[d] if isinstance(d, str) else d)
-                             for d in spec.shape]
+                    shape = [SIZE_NAMES[d] if d == "N" or (isinstance(d, str) and SIZE_NAMES[d] in g.sizes
+                                                           and g.sizes[SIZE_NAMES[d]] == local[d])
+                             else (local[d] if isinstance(d, str) else d) for d in spec.shape]
                     if "N" in spec.shape and not self._batch_first(g, args[0]):
                         self._drop(g, new_inputs)
                         return None
@@ -167,6 +227,8 @@ class Sampler:
             if not out.is_floating_point() or out.dim() == 0 or out.numel() == 0:
                 raise SamplingError("non-float, scalar or empty output")
             g.run("meta", {**g.sizes, "batch_size": PROBE_BATCH})
+            if noop_reason(g, node):
+                raise SamplingError("changes nothing")
         except Exception:
             g.remove(node)
             self._drop(g, new_inputs)
@@ -182,20 +244,31 @@ class Sampler:
         return bool(sym) and sym[0] == SIZE_NAMES["N"]
 
     def _symbolic_shape(self, g: OpGraph, node: str) -> list | None:
-        """Shape of ``node``'s output as size names / ints, or None if a dim depends on the batch
-        other than by equality (then no extra input can be written for it)."""
+        """Shape of ``node``'s output as size names / ints, or None if a dim depends on the batch other than
+        by equality (then no extra input can be written for it). A dim that depends on another size other than
+        by equality is written as an int and that size is frozen (``OpGraph.frozen``: the cost model keeps it)."""
         a = g.run("meta")[node].shape
-        b = g.run("meta", {**g.sizes, "batch_size": PROBE_BATCH})[node].shape
-        if len(a) != len(b):
-            return None
-        out = []
-        for x, y in zip(a, b, strict=True):
-            if x == y:
-                out.append(int(x))
-            elif x == g.sizes["batch_size"] and y == PROBE_BATCH:
-                out.append(SIZE_NAMES["N"])
-            else:
+        out: list = [int(x) for x in a]
+        for name, value in g.sizes.items():
+            probe = PROBE_BATCH if name == "batch_size" else value * 2
+            try:
+                b = g.run("meta", {**g.sizes, name: probe})[node].shape
+            except Exception:  # noqa: BLE001 - the graph refuses that size: keep it fixed
+                if name == "batch_size":
+                    return None
+                g.frozen.add(name)
+                continue
+            if len(a) != len(b):
                 return None
+            for i, (x, y) in enumerate(zip(a, b, strict=True)):
+                if x == y:
+                    continue
+                if x == value and y == probe and isinstance(out[i], int):
+                    out[i] = name
+                elif name == "batch_size":
+                    return None
+                else:
+                    g.frozen.add(name)
         return out
 
     def _next(self, rng, g: OpGraph, prev: str, tries: int = 25) -> str | None:
@@ -218,11 +291,15 @@ class Sampler:
         return self._apply(random.Random(0), g, seed, [a], {}, extra_from=[b])
 
     # ---- patterns ----
-    def sample(self, rng: random.Random, k: int) -> tuple[OpGraph, str]:
-        """A graph with exactly ``k`` ops and the pattern used. Raises SamplingError after 50 attempts."""
+    def sample(self, rng: random.Random, k: int, dtype: str = "float32") -> tuple[OpGraph, str]:
+        """A graph with exactly ``k`` ops in ``dtype`` and the pattern used; on a realistic profile
+        ``self.context`` holds its size context. Raises SamplingError after 50 attempts."""
+        if dtype not in FLOAT_DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}; choices: {', '.join(FLOAT_DTYPES)}")
+        self.dtype = dtype
         for _ in range(50):
             pattern = self._pattern(rng, k)
-            g = OpGraph()
+            g = OpGraph(dtype=dtype)
             try:
                 if self._build(rng, g, pattern, k) and len(g.ops()) == k:
                     g.output()
@@ -256,7 +333,8 @@ class Sampler:
             if y is None:
                 return False
             src = g.args_of(x)[0]  # the graph input feeding the first op
-            if tuple(g.run("meta")[y].shape) != g.input_shape(src) or g.g.nodes[src]["dtype"] != "float32":
+            if tuple(g.run("meta")[y].shape) != g.input_shape(src) or g.g.nodes[src]["dtype"] != "float32" \
+                    or g.run("meta")[y].dtype != g.run("meta")[src].dtype:
                 return False
             return self._binary(g, "+" if pattern == "residual" else "*", y, src) is not None
         if pattern == "reduce_broadcast":

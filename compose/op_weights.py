@@ -1,0 +1,42 @@
+"""Default op weights of the composer: how often real models run each op (its relevance), tempered.
+
+The relevance of a seed op is its share in the op relevance table (``opforge.seeds.relevance``: the share of
+real model configs whose forward calls the op, aliases sharing one op's share). The weight the sampler draws
+it with is ``FLOOR + min(relevance, CAP)``:
+
+* ``FLOOR`` keeps ops no traced model runs (scans, rare activations) in the dataset, at a low rate;
+* ``CAP`` keeps the most common ops (layer norm, softmax, gelu, transpose) from filling most tasks; the
+  arithmetic operators and the GEMM / conv ops of ``UNCAPPED`` are exempt (they are the bulk of real models).
+
+``--op-weights FILE`` (YAML or JSON, label -> weight) replaces the weight of each op it lists.
+"""
+
+from __future__ import annotations
+
+from opforge.seeds.seed_op import SeedOp
+
+FLOOR = 0.01
+CAP = 0.12
+UNCAPPED = frozenset({"+", "-", "*", "/", "torch.add", "torch.sub", "torch.mul", "torch.div", "torch.matmul",
+                      "F.linear", "nn.Linear", "nn.Conv2d", "F.conv2d", "torch.conv2d"})
+
+
+def default_op_weights(ops: list[SeedOp], table=None) -> dict[str, float]:
+    """Label -> weight for every op of ``ops`` from the relevance ``table`` (default: the packaged one)."""
+    from opforge.seeds.relevance import default_relevance, label_relevance
+
+    table = table if table is not None else default_relevance()
+    labels = sorted({o.label for o in ops})
+    rel = label_relevance(labels, table)
+    return {lab: FLOOR + (rel.get(lab, 0.0) if lab in UNCAPPED else min(rel.get(lab, 0.0), CAP))
+            for lab in labels}
+
+
+def merge_op_weights(defaults: dict[str, float], overrides: dict[str, float] | None) -> dict[str, float]:
+    """``defaults`` with each label of ``overrides`` replaced. Raises ValueError for a negative weight."""
+    out = dict(defaults)
+    for label, w in (overrides or {}).items():
+        if w < 0:
+            raise ValueError(f"op weight of {label!r} is negative ({w})")
+        out[label] = float(w)
+    return out
