@@ -73,9 +73,19 @@ def compose_cmd(
     out: Path = typer.Option(Path("runs/candidates.parquet"), help="Candidates Parquet to write."),
     op_mix: str = typer.Option("ops6k", help="ops6k | uniform | '1:0.2,2:0.3,...' (share of 1..5-op tasks)."),
     device_profile: str = typer.Option("h100", help="Cost-model profile for sizing: h100, h200, cpu, test."),
-    transformers_share: float = typer.Option(0.012, help="Share of standalone transformers-module tasks."),
-    categories: str = typer.Option(None, help="Category weights for op choice, e.g. 'conv:2,gemm:2,loss:0' "
-                                              "(default 1 each, linalg 0)."),
+    transformers_share: float = typer.Option(0.04, help="Share of self-contained transformers block tasks."),
+    categories: str = typer.Option(None, help="Category weights multiplying the op weights, e.g. "
+                                              "'conv:2,gemm:2,loss:0' (default 1 each, linalg 0)."),
+    op_weights: Path = typer.Option(None, help="YAML / JSON file of label: weight replacing the default "
+                                               "(relevance-based) weight of each op it lists."),
+    dtype_mix: str = typer.Option("float32:0.7,bfloat16:0.18,float16:0.12",
+                                  help="Share of tasks per dtype (float32, bfloat16, float16)."),
+    vocabulary: Path = typer.Option(None, help="Shape vocabulary JSON (default: the packaged one; "
+                                               "`opforge seeds vocabulary` writes one)."),
+    include_internal: bool = typer.Option(False, help="Also draw internal ATen-level ops (torch.native_*, "
+                                                      "*_copy, ...)."),
+    heavy_start: float = typer.Option(None, help="Probability that a task starts with a GEMM / conv / "
+                                                 "attention / RNN op (default 0.5)."),
     workers: int = typer.Option(1, help="Processes (output does not depend on it)."),
 ):
     """Compose candidate fused tasks (KernelBench format) from the seed catalog."""
@@ -90,8 +100,16 @@ def compose_cmd(
         except ValueError:
             typer.echo(f"error: bad --categories {categories!r}: use 'cat:weight,...'", err=True)
             raise typer.Exit(2) from None
-    cfg = ComposeConfig(n=n, seed=seed, op_mix=op_mix, device_profile=device_profile,
-                        transformers_share=transformers_share, category_weights=weights)
+    try:
+        overrides = _op_weights(op_weights)
+        cfg = ComposeConfig(n=n, seed=seed, op_mix=op_mix, device_profile=device_profile,
+                            transformers_share=transformers_share, category_weights=weights,
+                            op_weights=overrides, dtype_mix=dtype_mix,
+                            vocabulary=str(vocabulary) if vocabulary else None,
+                            include_internal=include_internal, heavy_start=heavy_start)
+    except (ValueError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     t0 = time.perf_counter()
     try:
         df = compose_to_parquet(seeds, out, cfg, workers)
@@ -103,6 +121,15 @@ def compose_cmd(
                f"op counts: " + ", ".join(f"{k}: {v:.1%}" for k, v in mix.items())
                + f"; DAG share: {(~df.pattern.isin(['chain', 'transformers'])).mean():.1%}")
 
+
+
+def _op_weights(path: Path | None) -> dict[str, float] | None:
+    """The ``--op-weights`` file as label -> weight (None without one). Raises ValueError naming the file."""
+    if path is None:
+        return None
+    from opforge.seeds.relevance import load_op_weights
+
+    return load_op_weights(path)
 
 
 def _names(value: str | None) -> list[str] | None:
@@ -209,6 +236,10 @@ def run_cmd(
                                                           "on cuda, off on cpu)."),
     no_window: bool = typer.Option(None, "--no-window", help="Record runtimes only."),
     device_profile: str = typer.Option(None, help="Composer cost-model profile (default: cpu / h100)."),
+    dtype_mix: str = typer.Option(None, help="Share of tasks per dtype (default "
+                                             "'float32:0.7,bfloat16:0.18,float16:0.12')."),
+    op_weights: Path = typer.Option(None, help="YAML / JSON label: weight file replacing the composer's "
+                                               "default weight of each op it lists."),
     round_size: int = typer.Option(None, help="Candidates per compose round (default 1.5 x target)."),
     candidate_budget: int = typer.Option(None, help="Most candidates in all (default 20 x target)."),
     skip: str = typer.Option(None, help="Comma-separated filters to leave out (e.g. compile)."),
@@ -232,11 +263,12 @@ def run_cmd(
                  "seed": seed, "op_mix": op_mix, "runtime_window_ms": window, "no_window": no_window,
                  "device_profile": device_profile, "round_size": round_size, "candidate_budget": candidate_budget,
                  "skip_filters": _names(skip), "timeout_s": timeout_s, "kernelbench": kernelbench,
-                 "seeds_catalog": seeds_catalog, "repo_id": repo_id}
+                 "seeds_catalog": seeds_catalog, "repo_id": repo_id, "dtype_mix": dtype_mix}
     try:
+        overrides["op_weights"] = _op_weights(op_weights)
         cfg = load_config(config, overrides, thresholds=threshold)
         res = run_pipeline(cfg)
-    except (ConfigError, InputError, ReferenceLoadError, ValueError, RuntimeError) as exc:
+    except (ConfigError, InputError, ReferenceLoadError, ValueError, RuntimeError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     typer.echo(f"{res.stop_reason}; {res.accepted} of {res.candidates} candidates accepted "

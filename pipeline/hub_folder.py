@@ -38,6 +38,10 @@ COLUMNS: list[tuple[str, pa.DataType, str, str]] = [
     ("graph", pa.string(), "string", "the op graph as JSON (networkx node-link) or the transformers module"),
     ("categories", pa.string(), "string", "JSON list of the seed ops' categories"),
     ("input_shapes", pa.string(), "string", "JSON list of the input tensor shapes"),
+    ("dtype", pa.string(), "string", "floating dtype of the inputs and parameters: `float32`, `bfloat16` or "
+                                     "`float16` (outputs are judged at that dtype's tolerance)"),
+    ("size_context", pa.string(), "string", "the model family whose config the sizes come from (`llama`, "
+                                            "`resnet`...; empty for fixed-size profiles)"),
     ("eager_ms", pa.float64(), "float64", "median eager runtime in ms on `gpu` (CUDA events + L2 flush; CPU: "
                                           "wall clock)"),
     ("compile_ms", pa.float64(), "float64", "median `torch.compile` (Inductor) runtime in ms on `gpu` "

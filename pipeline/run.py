@@ -20,6 +20,7 @@ finished. Selection and the Hub folder are rebuilt at the end of every run (seco
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -100,8 +101,12 @@ def _compose_round(cfg: RunConfig, catalog: Path, k: int, run_dir: Path) -> Path
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     ccfg = ComposeConfig(n=cfg.round_size, seed=cfg.seed, op_mix=cfg.op_mix, device_profile=cfg.device_profile,
-                         transformers_share=cfg.transformers_share, start_index=k * cfg.round_size)
-    df = compose(read_catalog(catalog), ccfg)
+                         transformers_share=cfg.transformers_share, start_index=k * cfg.round_size,
+                         dtype_mix=cfg.dtype_mix, op_weights=cfg.op_weights, vocabulary=cfg.vocabulary,
+                         include_internal=cfg.include_internal, heavy_start=cfg.heavy_start)
+    # the sandboxes wait for candidates meanwhile: compose on every core (output does not depend on it)
+    workers = cfg.compose_workers or max(1, min(len(os.sched_getaffinity(0)), cfg.round_size // 50))
+    df = compose(read_catalog(catalog), ccfg, workers=workers)
     tmp = path.with_suffix(".tmp.parquet")
     df.to_parquet(tmp, index=False)
     tmp.replace(path)
@@ -217,6 +222,32 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     return result
 
 
+def _shape_stats(rows: pd.DataFrame) -> dict[str, Any]:
+    """Sizes and dtypes of the published rows for the card: first-input batch p50 / p90, largest non-batch
+    dim p50, distinct non-batch sizes, share with a size that is not a multiple of 8, dtype shares, and the
+    most common size contexts."""
+    import numpy as np
+
+    batch, largest, dims, odd = [], [], set(), 0
+    for s in rows["input_shapes"]:
+        shapes = [sh for sh in json.loads(s) if sh]
+        if not shapes:
+            continue
+        batch.append(shapes[0][0])
+        rest = [d for sh in shapes for d in sh[1:]]
+        largest.append(max(rest) if rest else 0)
+        dims.update(rest)
+        odd += any(d % 8 for d in rest)
+    n = max(1, len(batch))
+    dtypes = rows["dtype"].value_counts(normalize=True) if "dtype" in rows else pd.Series(dtype=float)
+    ctx = rows["size_context"].replace("", np.nan).dropna() if "size_context" in rows else pd.Series(dtype=str)
+    return {"n": len(batch), "batch_p50": float(np.median(batch)) if batch else 0.0,
+            "batch_p90": float(np.percentile(batch, 90)) if batch else 0.0,
+            "largest_p50": float(np.median(largest)) if largest else 0.0, "distinct_dims": len(dims),
+            "odd_share": odd / n, "dtypes": [(str(k), float(v)) for k, v in dtypes.items()],
+            "contexts": [(str(k), int(v)) for k, v in ctx.value_counts().head(12).items()]}
+
+
 def _selection_json(sel) -> dict[str, Any]:
     return {"quotas": sel.quotas, "picked": sel.picked, "available": sel.available, "shortfall": sel.shortfall,
             "notes": sel.notes, "task_ids": list(sel.rows["task_id"])}
@@ -231,6 +262,12 @@ def _published_rows(sel: pd.DataFrame, funnel: dict[str, Any], cfg: RunConfig) -
     out["gpu"] = (env.get("gpu") or "cpu") if cfg.device == "cuda" else "cpu"
     out["torch_version"] = env.get("torch")
     out["opforge_version"] = version("opforge")
+    if "dtype" not in out:  # candidates composed before the dtype column existed
+        out["dtype"] = "float32"
+    if "size_context" not in out:
+        out["size_context"] = ""
+    out["dtype"] = out["dtype"].fillna("float32")
+    out["size_context"] = out["size_context"].fillna("")
     out["generator_seed"] = out["generator_seed"].astype("int64")
     out["num_ops"] = out["num_ops"].astype("int64")
     for c in ("eager_ms", "compile_ms", "kernelbench_similarity"):
@@ -258,6 +295,7 @@ def _card_context(cfg: RunConfig, rows: pd.DataFrame, funnel: dict, sel, env: di
     kb = pd.to_numeric(rows["kernelbench_similarity"], errors="coerce").dropna()
     device_label = env.get("gpu") if cfg.device == "cuda" and env.get("gpu") else "CPU"
     return {
+        "shapes": _shape_stats(rows),
         "pretty_name": cfg.pretty_name, "license_id": cfg.license, "license": f"Licence: {cfg.license}",
         "seed": cfg.seed, "device_profile": cfg.device_profile,
         "load_id": cfg.repo_id or "path/to/this/folder", "funnel": funnel,

@@ -22,7 +22,13 @@ class RunConfig(BaseModel):
         device / workers / scheduler: where the filters run (see ``opforge filter``).
         seed: generator seed: composition and selection depend only on it and the seed catalog.
         op_mix: composer op-count mix (``ops6k``, ``uniform`` or ``1:0.2,2:0.3,...``), also the selection quota.
-        transformers_share: share of standalone transformers-module tasks (composition and quota).
+        transformers_share: share of self-contained transformers block tasks (composition and quota).
+        dtype_mix: share of tasks per floating dtype (``float32:0.7,bfloat16:0.18,float16:0.12``).
+        op_weights: label -> weight replacing the composer's relevance-based default of each op listed.
+        vocabulary: shape vocabulary JSON for realistic profiles (default: the packaged one).
+        include_internal / heavy_start: composer options (see ``opforge compose --help``).
+        compose_workers: processes composing candidates (default: the machine's cores; output does not
+            depend on it).
         device_profile: composer cost-model profile (default: ``cpu`` on CPU, ``h100`` on CUDA).
         runtime_window_ms: eager window; None = the device default (1-100 ms on CUDA, off on CPU).
         no_window: record runtimes only, on any device.
@@ -52,7 +58,13 @@ class RunConfig(BaseModel):
     scheduler: str | None = None
     seed: int = 0
     op_mix: str = "ops6k"
-    transformers_share: float = Field(0.012, ge=0, le=1)
+    transformers_share: float = Field(0.04, ge=0, le=1)
+    dtype_mix: str = "float32:0.7,bfloat16:0.18,float16:0.12"
+    op_weights: dict[str, float] | None = None
+    vocabulary: str | None = None
+    include_internal: bool = False
+    heavy_start: float | None = Field(None, ge=0, le=1)
+    compose_workers: int | None = Field(None, ge=1)
     device_profile: str | None = None
     runtime_window_ms: tuple[float, float] | None = None
     no_window: bool = False
@@ -96,7 +108,8 @@ class RunConfig(BaseModel):
 # Fields whose change makes an existing run directory's results another dataset (a re-run with any other
 # field changed - target, budget, workers, timeouts - resumes the same run).
 IDENTITY_FIELDS = ("seed", "op_mix", "transformers_share", "device_profile", "device", "runtime_window_ms",
-                   "round_size", "skip_filters", "kernelbench", "kernelbench_levels", "seeds_catalog")
+                   "round_size", "skip_filters", "kernelbench", "kernelbench_levels", "seeds_catalog", "dtype_mix",
+                   "op_weights", "vocabulary", "include_internal", "heavy_start")
 
 
 def load_config(path: str | Path | None, overrides: dict[str, Any], thresholds: list[str] | None = None
