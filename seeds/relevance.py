@@ -51,7 +51,8 @@ NOT_OPS = frozenset({"set_grad_enabled", "is_grad_enabled", "is_autocast_enabled
                      "char", "is_floating_point", "is_complex", "finfo", "iinfo", "get_default_dtype",
                      "is_tensor", "numel"})
 SETTINGS = {"keep_layers": KEEP_LAYERS, "max_layers": MAX_LAYERS, "seq_len": SEQ_LEN, "version": RELEVANCE_VERSION,
-            "experts": EXPERTS_IMPLEMENTATION, "not_ops": sorted(NOT_OPS)}
+            "experts": EXPERTS_IMPLEMENTATION, "not_ops": sorted(NOT_OPS),
+            "inputs": "main,all,features-transposed", "meta_reads": "bool,item,int,index,float,tolist"}
 
 
 @dataclass
@@ -278,7 +279,7 @@ def _side(cfg) -> tuple[int, int]:
 
 def _input_sets(model, cfg) -> list[dict[str, Any]]:
     """Candidate keyword inputs (meta tensors), tried in order: the main input alone, then every known input
-    the forward accepts."""
+    the forward accepts, then both again with ``input_features`` as (batch, frames, mel)."""
     import torch
 
     params = set(inspect.signature(model.forward).parameters)
@@ -307,6 +308,9 @@ def _input_sets(model, cfg) -> list[dict[str, Any]]:
     with torch.device("meta"):
         for names in sets:
             out.append({n: known[n]() for n in names})
+        for kwargs in list(out):  # conformer-style encoders take (batch, frames, mel)
+            if "input_features" in kwargs:
+                out.append({**kwargs, "input_features": kwargs["input_features"].transpose(1, 2).contiguous()})
     return out
 
 
@@ -347,13 +351,39 @@ def _time_limit(seconds: int):
         signal.signal(signal.SIGALRM, old)
 
 
+# Data-dependent reads of a meta tensor (``if mask.all():``, ``int(lengths.max())``) have no value; they read
+# as the no-padding case instead of failing the whole model: True, 1, a list of ones.
+_META_READS = {"__bool__": lambda t: True, "item": lambda t: True if str(t.dtype) == "torch.bool" else 1,
+               "__int__": lambda t: 1, "__index__": lambda t: 1, "__float__": lambda t: 1.0,
+               "tolist": lambda t: _ones_list(tuple(t.shape))}
+
+
+def _ones_list(shape: tuple[int, ...]):
+    return 1 if not shape else [_ones_list(shape[1:]) for _ in range(shape[0])]
+
+
+def _meta_reads_mode():
+    """A ``TorchFunctionMode`` answering ``_META_READS`` on meta tensors (other calls pass through)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class MetaReads(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            name = getattr(func, "__name__", "")
+            if name in _META_READS and args and isinstance(args[0], torch.Tensor) and args[0].is_meta:
+                return _META_READS[name](args[0])
+            return func(*args, **(kwargs or {}))
+
+    return MetaReads()
+
+
 def trace_model(model, inputs: list | dict) -> tuple[Counter, set[str]]:
     """Trace one forward of ``model`` (on ``meta``); returns (calls per op key, transformers block class names).
 
-    ``inputs``: positional list or keyword dict of meta tensors. Raises what the forward raises.
+    ``inputs``: positional list or keyword dict of meta tensors. Data-dependent reads of meta tensors answer
+    as ``_META_READS`` says. Raises what the forward raises.
     """
     import torch
-    from opforge.task.trace import trace_ops
 
     blocks: set[str] = set()
 
@@ -364,13 +394,19 @@ def trace_model(model, inputs: list | dict) -> tuple[Counter, set[str]]:
 
     handle = torch.nn.modules.module.register_module_forward_pre_hook(pre)
     try:
-        if isinstance(inputs, dict):
-            ops = trace_ops(_wrapper(model, inputs), [])
-        else:
-            ops = trace_ops(model, list(inputs))
+        with _meta_reads_mode():  # entered first, so the tracer's mode sees each call before it
+            ops = _trace(model, inputs)
     finally:
         handle.remove()
     return count_ops(ops), blocks
+
+
+def _trace(model, inputs):
+    from opforge.task.trace import trace_ops
+
+    if isinstance(inputs, dict):
+        return trace_ops(_wrapper(model, inputs), [])
+    return trace_ops(model, list(inputs))
 
 
 def _trace_family(model_type: str) -> tuple[Counter, set[str]]:

@@ -136,7 +136,8 @@ class ShapeVocabulary:
             (the sub-config path, e.g. ``vision_config``, absent at the top level) and the sizes that model has:
             ints for ``hidden``, ``intermediate``, ``heads``, ``kv_heads``, ``head_dim``, ``vocab``, ``seq``,
             ``mel``, ``depth``, ``classes``, ``layers``, ``tokens`` (patch tokens), ``image``, ``patch``; int lists
-            in stage order for ``channels``, ``spatial``, ``kernel``.
+            in stage order for ``channels``, ``spatial``, ``kernel``. ``seq`` is the maximum positions, or the
+            patch tokens of a vision encoder that has none.
         skipped: model types / models whose defaults could not be read (listed, not fatal).
     """
 
@@ -392,6 +393,7 @@ def _config_record(cfg, family: str, part: str | None) -> tuple[dict, list[tuple
         regs = _int(attrs.get("num_register_tokens")) or 0
         tokens = grid * grid + extra + regs
         rec["tokens"] = tokens
+        rec.setdefault("seq", tokens)  # a vision encoder's sequence is its patch tokens
         contrib.append(("seq", tokens, where + ("(image/patch)^2" + "+cls" * extra)
                         + ("+registers" if regs else "")))
         frames, tubelet = _int(attrs.get("num_frames")), _int(attrs.get("tubelet_size"))
