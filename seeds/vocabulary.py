@@ -389,12 +389,13 @@ def _config_record(cfg, family: str, part: str | None) -> tuple[dict, list[tuple
         spatial.append(grid)
         contrib.append(("spatial", grid, where + "image_size/patch_size"))
         text = _modeling_text(type(cfg))
-        extra = (1 if _CLS_TOKEN.search(text) else 0) + (1 if _DISTILLATION_TOKEN.search(text) else 0)
+        cls_tok, distill = bool(_CLS_TOKEN.search(text)), bool(_DISTILLATION_TOKEN.search(text))
+        extra = cls_tok + distill
         regs = _int(attrs.get("num_register_tokens")) or 0
         tokens = grid * grid + extra + regs
         rec["tokens"] = tokens
         rec.setdefault("seq", tokens)  # a vision encoder's sequence is its patch tokens
-        contrib.append(("seq", tokens, where + ("(image/patch)^2" + "+cls" * extra)
+        contrib.append(("seq", tokens, where + ("(image/patch)^2" + "+cls" * cls_tok + "+distillation" * distill)
                         + ("+registers" if regs else "")))
         frames, tubelet = _int(attrs.get("num_frames")), _int(attrs.get("tubelet_size"))
         if frames and tubelet and frames % tubelet == 0:
