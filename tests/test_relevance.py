@@ -171,3 +171,13 @@ def test_packaged_snapshot_ranks_model_ops_first():
         assert op in top, (op, top)
     assert table.ops["scaled_dot_product_attention"].share > 0.3
     assert table.ops["conv2d"].share > table.ops.get("cumsum", OpRelevance("cumsum", 0, 0, 0.0)).share
+
+
+def test_torchvision_models_are_traced_when_installed(monkeypatch):
+    from .test_vocabulary import _fake_torchvision
+
+    _fake_torchvision(monkeypatch)
+    table = harvest_relevance(progress=False, families=[])
+    assert table.models == ["torchvision:stand_in"] and table.libraries["torchvision"] == "0.0"
+    assert {"conv2d", "relu", "max_pool2d", "batch_norm", "linear"} <= set(table.ops)
+    assert all(o.share == 1.0 for o in table.ops.values())

@@ -167,3 +167,29 @@ def test_packaged_snapshot_matches_a_fresh_harvest():
     fresh = harvest_vocabulary(progress=False)
     for axis in AXES:
         assert fresh.values(axis) == snap.values(axis), axis
+
+
+def _fake_torchvision(monkeypatch):
+    """A stand-in ``torchvision`` package whose model registry holds one small CNN."""
+    import sys
+    import types
+
+    from transformers.utils import import_utils
+
+    import_utils.is_torchvision_available()  # transformers caches the real answer before the stand-in appears
+    tv = types.ModuleType("torchvision")
+    models = types.ModuleType("torchvision.models")
+    models.list_models = lambda module=None: ["stand_in"]
+    models.get_model = lambda name, weights=None: _stand_in_cnn()
+    tv.models, tv.__version__ = models, "0.0+test"
+    monkeypatch.setitem(sys.modules, "torchvision", tv)
+    monkeypatch.setitem(sys.modules, "torchvision.models", models)
+
+
+def test_torchvision_models_are_read_when_installed(monkeypatch):
+    _fake_torchvision(monkeypatch)
+    vocab = harvest_vocabulary(progress=False, model_types=[], processors=False)
+    assert vocab.libraries["torchvision"] == "0.0"
+    rec = next(m for m in vocab.models if m["source"] == "torchvision")
+    assert rec["family"] == "stand_in" and rec["channels"] == [3, 64, 160] and rec["classes"] == 1000
+    assert "stand_in.feature_map" in _sources(vocab, "spatial", _conv_out(224, 7, 2, 3))
