@@ -148,16 +148,17 @@ def merged_canonical(canonical: str) -> str:
 def alias_groups(labels: list[str]) -> dict[str, str]:
     """Map each label to the representative label of its alias group (labels with one ``label_canonical``).
 
-    The representative is the group's first label in sorted order that is not internal (so
-    ``torch.native_channel_shuffle`` maps to ``F.channel_shuffle`` or ``nn.ChannelShuffle`` when present).
+    The representative is a public label (``is_internal`` False) whose name is the op's canonical name when
+    there is one, first in sorted order (``torch.native_channel_shuffle`` and ``nn.ChannelShuffle`` map to
+    ``F.channel_shuffle``; ``torch.fmin`` to ``torch.minimum``; ``torch.bmm`` to ``torch.matmul``).
     Every input label appears as a key; a label with no alias maps to itself.
     """
     groups: dict[str, list[str]] = {}
     for label in labels:
         groups.setdefault(label_canonical(label), []).append(label)
     out: dict[str, str] = {}
-    for members in groups.values():
-        ordered = sorted(set(members), key=lambda lab: (is_internal(lab), lab))
+    for canonical, members in groups.items():
+        ordered = sorted(set(members), key=lambda lab: (is_internal(lab), _bare(lab)[1] != canonical, lab))
         for lab in members:
             out[lab] = ordered[0]
     return out

@@ -97,9 +97,11 @@ def test_label_relevance_splits_one_op_over_its_aliases():
 
 def test_alias_groups_pick_a_public_representative():
     groups = alias_groups(["torch.native_channel_shuffle", "nn.ChannelShuffle", "torch.fmin", "torch.minimum",
-                           "torch.cumsum", "torch.transpose_copy", "torch.transpose"])
+                           "torch.cumsum", "torch.transpose_copy", "torch.transpose", "torch.bmm", "torch.matmul"])
     assert groups["torch.native_channel_shuffle"] == groups["nn.ChannelShuffle"] == "nn.ChannelShuffle"
-    assert groups["torch.fmin"] == groups["torch.minimum"]
+    assert groups["torch.fmin"] == groups["torch.minimum"] == "torch.minimum"
+    assert groups["torch.bmm"] == "torch.matmul"
+    assert alias_groups(["nn.ChannelShuffle", "F.channel_shuffle"])["nn.ChannelShuffle"] == "F.channel_shuffle"
     assert groups["torch.transpose_copy"] == "torch.transpose"
     assert groups["torch.cumsum"] == "torch.cumsum"
     assert label_canonical("nn.SiLU") == "silu" and label_canonical("nn.CrossEntropyLoss") == "cross_entropy"
