@@ -168,9 +168,10 @@ def test_table_json_round_trip_and_errors(traced, tmp_path):
 def test_packaged_snapshot_ranks_model_ops_first():
     table = default_relevance()
     assert table.n_models >= 300
-    top = [o.canonical for o in table.top(15)]
-    for op in ("linear", "add", "layer_norm"):
+    top = [o.canonical for o in table.top(25)]
+    for op in ("linear", "add", "embedding", "layer_norm", "silu", "gelu"):
         assert op in top, (op, top)
+    assert table.ops["linear"].share > table.ops["conv2d"].share
     assert table.ops["scaled_dot_product_attention"].share > 0.3
     assert table.ops["conv2d"].share > table.ops.get("cumsum", OpRelevance("cumsum", 0, 0, 0.0)).share
 
