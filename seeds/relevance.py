@@ -52,7 +52,7 @@ NOT_OPS = frozenset({"set_grad_enabled", "is_grad_enabled", "is_autocast_enabled
                      "is_tensor", "numel"})
 SETTINGS = {"keep_layers": KEEP_LAYERS, "max_layers": MAX_LAYERS, "seq_len": SEQ_LEN, "version": RELEVANCE_VERSION,
             "experts": EXPERTS_IMPLEMENTATION, "not_ops": sorted(NOT_OPS),
-            "inputs": "main,all,features-transposed", "meta_reads": "bool,item,int,index,float,tolist"}
+            "inputs": "main,all,features-transposed;sizes-from-sub-configs", "meta_reads": "bool,item,int,index,float,tolist"}
 
 
 @dataclass
@@ -264,17 +264,20 @@ def _shrink(cfg, level: int = 0) -> None:
                 _shrink(v, level + 1)
 
 
-def _side(cfg) -> tuple[int, int]:
-    """(channels, image side) of a vision config or its vision sub-config (3, 224 when it has none)."""
-    for c in (cfg, getattr(cfg, "vision_config", None), getattr(cfg, "backbone_config", None)):
-        if c is None:
-            continue
-        size = getattr(c, "image_size", None)
-        if isinstance(size, (list, tuple)) and size:
-            size = size[0]
-        if isinstance(size, int) and not isinstance(size, bool) and size > 0:
-            return int(getattr(c, "num_channels", 3) or 3), size
-    return int(getattr(cfg, "num_channels", 3) or 3), 224
+def _find(cfg, name: str):
+    """The first positive int ``name`` of a config or its sub-configs, breadth first (None when absent)."""
+    from transformers import PretrainedConfig
+
+    queue = [cfg]
+    while queue:
+        c = queue.pop(0)
+        v = getattr(c, name, None)
+        if isinstance(v, (list, tuple)) and v:
+            v = v[0]
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+        queue.extend(x for x in vars(c).values() if isinstance(x, PretrainedConfig))
+    return None
 
 
 def _input_sets(model, cfg) -> list[dict[str, Any]]:
@@ -283,10 +286,10 @@ def _input_sets(model, cfg) -> list[dict[str, Any]]:
     import torch
 
     params = set(inspect.signature(model.forward).parameters)
-    ch, side = _side(cfg)
-    mel = getattr(cfg, "num_mel_bins", None) or getattr(getattr(cfg, "audio_config", None), "num_mel_bins", None) or 80
-    src = getattr(cfg, "max_source_positions", None)
-    frames = 2 * src if isinstance(src, int) and src > 0 else 3000  # Whisper-style encoders: 2 x positions
+    ch, side = _find(cfg, "num_channels") or 3, _find(cfg, "image_size") or 224
+    mel = _find(cfg, "num_mel_bins") or 80
+    src = _find(cfg, "max_source_positions")
+    frames = 2 * src if src else 3000  # Whisper-style encoders: 2 x positions (3000 frames = 30 s)
     known = {
         "input_ids": lambda: torch.zeros(1, SEQ_LEN, dtype=torch.long),
         "pixel_values": lambda: torch.empty(1, ch, side, side),
