@@ -38,6 +38,43 @@ def seeds_harvest(
                f"{fams} transformers families; {sum(o.stochastic for o in res.ops)} stochastic) in {res.seconds:.1f} s")
     typer.echo(f"skip report: {skip_path} ({len(res.skips)} candidates; "
                + ", ".join(f"{k}: {v}" for k, v in Counter(s.reason.split(':')[0] for s in res.skips).most_common()) + ")")
+    _write_vocabulary(out.with_name("shape_vocabulary.json"), progress=False)
+
+
+def _write_vocabulary(path: Path, progress: bool = True) -> None:
+    from opforge.seeds.vocabulary import AXES, harvest_vocabulary, write_vocabulary
+
+    vocab = harvest_vocabulary(progress=progress)
+    write_vocabulary(vocab, path)
+    typer.echo(f"shape vocabulary: {path} ({len(vocab.models)} model records; distinct values per axis: "
+               + ", ".join(f"{a} {len(vocab.axes[a])}" for a in AXES) + ")")
+
+
+@seeds_app.command("vocabulary")
+def seeds_vocabulary(
+    out: Path = typer.Option(DEFAULT_CATALOG.with_name("shape_vocabulary.json"), help="Vocabulary JSON to write."),
+):
+    """Harvest the shape vocabulary (sizes per axis from real model configs, torchvision CNNs when installed)."""
+    _write_vocabulary(out)
+
+
+@seeds_app.command("relevance")
+def seeds_relevance(
+    out: Path = typer.Option(DEFAULT_CATALOG.with_name("op_relevance.json"), help="Relevance table JSON to write; "
+                             "per-model results go to OUT.partial.jsonl, so a killed run resumes."),
+    families: str = typer.Option(None, help="Only these transformers model types, comma-separated (default all)."),
+    top: int = typer.Option(40, help="Print this many ops with the largest share."),
+):
+    """Trace real models (transformers default configs, torchvision when installed) on meta; count their ops."""
+    from opforge.seeds.relevance import harvest_relevance, write_relevance
+
+    cache = out.with_name(out.name + ".partial.jsonl")
+    table = harvest_relevance(families=_names(families), cache=cache)
+    write_relevance(table, out)
+    typer.echo(f"wrote {out}: {table.n_models} models traced, {len(table.skipped)} skipped, {len(table.ops)} ops")
+    for o in table.top(top):
+        typer.echo(f"  {o.canonical:32} share {o.share:6.1%}  models {o.models:4}  calls {o.calls:6}  "
+                   f"call share {o.call_share:6.2%}")
 
 
 @seeds_app.command("list")

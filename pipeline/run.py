@@ -67,6 +67,9 @@ def _harvest(cfg: RunConfig, run_dir: Path) -> Path:
         if not Path(cfg.seeds_catalog).is_file():
             raise ConfigError(f"seeds_catalog: {cfg.seeds_catalog}: no such file")
         shutil.copyfile(cfg.seeds_catalog, catalog)
+        vocab = Path(cfg.seeds_catalog).with_name("shape_vocabulary.json")
+        if vocab.is_file():  # the shape vocabulary written beside it by `opforge seeds harvest`
+            shutil.copyfile(vocab, catalog.with_name(vocab.name))
         return catalog
     from opforge.seeds.catalog import harvest, write_catalog, write_skip_report
     from opforge.seeds.specs_loader import SPECS_DIR
@@ -75,6 +78,9 @@ def _harvest(cfg: RunConfig, run_dir: Path) -> Path:
     tmp = catalog.with_suffix(".tmp.parquet")
     write_catalog(res.ops, tmp)
     write_skip_report(res.skips, catalog.with_name("catalog_skipped.csv"))
+    from opforge.seeds.vocabulary import harvest_vocabulary, write_vocabulary
+
+    write_vocabulary(harvest_vocabulary(progress=False), catalog.with_name("shape_vocabulary.json"))
     tmp.replace(catalog)  # the catalog appears only once complete
     return catalog
 
