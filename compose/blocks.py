@@ -5,14 +5,16 @@ A block task holds the block class and every helper it calls (rotary embedding, 
 source, sized with the family's real default config read from the installed transformers config class;
 the task never imports transformers. Its label (the ``ops`` entry) is the transformers class it mirrors.
 
-Families and block kinds (``FAMILIES``): Llama, Mistral, Qwen2, Qwen3, Gemma (gated MLP, RMSNorm, causal
-GQA attention with RoPE through SDPA, pre-norm decoder layer), GPT-2 (GELU-new MLP, causal MHA with
-explicit softmax, pre-norm block), OPT (causal MHA, pre-norm ReLU decoder layer), BERT and RoBERTa
-(bidirectional MHA, post-norm encoder layer), ViT (bidirectional MHA, GELU MLP, pre-norm encoder layer) and
-T5 (T5LayerNorm, ReLU DenseActDense, pre-norm feed-forward sub-layer). A family whose config class the
-installed transformers lacks, or whose default config uses a variant not written here (a RoPE type other
-than ``default``, an activation outside ``blocks_source.ACTIVATIONS``, GPT-2 attention scaled by layer
-index, OPT post-norm, T5 gated feed-forward), yields no spec.
+Families and block kinds (``FAMILIES``): Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma (gated MLP, RMSNorm,
+causal GQA attention with RoPE through SDPA, pre-norm decoder layer; Mistral's sliding window, Qwen3's
+per-head q / k norm, Phi-3's fused qkv and gate / up projections, Gemma's (1 + weight) RMSNorm), GPT-2
+(GELU-new MLP, causal MHA with explicit softmax, pre-norm block), OPT (causal MHA, pre-norm ReLU decoder
+layer), BERT and RoBERTa (bidirectional MHA, post-norm encoder layer), ViT (bidirectional MHA, GELU MLP,
+pre-norm encoder layer) and T5 (T5LayerNorm, ReLU DenseActDense, pre-norm feed-forward sub-layer). A
+family whose config class the installed transformers lacks, or whose default config uses a variant not
+written here (a RoPE type other than ``default`` or partial rotary, an activation outside
+``blocks_source.ACTIVATIONS``, GPT-2 attention scaled by layer index, OPT post-norm, T5 gated
+feed-forward), yields no spec.
 
 Usage::
 
@@ -58,6 +60,7 @@ FAMILIES = (
     Family("mistral", "MistralConfig", "Mistral", "rope"),
     Family("qwen2", "Qwen2Config", "Qwen2", "rope"),
     Family("qwen3", "Qwen3Config", "Qwen3", "rope"),
+    Family("phi3", "Phi3Config", "Phi3", "rope"),
     Family("gemma", "GemmaConfig", "Gemma", "gemma"),
     Family("gpt2", "GPT2Config", "GPT2", "gpt2"),
     Family("opt", "OPTConfig", "OPT", "opt"),
@@ -91,7 +94,8 @@ class BlockSpec:
             ``intermediate_size``, ``num_heads``, ``num_kv_heads``, ``head_dim``, ``act`` (transformers
             activation name), ``eps``, ``rope_theta`` (RoPE families), ``sliding_window`` (int or None),
             ``max_positions`` (the longest sequence the family takes; for ViT the 224-pixel image's token
-            count), bias flags, and ``source`` (``<ConfigClass>()`` defaults or what the caller built).
+            count), bias flags (``qkv_bias``, ``o_bias``, ``mlp_bias``, ``bias``), variant flags
+            (``qk_norm``, ``fused_proj``) and ``source`` (``<ConfigClass>()`` defaults or what the caller built).
     """
 
     label: str
@@ -138,9 +142,12 @@ def config_from_hf(family: str, cfg) -> dict | None:
                  sliding_window=window, max_positions=cfg.max_position_embeddings,
                  qkv_bias=bool(getattr(cfg, "attention_bias", False)),
                  o_bias=bool(getattr(cfg, "attention_bias", False)),
-                 mlp_bias=bool(getattr(cfg, "mlp_bias", False)), qk_norm=family == "qwen3")
+                 mlp_bias=bool(getattr(cfg, "mlp_bias", False)), qk_norm=family == "qwen3",
+                 fused_proj=family == "phi3")
         if family == "qwen2":  # Qwen2: biased q / k / v, unbiased o_proj
             c.update(qkv_bias=True, o_bias=False)
+        if family == "phi3":  # Phi-3: fused projections, none biased
+            c.update(qkv_bias=False, o_bias=False, mlp_bias=False)
     elif fam.style == "gpt2":
         if not cfg.scale_attn_weights or cfg.scale_attn_by_inverse_layer_idx or cfg.add_cross_attention:
             return None
@@ -236,7 +243,7 @@ def _rope_parts(spec: BlockSpec, seq: int, p: _Parts, prefix: str, gemma: bool):
     c, kind = spec.config, spec.kind
     norm = src.gemma_rms_norm(prefix) if gemma else src.rms_norm(prefix)
     p.offset_norm = gemma
-    mlp = src.gated_mlp(prefix, c["act"], c["mlp_bias"])
+    mlp = src.gated_mlp(prefix, c["act"], c["mlp_bias"], c.get("fused_proj", False))
     qk_norm = c.get("qk_norm", False)
     eps_arg = ", eps" if qk_norm else ""
     if kind == "norm":
@@ -251,7 +258,7 @@ def _rope_parts(spec: BlockSpec, seq: int, p: _Parts, prefix: str, gemma: bool):
         p.constants = ["hidden_size", "intermediate_size"]
         p.forward.append("return self.block(hidden_states)")
         return
-    attn = src.rope_attention(prefix, c["qkv_bias"], c["o_bias"], qk_norm)
+    attn = src.rope_attention(prefix, c["qkv_bias"], c["o_bias"], qk_norm, c.get("fused_proj", False))
     p.helpers = [src.ROTATE_HALF, src.APPLY_ROPE, src.REPEAT_KV]
     p.classes = [src.rotary_embedding(prefix)] + ([norm] if qk_norm or kind == "decoder_layer" else []) + [attn]
     p.norms = [f"{prefix}RMSNorm"] if qk_norm or kind == "decoder_layer" else []

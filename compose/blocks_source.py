@@ -137,7 +137,22 @@ def t5_layer_norm(prefix: str) -> str:
         return self.weight * x'''
 
 
-def gated_mlp(prefix: str, activation: str, bias: bool) -> str:
+def gated_mlp(prefix: str, activation: str, bias: bool, fused: bool = False) -> str:
+    """Gated MLP; ``fused``: gate and up projections in one Linear (gate_up_proj, Phi-3), split in halves."""
+    gate = act(activation, "gate")
+    if fused:
+        return f'''class {prefix}MLP(nn.Module):
+    """Gated MLP with a fused gate / up projection: gate, up = split(gate_up_proj(x)); down_proj(up * act(gate)),
+    act = {activation}."""
+
+    def __init__(self, hidden_size, intermediate_size):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias={bias})
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias={bias})
+
+    def forward(self, x):
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(up * {gate})'''
     return f'''class {prefix}MLP(nn.Module):
     """Gated MLP: down_proj(act(gate_proj(x)) * up_proj(x)), act = {activation}."""
 
@@ -151,21 +166,37 @@ def gated_mlp(prefix: str, activation: str, bias: bool) -> str:
         return self.down_proj({act(activation, "self.gate_proj(x)")} * self.up_proj(x))'''
 
 
-def rope_attention(prefix: str, qkv_bias: bool, o_bias: bool, qk_norm: bool) -> str:
-    """Causal GQA self-attention with RoPE on (batch, heads, seq, head_dim), through SDPA."""
+def rope_attention(prefix: str, qkv_bias: bool, o_bias: bool, qk_norm: bool, fused_qkv: bool = False) -> str:
+    """Causal GQA self-attention with RoPE on (batch, heads, seq, head_dim), through SDPA. ``qk_norm``:
+    per-head RMSNorm of queries and keys (Qwen3); ``fused_qkv``: one qkv_proj split into q, k, v (Phi-3)."""
+    ind = "\n        "
+    if fused_qkv:
+        proj = (f"self.qkv_proj = nn.Linear(hidden_size, (num_heads + 2 * num_kv_heads) * head_dim, "
+                f"bias={qkv_bias})")
+        split = ("q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim"
+                 + ind + "q, k, v = self.qkv_proj(hidden_states).split([q_size, kv_size, kv_size], dim=-1)")
+        q_src, k_src, v_src = "q", "k", "v"
+        proj_doc = " q, k and v come from one fused projection (qkv_proj)."
+    else:
+        proj = ind.join(f"self.{n}_proj = nn.Linear(hidden_size, {h} * head_dim, bias={qkv_bias})"
+                        for n, h in (("q", "num_heads"), ("k", "num_kv_heads"), ("v", "num_kv_heads")))
+        split = ""
+        q_src, k_src, v_src = (f"self.{n}_proj(hidden_states)" for n in "qkv")
+        proj_doc = ""
+    q_expr = f"{q_src}.view(batch, seq, self.num_heads, self.head_dim)"
+    k_expr = f"{k_src}.view(batch, seq, self.num_kv_heads, self.head_dim)"
+    v_expr = f"{v_src}.view(batch, seq, self.num_kv_heads, self.head_dim)"
     norm_lines = ""
-    q_expr = "self.q_proj(hidden_states).view(batch, seq, self.num_heads, self.head_dim)"
-    k_expr = "self.k_proj(hidden_states).view(batch, seq, self.num_kv_heads, self.head_dim)"
-    extra_doc = ""
     if qk_norm:
-        norm_lines = (f"\n        self.q_norm = {prefix}RMSNorm(head_dim, eps)"
-                      f"\n        self.k_norm = {prefix}RMSNorm(head_dim, eps)")
+        norm_lines = (f"{ind}self.q_norm = {prefix}RMSNorm(head_dim, eps)"
+                      f"{ind}self.k_norm = {prefix}RMSNorm(head_dim, eps)")
         q_expr, k_expr = f"self.q_norm({q_expr})", f"self.k_norm({k_expr})"
-        extra_doc = " Queries and keys are RMS-normalised per head (over head_dim) before the rotation."
+        proj_doc += " Queries and keys are RMS-normalised per head (over head_dim) before the rotation."
     eps_arg = ", eps" if qk_norm else ""
+    split_line = f"{ind}{split}" if split else ""
     return f'''class {prefix}Attention(nn.Module):
     """Causal self-attention with rotary positions and grouped-query heads (num_kv_heads key / value heads
-    shared by num_heads query heads): softmax(q k^T / sqrt(head_dim) + mask) v, then o_proj.{extra_doc}"""
+    shared by num_heads query heads): softmax(q k^T / sqrt(head_dim) + mask) v, then o_proj.{proj_doc}"""
 
     def __init__(self, hidden_size, num_heads, num_kv_heads, head_dim{eps_arg}):
         super().__init__()
@@ -173,18 +204,16 @@ def rope_attention(prefix: str, qkv_bias: bool, o_bias: bool, qk_norm: bool) -> 
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.scaling = head_dim ** -0.5
-        self.q_proj = nn.Linear(hidden_size, num_heads * head_dim, bias={qkv_bias})
-        self.k_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias={qkv_bias})
-        self.v_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias={qkv_bias})
+        {proj}
         self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias={o_bias}){norm_lines}
 
     def forward(self, hidden_states, cos, sin, attention_mask=None):
         """hidden_states (batch, seq, hidden); cos / sin (seq, head_dim); attention_mask: None for plain
         causal attention, else a boolean (seq, seq) mask (True = may attend)."""
-        batch, seq, _ = hidden_states.shape
+        batch, seq, _ = hidden_states.shape{split_line}
         q = {q_expr}.transpose(1, 2)
         k = {k_expr}.transpose(1, 2)
-        v = self.v_proj(hidden_states).view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = {v_expr}.transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         k = repeat_kv(k, self.num_heads // self.num_kv_heads)
         v = repeat_kv(v, self.num_heads // self.num_kv_heads)

@@ -30,6 +30,8 @@ SMALL = {
                   num_hidden_layers=1, vocab_size=128),
     "qwen3": dict(hidden_size=256, intermediate_size=384, num_attention_heads=8, num_key_value_heads=2,
                   head_dim=32, num_hidden_layers=1, vocab_size=128),
+    "phi3": dict(hidden_size=256, intermediate_size=384, num_attention_heads=4, num_key_value_heads=2,
+                 num_hidden_layers=1, vocab_size=128, pad_token_id=0),
     "gemma": dict(hidden_size=256, intermediate_size=512, num_attention_heads=2, num_key_value_heads=1,
                   head_dim=128, num_hidden_layers=1, vocab_size=128),
     "gpt2": dict(n_embd=256, n_head=4, n_layer=1, vocab_size=128, n_positions=64),
@@ -44,6 +46,7 @@ SMALL = {
     "t5": dict(d_model=256, d_ff=512, num_heads=4, d_kv=64, num_layers=1, vocab_size=128),
 }
 BASE_MODEL = {"llama": "LlamaModel", "mistral": "MistralModel", "qwen2": "Qwen2Model", "qwen3": "Qwen3Model",
+              "phi3": "Phi3Model",
               "gemma": "GemmaModel", "gpt2": "GPT2Model", "opt": "OPTModel", "bert": "BertModel",
               "roberta": "RobertaModel", "vit": "ViTModel", "t5": "T5EncoderModel"}
 CONV1D = ("c_attn.weight", "c_fc.weight", "c_proj.weight")  # GPT-2 Conv1D weights are (in, out)
@@ -109,7 +112,8 @@ def _mapped_state(hf_module) -> dict:
 
 
 FIDELITY = ["LlamaMLP", "LlamaRMSNorm", "LlamaAttention", "LlamaDecoderLayer", "MistralDecoderLayer",
-            "Qwen2Attention", "Qwen3Attention", "Qwen3DecoderLayer", "GemmaRMSNorm", "GemmaDecoderLayer",
+            "Qwen2Attention", "Qwen3Attention", "Qwen3DecoderLayer", "Phi3MLP", "Phi3Attention",
+            "Phi3DecoderLayer", "GemmaRMSNorm", "GemmaDecoderLayer",
             "GPT2MLP", "GPT2Attention", "GPT2Block", "OPTDecoderLayer", "BertAttention", "BertLayer",
             "RobertaLayer", "ViTMLP", "ViTAttention", "ViTLayer", "T5LayerNorm", "T5LayerFF"]
 
