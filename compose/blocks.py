@@ -62,6 +62,7 @@ FAMILIES = (
     Family("qwen3", "Qwen3Config", "Qwen3", "rope"),
     Family("phi3", "Phi3Config", "Phi3", "rope"),
     Family("gemma", "GemmaConfig", "Gemma", "gemma"),
+    Family("gpt_neox", "GPTNeoXConfig", "GPTNeoX", "neox"),
     Family("gpt2", "GPT2Config", "GPT2", "gpt2"),
     Family("opt", "OPTConfig", "OPT", "opt"),
     Family("bert", "BertConfig", "Bert", "bert"),
@@ -74,6 +75,7 @@ FAMILIES = (
 KINDS = {
     "rope": {"norm": "RMSNorm", "mlp": "MLP", "attention": "Attention", "decoder_layer": "DecoderLayer"},
     "gemma": {"norm": "RMSNorm", "mlp": "MLP", "attention": "Attention", "decoder_layer": "DecoderLayer"},
+    "neox": {"mlp": "MLP", "attention": "Attention", "decoder_layer": "Layer"},
     "gpt2": {"mlp": "MLP", "attention": "Attention", "decoder_layer": "Block"},
     "opt": {"attention": "Attention", "decoder_layer": "DecoderLayer"},
     "bert": {"attention": "Attention", "encoder_layer": "Layer"},
@@ -104,18 +106,20 @@ class BlockSpec:
     config: dict = field(default_factory=dict)
 
 
-def _rope_theta(cfg) -> float | None:
-    """``rope_theta`` of a config with default RoPE, None for any other RoPE type."""
+def _rope(cfg) -> tuple[float, float] | None:
+    """(rope_theta, partial_rotary_factor) of a config with default RoPE, None for any other RoPE type."""
     params = getattr(cfg, "rope_parameters", None)
     if isinstance(params, dict):
-        if params.get("rope_type", "default") != "default" or params.get("partial_rotary_factor", 1.0) != 1.0:
+        if params.get("rope_type", "default") != "default" or "rope_theta" not in params:
             return None
-        return float(params["rope_theta"])
+        return float(params["rope_theta"]), float(params.get("partial_rotary_factor", 1.0))
     scaling = getattr(cfg, "rope_scaling", None)
     if scaling and scaling.get("rope_type", scaling.get("type", "default")) != "default":
         return None
     theta = getattr(cfg, "rope_theta", None)
-    return None if theta is None else float(theta)
+    if theta is None:
+        return None
+    return float(theta), float(getattr(cfg, "partial_rotary_factor", getattr(cfg, "rotary_pct", 1.0)))
 
 
 def config_from_hf(family: str, cfg) -> dict | None:
@@ -127,9 +131,10 @@ def config_from_hf(family: str, cfg) -> dict | None:
     fam = {f.name: f for f in FAMILIES}[family]
     c: dict = {"source": type(cfg).__name__}
     if fam.style in ("rope", "gemma"):
-        theta = _rope_theta(cfg)
-        if theta is None:
+        rope = _rope(cfg)
+        if rope is None or rope[1] != 1.0:
             return None
+        theta = rope[0]
         heads = cfg.num_attention_heads
         layer_types = getattr(cfg, "layer_types", None)
         window = getattr(cfg, "sliding_window", None)
@@ -148,6 +153,16 @@ def config_from_hf(family: str, cfg) -> dict | None:
             c.update(qkv_bias=True, o_bias=False)
         if family == "phi3":  # Phi-3: fused projections, none biased
             c.update(qkv_bias=False, o_bias=False, mlp_bias=False)
+    elif fam.style == "neox":
+        rope = _rope(cfg)
+        if rope is None:
+            return None
+        head_dim = cfg.hidden_size // cfg.num_attention_heads
+        c.update(hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+                 num_heads=cfg.num_attention_heads, head_dim=head_dim, num_kv_heads=cfg.num_attention_heads,
+                 act=cfg.hidden_act, eps=float(cfg.layer_norm_eps), rope_theta=rope[0],
+                 rotary_dim=int(head_dim * rope[1]), bias=bool(cfg.attention_bias),
+                 parallel_residual=bool(cfg.use_parallel_residual), max_positions=cfg.max_position_embeddings)
     elif fam.style == "gpt2":
         if not cfg.scale_attn_weights or cfg.scale_attn_by_inverse_layer_idx or cfg.add_cross_attention:
             return None
@@ -287,6 +302,32 @@ def _rope_parts(spec: BlockSpec, seq: int, p: _Parts, prefix: str, gemma: bool):
         p.forward.append("return self.block(hidden_states, cos, sin)")
 
 
+def _neox_parts(spec: BlockSpec, p: _Parts, prefix: str):
+    c, kind = spec.config, spec.kind
+    if c["act"] == "gelu_new":
+        p.helpers.append(src.GELU_NEW)
+    mlp = src.neox_mlp(prefix, c["act"])
+    if kind == "mlp":
+        p.classes = [mlp]
+        p.init.append(f"self.block = {prefix}MLP(hidden_size, intermediate_size)")
+        p.constants = ["hidden_size", "intermediate_size"]
+        p.forward.append("return self.block(hidden_states)")
+        return
+    p.helpers += [src.ROTATE_HALF, src.APPLY_PARTIAL_ROPE]
+    p.classes = [src.rotary_embedding(prefix), src.neox_attention(prefix, c["bias"])]
+    p.init.append(f"self.rotary_emb = {prefix}RotaryEmbedding(rotary_dim, rope_theta)")
+    if kind == "attention":
+        p.init.append(f"self.block = {prefix}Attention(hidden_size, num_heads)")
+        p.constants = ["hidden_size", "num_heads", "rotary_dim", "rope_theta"]
+    else:
+        p.classes += [mlp, src.neox_layer(prefix, c["parallel_residual"])]
+        p.norms = ["nn.LayerNorm"]
+        p.init.append(f"self.block = {prefix}Layer(hidden_size, intermediate_size, num_heads, eps)")
+        p.constants = ["hidden_size", "intermediate_size", "num_heads", "eps", "rotary_dim", "rope_theta"]
+    p.forward.append("cos, sin = self.rotary_emb(hidden_states, hidden_states.shape[1])")
+    p.forward.append("return self.block(hidden_states, cos, sin)")
+
+
 def _gpt2_parts(spec: BlockSpec, p: _Parts, prefix: str):
     c, kind = spec.config, spec.kind
     if c["act"] == "gelu_new":
@@ -418,7 +459,7 @@ def render_block(spec: BlockSpec, batch: int, seq: int, dtype: str, docstring: s
         if fam.style in ("rope", "gemma"):
             _rope_parts(spec, seq, p, fam.prefix, fam.style == "gemma")
         else:
-            {"gpt2": _gpt2_parts, "opt": _opt_parts, "bert": _bert_parts, "vit": _vit_parts,
+            {"neox": _neox_parts, "gpt2": _gpt2_parts, "opt": _opt_parts, "bert": _bert_parts, "vit": _vit_parts,
              "t5": _t5_parts}[fam.style](spec, p, fam.prefix)
         constants = {name: spec.config[name] for name in p.constants}
         hidden = spec.config["hidden_size"]

@@ -67,17 +67,17 @@ CAUSAL_MASK = '''def causal_mask(seq, device):
 
 def rotary_embedding(prefix: str) -> str:
     return f'''class {prefix}RotaryEmbedding(nn.Module):
-    """Rotary position embedding (RoPE): angle(p, i) = p * theta^(-2i / head_dim) for position p and
-    frequency i < head_dim / 2; returns cos and sin of shape (seq, head_dim) (angles repeated for both
-    halves), computed in float32 and cast to the input dtype."""
+    """Rotary position embedding (RoPE) over the dim rotated dims of a head: angle(p, i) =
+    p * theta^(-2i / dim) for position p and frequency i < dim / 2; returns cos and sin of shape (seq, dim)
+    (angles repeated for both halves), computed in float32 and cast to the input dtype."""
 
-    def __init__(self, head_dim, theta):
+    def __init__(self, dim, theta):
         super().__init__()
-        self.head_dim = head_dim
+        self.dim = dim
         self.theta = theta
 
     def forward(self, x, seq):
-        exponents = torch.arange(0, self.head_dim, 2, dtype=torch.float32, device=x.device) / self.head_dim
+        exponents = torch.arange(0, self.dim, 2, dtype=torch.float32, device=x.device) / self.dim
         inv_freq = 1.0 / (self.theta ** exponents)
         positions = torch.arange(seq, dtype=torch.float32, device=x.device)
         angles = torch.outer(positions, inv_freq)
@@ -519,3 +519,71 @@ def init_norms(norm_classes: list[str], offset_weight: bool) -> str:
                 module.weight.copy_({scale})
                 if getattr(module, "bias", None) is not None:
                     module.bias.copy_(0.1 * torch.randn(module.bias.shape, generator=gen, device="cpu"))'''
+
+
+APPLY_PARTIAL_ROPE = '''def apply_rotary_pos_emb(q, k, cos, sin):
+    """Rotate the first rotary_dim = cos.shape[-1] dims of each query / key head (batch, heads, seq,
+    head_dim) by the position angles; the remaining dims pass through unchanged."""
+    rot = cos.shape[-1]
+    q_rotated = q[..., :rot] * cos + rotate_half(q[..., :rot]) * sin
+    k_rotated = k[..., :rot] * cos + rotate_half(k[..., :rot]) * sin
+    return torch.cat((q_rotated, q[..., rot:]), dim=-1), torch.cat((k_rotated, k[..., rot:]), dim=-1)'''
+
+
+def neox_mlp(prefix: str, activation: str) -> str:
+    return f'''class {prefix}MLP(nn.Module):
+    """MLP: dense_4h_to_h(act(dense_h_to_4h(x))), act = {activation}."""
+
+    def __init__(self, hidden_size, intermediate_size):
+        super().__init__()
+        self.dense_h_to_4h = nn.Linear(hidden_size, intermediate_size)
+        self.dense_4h_to_h = nn.Linear(intermediate_size, hidden_size)
+
+    def forward(self, x):
+        return self.dense_4h_to_h({act(activation, "self.dense_h_to_4h(x)")})'''
+
+
+def neox_attention(prefix: str, bias: bool) -> str:
+    return f'''class {prefix}Attention(nn.Module):
+    """Causal multi-head self-attention with partial rotary positions, through SDPA. One fused projection
+    (query_key_value) gives per head a block of 3 * head_dim features: [q | k | v]."""
+
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = hidden_size // num_heads
+        self.query_key_value = nn.Linear(hidden_size, 3 * hidden_size, bias={bias})
+        self.dense = nn.Linear(hidden_size, hidden_size, bias={bias})
+
+    def forward(self, hidden_states, cos, sin):
+        """hidden_states (batch, seq, hidden); cos / sin (seq, rotary_dim)."""
+        batch, seq, hidden = hidden_states.shape
+        qkv = self.query_key_value(hidden_states).view(batch, seq, self.num_heads, 3 * self.head_dim)
+        q, k, v = qkv.transpose(1, 2).chunk(3, dim=-1)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.head_dim ** -0.5)
+        return self.dense(out.transpose(1, 2).reshape(batch, seq, hidden))'''
+
+
+def neox_layer(prefix: str, parallel: bool) -> str:
+    if parallel:
+        doc = "Parallel-residual decoder layer: out = x + attn(LayerNorm(x)) + mlp(LayerNorm'(x))."
+        body = '''        attn_out = self.attention(self.input_layernorm(hidden_states), cos, sin)
+        mlp_out = self.mlp(self.post_attention_layernorm(hidden_states))
+        return hidden_states + attn_out + mlp_out'''
+    else:
+        doc = "Pre-norm decoder layer: h = x + attn(LayerNorm(x)); out = h + mlp(LayerNorm'(h))."
+        body = '''        hidden_states = hidden_states + self.attention(self.input_layernorm(hidden_states), cos, sin)
+        return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))'''
+    return f'''class {prefix}Layer(nn.Module):
+    """{doc}"""
+
+    def __init__(self, hidden_size, intermediate_size, num_heads, eps):
+        super().__init__()
+        self.input_layernorm = nn.LayerNorm(hidden_size, eps=eps)
+        self.post_attention_layernorm = nn.LayerNorm(hidden_size, eps=eps)
+        self.attention = {prefix}Attention(hidden_size, num_heads)
+        self.mlp = {prefix}MLP(hidden_size, intermediate_size)
+
+    def forward(self, hidden_states, cos, sin):
+{body}'''

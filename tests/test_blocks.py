@@ -34,6 +34,8 @@ SMALL = {
                  num_hidden_layers=1, vocab_size=128, pad_token_id=0),
     "gemma": dict(hidden_size=256, intermediate_size=512, num_attention_heads=2, num_key_value_heads=1,
                   head_dim=128, num_hidden_layers=1, vocab_size=128),
+    "gpt_neox": dict(hidden_size=256, intermediate_size=512, num_attention_heads=4, num_hidden_layers=1,
+                     vocab_size=128),
     "gpt2": dict(n_embd=256, n_head=4, n_layer=1, vocab_size=128, n_positions=64),
     "opt": dict(hidden_size=256, ffn_dim=512, num_attention_heads=4, num_hidden_layers=1, vocab_size=128,
                 word_embed_proj_dim=256, max_position_embeddings=64),
@@ -47,7 +49,7 @@ SMALL = {
 }
 BASE_MODEL = {"llama": "LlamaModel", "mistral": "MistralModel", "qwen2": "Qwen2Model", "qwen3": "Qwen3Model",
               "phi3": "Phi3Model",
-              "gemma": "GemmaModel", "gpt2": "GPT2Model", "opt": "OPTModel", "bert": "BertModel",
+              "gemma": "GemmaModel", "gpt_neox": "GPTNeoXModel", "gpt2": "GPT2Model", "opt": "OPTModel", "bert": "BertModel",
               "roberta": "RobertaModel", "vit": "ViTModel", "t5": "T5EncoderModel"}
 CONV1D = ("c_attn.weight", "c_fc.weight", "c_proj.weight")  # GPT-2 Conv1D weights are (in, out)
 
@@ -114,7 +116,7 @@ def _mapped_state(hf_module) -> dict:
 FIDELITY = ["LlamaMLP", "LlamaRMSNorm", "LlamaAttention", "LlamaDecoderLayer", "MistralDecoderLayer",
             "Qwen2Attention", "Qwen3Attention", "Qwen3DecoderLayer", "Phi3MLP", "Phi3Attention",
             "Phi3DecoderLayer", "GemmaRMSNorm", "GemmaDecoderLayer",
-            "GPT2MLP", "GPT2Attention", "GPT2Block", "OPTDecoderLayer", "BertAttention", "BertLayer",
+            "GPTNeoXMLP", "GPTNeoXAttention", "GPTNeoXLayer", "GPT2MLP", "GPT2Attention", "GPT2Block", "OPTDecoderLayer", "BertAttention", "BertLayer",
             "RobertaLayer", "ViTMLP", "ViTAttention", "ViTLayer", "T5LayerNorm", "T5LayerFF"]
 
 
@@ -258,3 +260,12 @@ def test_norms_are_not_identities():
             target = 1.0 if name.endswith("weight") else 0.0
             assert (p - target).abs().mean() > 0.03, name
             assert torch.equal(p, dict(b.named_parameters())[name])
+
+
+def test_neox_sequential_residual_variant(monkeypatch):
+    """GPT-NeoX configs without the parallel residual render the sequential layer, still exact."""
+    if not any(s.label == "GPTNeoXLayer" for s in block_specs()):
+        pytest.skip("GPT-NeoX not in the installed transformers")
+    monkeypatch.setitem(SMALL, "gpt_neox", {**SMALL["gpt_neox"], "use_parallel_residual": False})
+    assert _small_spec("GPTNeoXLayer").config["parallel_residual"] is False
+    test_block_matches_transformers("GPTNeoXLayer")
