@@ -176,22 +176,19 @@ def rope_attention(prefix: str, qkv_bias: bool, o_bias: bool, qk_norm: bool, fus
         split = ("q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim"
                  + ind + "q, k, v = self.qkv_proj(hidden_states).split([q_size, kv_size, kv_size], dim=-1)")
         q_src, k_src, v_src = "q", "k", "v"
-        proj_doc = " q, k and v come from one fused projection (qkv_proj)."
+        proj_doc = "\n    q, k and v come from one fused projection (qkv_proj), split in this order."
     else:
         proj = ind.join(f"self.{n}_proj = nn.Linear(hidden_size, {h} * head_dim, bias={qkv_bias})"
                         for n, h in (("q", "num_heads"), ("k", "num_kv_heads"), ("v", "num_kv_heads")))
         split = ""
         q_src, k_src, v_src = (f"self.{n}_proj(hidden_states)" for n in "qkv")
         proj_doc = ""
-    q_expr = f"{q_src}.view(batch, seq, self.num_heads, self.head_dim)"
-    k_expr = f"{k_src}.view(batch, seq, self.num_kv_heads, self.head_dim)"
-    v_expr = f"{v_src}.view(batch, seq, self.num_kv_heads, self.head_dim)"
-    norm_lines = ""
+    norm_lines, norm_apply = "", ""
     if qk_norm:
         norm_lines = (f"{ind}self.q_norm = {prefix}RMSNorm(head_dim, eps)"
                       f"{ind}self.k_norm = {prefix}RMSNorm(head_dim, eps)")
-        q_expr, k_expr = f"self.q_norm({q_expr})", f"self.k_norm({k_expr})"
-        proj_doc += " Queries and keys are RMS-normalised per head (over head_dim) before the rotation."
+        norm_apply = f"{ind}q, k = self.q_norm(q), self.k_norm(k)"
+        proj_doc += "\n    Queries and keys are RMS-normalised per head (over head_dim) before the rotation."
     eps_arg = ", eps" if qk_norm else ""
     split_line = f"{ind}{split}" if split else ""
     return f'''class {prefix}Attention(nn.Module):
@@ -211,9 +208,10 @@ def rope_attention(prefix: str, qkv_bias: bool, o_bias: bool, qk_norm: bool, fus
         """hidden_states (batch, seq, hidden); cos / sin (seq, head_dim); attention_mask: None for plain
         causal attention, else a boolean (seq, seq) mask (True = may attend)."""
         batch, seq, _ = hidden_states.shape{split_line}
-        q = {q_expr}.transpose(1, 2)
-        k = {k_expr}.transpose(1, 2)
-        v = {v_expr}.transpose(1, 2)
+        q = {q_src}.view(batch, seq, self.num_heads, self.head_dim)
+        k = {k_src}.view(batch, seq, self.num_kv_heads, self.head_dim)
+        v = {v_src}.view(batch, seq, self.num_kv_heads, self.head_dim){norm_apply}
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         k = repeat_kv(k, self.num_heads // self.num_kv_heads)
         v = repeat_kv(v, self.num_heads // self.num_kv_heads)
