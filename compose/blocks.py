@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,16 +95,32 @@ class BlockSpec:
         kind: ``norm``, ``mlp``, ``attention``, ``decoder_layer``, ``encoder_layer`` or ``residual_mlp``.
         config: sizes and settings from the family's config (see ``config_from_hf``): ``hidden_size``,
             ``intermediate_size``, ``num_heads``, ``num_kv_heads``, ``head_dim``, ``act`` (transformers
-            activation name), ``eps``, ``rope_theta`` (RoPE families), ``sliding_window`` (int or None),
-            ``max_positions`` (the longest sequence the family takes; for ViT the 224-pixel image's token
-            count), bias flags (``qkv_bias``, ``o_bias``, ``mlp_bias``, ``bias``), variant flags
-            (``qk_norm``, ``fused_proj``) and ``source`` (``<ConfigClass>()`` defaults or what the caller built).
+            activation name), ``eps``, ``rope_theta`` and ``rotary_dim`` (RoPE families),
+            ``sliding_window`` (int or None), ``max_positions`` (the longest sequence the family takes; for
+            ViT the token count of its default image, (224 / 16)^2 + 1 = 197), bias flags (``qkv_bias``,
+            ``o_bias``, ``mlp_bias``, ``bias``), variant flags (``qk_norm``, ``fused_proj``,
+            ``parallel_residual``) and ``source`` (the config class name).
     """
 
     label: str
     family: str
     kind: str
     config: dict = field(default_factory=dict)
+
+    def param_count(self) -> int:
+        """Parameters of the rendered block (built on ``meta``: no memory, no compute)."""
+        import torch
+        from opforge.task.source import load_task
+
+        task = load_task(render_block(self, 1, 1, "float32", self.label), self.label)
+        with torch.device("meta"):
+            return sum(p.numel() for p in task.build().parameters())
+
+    def graph_json(self, batch: int, seq: int, dtype: str) -> str:
+        """JSON for a dataset row's ``graph`` column: label, family, kind, batch, seq, dtype and config."""
+        return json.dumps({"transformers": self.label, "family": self.family, "kind": self.kind,
+                           "batch_size": batch, "seq_len": seq, "dtype": dtype, "config": self.config},
+                          sort_keys=True)
 
 
 def _rope(cfg) -> tuple[float, float] | None:

@@ -269,3 +269,14 @@ def test_neox_sequential_residual_variant(monkeypatch):
     monkeypatch.setitem(SMALL, "gpt_neox", {**SMALL["gpt_neox"], "use_parallel_residual": False})
     assert _small_spec("GPTNeoXLayer").config["parallel_residual"] is False
     test_block_matches_transformers("GPTNeoXLayer")
+
+
+def test_param_count_and_graph_json():
+    """param_count follows the architecture's formula; graph_json round-trips the spec."""
+    spec = next(s for s in block_specs() if s.label == "LlamaMLP")
+    h, i = spec.config["hidden_size"], spec.config["intermediate_size"]
+    assert spec.param_count() == 3 * h * i  # gate, up, down projections, no bias
+    g = json.loads(spec.graph_json(4, 256, "bfloat16"))
+    assert (g["transformers"], g["kind"], g["batch_size"], g["seq_len"], g["dtype"]) == (
+        "LlamaMLP", "mlp", 4, 256, "bfloat16")
+    assert g["config"] == spec.config
