@@ -7,7 +7,9 @@ the task never imports transformers. Its label (the ``ops`` entry) is the transf
 
 Families and block kinds (``FAMILIES``): Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma (gated MLP, RMSNorm,
 causal GQA attention with RoPE through SDPA, pre-norm decoder layer; Mistral's sliding window, Qwen3's
-per-head q / k norm, Phi-3's fused qkv and gate / up projections, Gemma's (1 + weight) RMSNorm), GPT-2
+per-head q / k norm, Phi-3's fused qkv and gate / up projections, Gemma's (1 + weight) RMSNorm), GPT-NeoX
+(fused per-head qkv, partial rotary, parallel residual), Falcon (multi-query attention, one LayerNorm
+shared by the parallel attention and MLP), GPT-2
 (GELU-new MLP, causal MHA with explicit softmax, pre-norm block), OPT (causal MHA, pre-norm ReLU decoder
 layer), BERT and RoBERTa (bidirectional MHA, post-norm encoder layer), ViT (bidirectional MHA, GELU MLP,
 pre-norm encoder layer) and T5 (T5LayerNorm, ReLU DenseActDense, pre-norm feed-forward sub-layer). A
@@ -64,6 +66,7 @@ FAMILIES = (
     Family("phi3", "Phi3Config", "Phi3", "rope"),
     Family("gemma", "GemmaConfig", "Gemma", "gemma"),
     Family("gpt_neox", "GPTNeoXConfig", "GPTNeoX", "neox"),
+    Family("falcon", "FalconConfig", "Falcon", "falcon"),
     Family("gpt2", "GPT2Config", "GPT2", "gpt2"),
     Family("opt", "OPTConfig", "OPT", "opt"),
     Family("bert", "BertConfig", "Bert", "bert"),
@@ -77,6 +80,7 @@ KINDS = {
     "rope": {"norm": "RMSNorm", "mlp": "MLP", "attention": "Attention", "decoder_layer": "DecoderLayer"},
     "gemma": {"norm": "RMSNorm", "mlp": "MLP", "attention": "Attention", "decoder_layer": "DecoderLayer"},
     "neox": {"mlp": "MLP", "attention": "Attention", "decoder_layer": "Layer"},
+    "falcon": {"mlp": "MLP", "attention": "Attention", "decoder_layer": "DecoderLayer"},
     "gpt2": {"mlp": "MLP", "attention": "Attention", "decoder_layer": "Block"},
     "opt": {"attention": "Attention", "decoder_layer": "DecoderLayer"},
     "bert": {"attention": "Attention", "encoder_layer": "Layer"},
@@ -180,6 +184,16 @@ def config_from_hf(family: str, cfg) -> dict | None:
                  act=cfg.hidden_act, eps=float(cfg.layer_norm_eps), rope_theta=rope[0],
                  rotary_dim=int(head_dim * rope[1]), bias=bool(cfg.attention_bias),
                  parallel_residual=bool(cfg.use_parallel_residual), max_positions=cfg.max_position_embeddings)
+    elif fam.style == "falcon":
+        rope = _rope(cfg)
+        if (rope is None or rope[1] != 1.0 or cfg.alibi or not cfg.multi_query or not cfg.parallel_attn
+                or cfg.new_decoder_architecture):
+            return None
+        heads = cfg.num_attention_heads
+        c.update(hidden_size=cfg.hidden_size, intermediate_size=cfg.ffn_hidden_size or 4 * cfg.hidden_size,
+                 num_heads=heads, num_kv_heads=1, head_dim=cfg.hidden_size // heads, act=cfg.activation,
+                 eps=float(cfg.layer_norm_epsilon), rope_theta=rope[0], bias=bool(cfg.bias),
+                 max_positions=cfg.max_position_embeddings)
     elif fam.style == "gpt2":
         if not cfg.scale_attn_weights or cfg.scale_attn_by_inverse_layer_idx or cfg.add_cross_attention:
             return None
@@ -345,6 +359,32 @@ def _neox_parts(spec: BlockSpec, p: _Parts, prefix: str):
     p.forward.append("return self.block(hidden_states, cos, sin)")
 
 
+def _falcon_parts(spec: BlockSpec, p: _Parts, prefix: str):
+    c, kind = spec.config, spec.kind
+    if c["act"] == "gelu_new":
+        p.helpers.append(src.GELU_NEW)
+    mlp = src.neox_mlp(prefix, c["act"], c["bias"])
+    if kind == "mlp":
+        p.classes = [mlp]
+        p.init.append(f"self.block = {prefix}MLP(hidden_size, intermediate_size)")
+        p.constants = ["hidden_size", "intermediate_size"]
+        p.forward.append("return self.block(hidden_states)")
+        return
+    p.helpers += [src.ROTATE_HALF, src.APPLY_ROPE, src.REPEAT_KV]
+    p.classes = [src.rotary_embedding(prefix), src.falcon_attention(prefix, c["bias"])]
+    p.init.append(f"self.rotary_emb = {prefix}RotaryEmbedding(head_dim, rope_theta)")
+    if kind == "attention":
+        p.init.append(f"self.block = {prefix}Attention(hidden_size, num_heads)")
+        p.constants = ["hidden_size", "num_heads", "head_dim", "rope_theta"]
+    else:
+        p.classes += [mlp, src.falcon_decoder_layer(prefix)]
+        p.norms = ["nn.LayerNorm"]
+        p.init.append(f"self.block = {prefix}DecoderLayer(hidden_size, intermediate_size, num_heads, eps)")
+        p.constants = ["hidden_size", "intermediate_size", "num_heads", "head_dim", "eps", "rope_theta"]
+    p.forward.append("cos, sin = self.rotary_emb(hidden_states, hidden_states.shape[1])")
+    p.forward.append("return self.block(hidden_states, cos, sin)")
+
+
 def _gpt2_parts(spec: BlockSpec, p: _Parts, prefix: str):
     c, kind = spec.config, spec.kind
     if c["act"] == "gelu_new":
@@ -476,7 +516,7 @@ def render_block(spec: BlockSpec, batch: int, seq: int, dtype: str, docstring: s
         if fam.style in ("rope", "gemma"):
             _rope_parts(spec, seq, p, fam.prefix, fam.style == "gemma")
         else:
-            {"neox": _neox_parts, "gpt2": _gpt2_parts, "opt": _opt_parts, "bert": _bert_parts, "vit": _vit_parts,
+            {"neox": _neox_parts, "falcon": _falcon_parts, "gpt2": _gpt2_parts, "opt": _opt_parts, "bert": _bert_parts, "vit": _vit_parts,
              "t5": _t5_parts}[fam.style](spec, p, fam.prefix)
         constants = {name: spec.config[name] for name in p.constants}
         hidden = spec.config["hidden_size"]

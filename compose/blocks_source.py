@@ -528,14 +528,15 @@ APPLY_PARTIAL_ROPE = '''def apply_rotary_pos_emb(q, k, cos, sin):
     return torch.cat((q_rotated, q[..., rot:]), dim=-1), torch.cat((k_rotated, k[..., rot:]), dim=-1)'''
 
 
-def neox_mlp(prefix: str, activation: str) -> str:
+def neox_mlp(prefix: str, activation: str, bias: bool = True) -> str:
+    """GPT-NeoX / Falcon MLP (Falcon's projections are unbiased)."""
     return f'''class {prefix}MLP(nn.Module):
     """MLP: dense_4h_to_h(act(dense_h_to_4h(x))), act = {activation}."""
 
     def __init__(self, hidden_size, intermediate_size):
         super().__init__()
-        self.dense_h_to_4h = nn.Linear(hidden_size, intermediate_size)
-        self.dense_4h_to_h = nn.Linear(intermediate_size, hidden_size)
+        self.dense_h_to_4h = nn.Linear(hidden_size, intermediate_size, bias={bias})
+        self.dense_4h_to_h = nn.Linear(intermediate_size, hidden_size, bias={bias})
 
     def forward(self, x):
         return self.dense_4h_to_h({act(activation, "self.dense_h_to_4h(x)")})'''
@@ -585,3 +586,44 @@ def neox_layer(prefix: str, parallel: bool) -> str:
 
     def forward(self, hidden_states, cos, sin):
 {body}'''
+
+
+def falcon_attention(prefix: str, bias: bool) -> str:
+    return f'''class {prefix}Attention(nn.Module):
+    """Causal multi-query self-attention with rotary positions, through SDPA. One fused projection
+    (query_key_value) gives num_heads query heads followed by one key head and one value head, shared by
+    every query head."""
+
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = hidden_size // num_heads
+        self.query_key_value = nn.Linear(hidden_size, hidden_size + 2 * self.head_dim, bias={bias})
+        self.dense = nn.Linear(hidden_size, hidden_size, bias={bias})
+
+    def forward(self, hidden_states, cos, sin):
+        """hidden_states (batch, seq, hidden); cos / sin (seq, head_dim)."""
+        batch, seq, hidden = hidden_states.shape
+        qkv = self.query_key_value(hidden_states).view(batch, seq, self.num_heads + 2, self.head_dim)
+        q, k, v = qkv[:, :, :-2], qkv[:, :, -2:-1], qkv[:, :, -1:]
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        k, v = repeat_kv(k, self.num_heads), repeat_kv(v, self.num_heads)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.head_dim ** -0.5)
+        return self.dense(out.transpose(1, 2).reshape(batch, seq, hidden))'''
+
+
+def falcon_decoder_layer(prefix: str) -> str:
+    return f'''class {prefix}DecoderLayer(nn.Module):
+    """Parallel attention / MLP decoder layer sharing one LayerNorm:
+    out = x + attn(LayerNorm(x)) + mlp(LayerNorm(x))."""
+
+    def __init__(self, hidden_size, intermediate_size, num_heads, eps):
+        super().__init__()
+        self.self_attention = {prefix}Attention(hidden_size, num_heads)
+        self.mlp = {prefix}MLP(hidden_size, intermediate_size)
+        self.input_layernorm = nn.LayerNorm(hidden_size, eps=eps)
+
+    def forward(self, hidden_states, cos, sin):
+        x = self.input_layernorm(hidden_states)
+        return hidden_states + self.self_attention(x, cos, sin) + self.mlp(x)'''

@@ -36,6 +36,8 @@ SMALL = {
                   head_dim=128, num_hidden_layers=1, vocab_size=128),
     "gpt_neox": dict(hidden_size=256, intermediate_size=512, num_attention_heads=4, num_hidden_layers=1,
                      vocab_size=128),
+    "falcon": dict(hidden_size=320, num_attention_heads=5, num_hidden_layers=1, vocab_size=128,
+                   ffn_hidden_size=640),
     "gpt2": dict(n_embd=256, n_head=4, n_layer=1, vocab_size=128, n_positions=64),
     "opt": dict(hidden_size=256, ffn_dim=512, num_attention_heads=4, num_hidden_layers=1, vocab_size=128,
                 word_embed_proj_dim=256, max_position_embeddings=64),
@@ -49,7 +51,8 @@ SMALL = {
 }
 BASE_MODEL = {"llama": "LlamaModel", "mistral": "MistralModel", "qwen2": "Qwen2Model", "qwen3": "Qwen3Model",
               "phi3": "Phi3Model",
-              "gemma": "GemmaModel", "gpt_neox": "GPTNeoXModel", "gpt2": "GPT2Model", "opt": "OPTModel", "bert": "BertModel",
+              "gemma": "GemmaModel", "gpt_neox": "GPTNeoXModel", "falcon": "FalconModel",
+              "gpt2": "GPT2Model", "opt": "OPTModel", "bert": "BertModel",
               "roberta": "RobertaModel", "vit": "ViTModel", "t5": "T5EncoderModel"}
 CONV1D = ("c_attn.weight", "c_fc.weight", "c_proj.weight")  # GPT-2 Conv1D weights are (in, out)
 
@@ -92,9 +95,9 @@ def _reference(spec: BlockSpec):
     assert mods, f"{spec.label} not found in {BASE_MODEL[spec.family]}"
     target, seen = mods[0], {}
 
-    def hook(mod, args, kwargs, out):
-        seen.setdefault("x", args[0] if args else kwargs["hidden_states"])
-        seen.setdefault("y", out[0] if isinstance(out, tuple) else out)
+    def hook(mod, args, kwargs, out):  # clones: the caller may update the output in place (Falcon)
+        seen.setdefault("x", (args[0] if args else kwargs["hidden_states"]).clone())
+        seen.setdefault("y", (out[0] if isinstance(out, tuple) else out).clone())
 
     h = target.register_forward_hook(hook, with_kwargs=True)
     with torch.no_grad():
@@ -116,7 +119,8 @@ def _mapped_state(hf_module) -> dict:
 FIDELITY = ["LlamaMLP", "LlamaRMSNorm", "LlamaAttention", "LlamaDecoderLayer", "MistralDecoderLayer",
             "Qwen2Attention", "Qwen3Attention", "Qwen3DecoderLayer", "Phi3MLP", "Phi3Attention",
             "Phi3DecoderLayer", "GemmaRMSNorm", "GemmaDecoderLayer",
-            "GPTNeoXMLP", "GPTNeoXAttention", "GPTNeoXLayer", "GPT2MLP", "GPT2Attention", "GPT2Block", "OPTDecoderLayer", "BertAttention", "BertLayer",
+            "GPTNeoXMLP", "GPTNeoXAttention", "GPTNeoXLayer", "FalconMLP", "FalconAttention",
+            "FalconDecoderLayer", "GPT2MLP", "GPT2Attention", "GPT2Block", "OPTDecoderLayer", "BertAttention", "BertLayer",
             "RobertaLayer", "ViTMLP", "ViTAttention", "ViTLayer", "T5LayerNorm", "T5LayerFF"]
 
 
