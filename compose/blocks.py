@@ -219,7 +219,7 @@ def config_from_hf(family: str, cfg) -> dict | None:
         if cfg.is_gated_act:
             return None
         c.update(hidden_size=cfg.d_model, intermediate_size=cfg.d_ff, act=cfg.dense_act_fn,
-                 eps=float(cfg.layer_norm_epsilon), max_positions=512)
+                 eps=float(cfg.layer_norm_epsilon), max_positions=getattr(cfg, "n_positions", 512))
     if "act" in c and c["act"] not in src.ACTIVATIONS:
         return None
     if "num_heads" in c and "head_dim" not in c:
@@ -498,12 +498,16 @@ def render_block(spec: BlockSpec, batch: int, seq: int, dtype: str, docstring: s
 
     Raises:
         ValueError: unknown dtype or family, a kind the family has no source for, batch or seq < 1,
-            or a config missing a field the block needs (named in the message).
+            a config missing a field the block needs (named in the message), or a docstring that cannot
+            sit between triple quotes.
     """
     if dtype not in DTYPES:
         raise ValueError(f"render_block({spec.label}): dtype {dtype!r} is not one of {DTYPES}")
     if not (isinstance(batch, int) and isinstance(seq, int) and batch >= 1 and seq >= 1):
         raise ValueError(f"render_block({spec.label}): batch and seq must be positive ints, got {batch}, {seq}")
+    if '"""' in docstring or "\\" in docstring or docstring.endswith('"'):
+        raise ValueError(f"render_block({spec.label}): the docstring may not hold triple quotes, backslashes "
+                         "or end with a quote")
     fams = {f.name: f for f in FAMILIES}
     if spec.family not in fams:
         raise ValueError(f"render_block({spec.label}): unknown family {spec.family!r}")

@@ -249,6 +249,8 @@ def test_rendered_source_shape():
         kw = dict(batch=1, seq=8, dtype="float32") | bad
         with pytest.raises(ValueError, match="LlamaDecoderLayer"):
             render_block(spec, kw["batch"], kw["seq"], kw["dtype"], "doc")
+    with pytest.raises(ValueError, match="docstring"):
+        render_block(spec, 1, 8, "float32", 'say """hi"""')
     with pytest.raises(ValueError, match="head_dim"):
         cfg = {k: v for k, v in spec.config.items() if k != "head_dim"}
         render_block(dataclasses.replace(spec, config=cfg), 1, 8, "float32", "doc")
