@@ -240,15 +240,19 @@ def _modeling_classes(family: str) -> set[str]:
     return set(re.findall(r"^class (\w+)\(", path.read_text(encoding="utf-8"), flags=re.MULTILINE))
 
 
-@functools.lru_cache(maxsize=4)
 def block_specs(min_hidden: int = 256) -> list[BlockSpec]:
     """One spec per (family, kind) the installed transformers provides, sized by the family's default
     config (``<ConfigClass>()``), in ``FAMILIES`` then ``KINDS`` order.
 
     A family is skipped when transformers lacks its config class, when ``config_from_hf`` returns None,
     or when its hidden size is below ``min_hidden``; a kind is skipped when the family's modeling module
-    lacks the class it mirrors. The returned list is shared (cached): copy a spec before changing it.
+    lacks the class it mirrors. The configs are read once per process; every call returns fresh copies.
     """
+    return [BlockSpec(label, family, kind, dict(config)) for label, family, kind, config in _specs(min_hidden)]
+
+
+@functools.lru_cache(maxsize=4)
+def _specs(min_hidden: int) -> tuple[tuple[str, str, str, dict], ...]:
     import transformers
 
     out = []
@@ -258,7 +262,7 @@ def block_specs(min_hidden: int = 256) -> list[BlockSpec]:
             continue
         try:
             config = config_from_hf(fam.name, cfg_cls())
-        except Exception:
+        except Exception:  # noqa: BLE001 - a config class that cannot build its defaults: family skipped
             continue
         if config is None or config["hidden_size"] < min_hidden:
             continue
@@ -266,8 +270,8 @@ def block_specs(min_hidden: int = 256) -> list[BlockSpec]:
         for kind, suffix in KINDS[fam.style].items():
             label = fam.prefix + suffix
             if label in available:
-                out.append(BlockSpec(label=label, family=fam.name, kind=kind, config=dict(config)))
-    return out
+                out.append((label, fam.name, kind, config))
+    return tuple(out)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -160,7 +160,7 @@ def test_specs_use_the_default_configs():
     import transformers
 
     specs = block_specs()
-    assert specs == block_specs.__wrapped__(), "block_specs is not deterministic"
+    assert specs == block_specs(), "block_specs is not deterministic"
     assert len({s.label for s in specs}) == len(specs)
     kinds = {s.kind for s in specs}
     assert {"norm", "mlp", "attention", "decoder_layer", "encoder_layer"} <= kinds
@@ -174,7 +174,9 @@ def test_specs_use_the_default_configs():
     ref = transformers.LlamaConfig()
     assert (llama["hidden_size"], llama["num_heads"], llama["intermediate_size"]) == (
         ref.hidden_size, ref.num_attention_heads, ref.intermediate_size)
-    assert block_specs.__wrapped__(min_hidden=10**6) == []
+    assert block_specs(min_hidden=10**6) == []
+    specs[0].config["hidden_size"] = -1
+    assert block_specs()[0].config["hidden_size"] > 0, "callers share the cached configs"
 
 
 _RUNNER = textwrap.dedent('''
