@@ -48,8 +48,8 @@ class Family:
         name: the transformers model type (``transformers.models.<name>``).
         config_class: the family's config class in ``transformers`` (its defaults size the blocks).
         prefix: the class-name prefix of the family's modules (``Llama`` -> ``LlamaMLP``).
-        style: which block sources apply: ``rope`` (Llama-like decoder), ``gemma``, ``gpt2``, ``opt``,
-            ``bert``, ``vit`` or ``t5``.
+        style: which block sources apply: ``rope`` (Llama-like decoder), ``gemma``, ``neox``, ``falcon``,
+            ``gpt2``, ``opt``, ``bert``, ``vit`` or ``t5``.
     """
 
     name: str
@@ -203,7 +203,7 @@ def config_from_hf(family: str, cfg) -> dict | None:
         if not cfg.do_layer_norm_before or not cfg.layer_norm_elementwise_affine:
             return None
         c.update(hidden_size=cfg.hidden_size, intermediate_size=cfg.ffn_dim, num_heads=cfg.num_attention_heads,
-                 act=cfg.activation_function, eps=1e-5, bias=bool(cfg.enable_bias),
+                 act=cfg.activation_function, eps=1e-5, bias=bool(cfg.enable_bias),  # nn.LayerNorm's default eps
                  max_positions=cfg.max_position_embeddings)
     elif fam.style == "bert":
         if getattr(cfg, "is_decoder", False):
