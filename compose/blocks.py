@@ -9,14 +9,14 @@ Families and block kinds (``FAMILIES``): Llama, Mistral, Qwen2, Qwen3, Phi-3, Ge
 causal GQA attention with RoPE through SDPA, pre-norm decoder layer; Mistral's sliding window, Qwen3's
 per-head q / k norm, Phi-3's fused qkv and gate / up projections, Gemma's (1 + weight) RMSNorm), GPT-NeoX
 (fused per-head qkv, partial rotary, parallel residual), Falcon (multi-query attention, one LayerNorm
-shared by the parallel attention and MLP), GPT-2
-(GELU-new MLP, causal MHA with explicit softmax, pre-norm block), OPT (causal MHA, pre-norm ReLU decoder
-layer), BERT and RoBERTa (bidirectional MHA, post-norm encoder layer), ViT (bidirectional MHA, GELU MLP,
-pre-norm encoder layer) and T5 (T5LayerNorm, ReLU DenseActDense, pre-norm feed-forward sub-layer). A
-family whose config class the installed transformers lacks, or whose default config uses a variant not
-written here (a RoPE type other than ``default`` or partial rotary, an activation outside
-``blocks_source.ACTIVATIONS``, GPT-2 attention scaled by layer index, OPT post-norm, T5 gated
-feed-forward), yields no spec.
+shared by the parallel attention and MLP), GPT-2 (GELU-new MLP, causal MHA with explicit softmax, pre-norm
+block), OPT (causal MHA, pre-norm ReLU decoder layer), BERT and RoBERTa (bidirectional MHA, post-norm
+encoder layer), ViT (bidirectional MHA, GELU MLP, pre-norm encoder layer) and T5 (T5LayerNorm, ReLU
+DenseActDense, pre-norm feed-forward sub-layer, bidirectional attention with a relative position bias,
+pre-norm encoder block). A family whose config class the installed transformers lacks, or whose default
+config uses a variant not written here (a RoPE type other than ``default`` or partial rotary outside
+GPT-NeoX, an activation outside ``blocks_source.ACTIVATIONS``, GPT-2 attention scaled by layer index, OPT
+post-norm, Falcon without multi-query or with ALiBi, T5 gated feed-forward), yields no spec.
 
 Usage::
 
@@ -85,7 +85,8 @@ KINDS = {
     "opt": {"attention": "Attention", "decoder_layer": "DecoderLayer"},
     "bert": {"attention": "Attention", "encoder_layer": "Layer"},
     "vit": {"mlp": "MLP", "attention": "Attention", "encoder_layer": "Layer"},
-    "t5": {"norm": "LayerNorm", "mlp": "DenseActDense", "residual_mlp": "LayerFF"},
+    "t5": {"norm": "LayerNorm", "mlp": "DenseActDense", "residual_mlp": "LayerFF", "attention": "Attention",
+           "encoder_layer": "Block"},
 }
 
 
@@ -219,7 +220,10 @@ def config_from_hf(family: str, cfg) -> dict | None:
         if cfg.is_gated_act:
             return None
         c.update(hidden_size=cfg.d_model, intermediate_size=cfg.d_ff, act=cfg.dense_act_fn,
-                 eps=float(cfg.layer_norm_epsilon), max_positions=getattr(cfg, "n_positions", 512))
+                 eps=float(cfg.layer_norm_epsilon), num_heads=cfg.num_heads, num_kv_heads=cfg.num_heads,
+                 head_dim=cfg.d_kv, num_buckets=cfg.relative_attention_num_buckets,
+                 max_distance=cfg.relative_attention_max_distance,
+                 max_positions=getattr(cfg, "n_positions", 512))
     if "act" in c and c["act"] not in src.ACTIVATIONS:
         return None
     if "num_heads" in c and "head_dim" not in c:
@@ -469,6 +473,8 @@ def _t5_parts(spec: BlockSpec, p: _Parts, prefix: str):
     if c["act"] == "gelu_new" and kind != "norm":
         p.helpers.append(src.GELU_NEW)
     norm, mlp = src.t5_layer_norm(prefix), src.t5_dense_act_dense(prefix, c["act"])
+    attn_args = "hidden_size, num_heads, head_dim, num_buckets, max_distance"
+    attn_constants = ["hidden_size", "num_heads", "head_dim", "num_buckets", "max_distance"]
     if kind == "norm":
         p.classes, p.norms = [norm], [f"{prefix}LayerNorm"]
         p.init.append(f"self.block = {prefix}LayerNorm(hidden_size, eps)")
@@ -477,10 +483,22 @@ def _t5_parts(spec: BlockSpec, p: _Parts, prefix: str):
         p.classes = [mlp]
         p.init.append(f"self.block = {prefix}DenseActDense(hidden_size, intermediate_size)")
         p.constants = ["hidden_size", "intermediate_size"]
-    else:
+    elif kind == "residual_mlp":
         p.classes, p.norms = [norm, mlp, src.t5_layer_ff(prefix)], [f"{prefix}LayerNorm"]
         p.init.append(f"self.block = {prefix}LayerFF(hidden_size, intermediate_size, eps)")
         p.constants = ["hidden_size", "intermediate_size", "eps"]
+    elif kind == "attention":
+        p.helpers.append(src.RELATIVE_POSITION_BUCKET)
+        p.classes = [src.t5_attention(prefix)]
+        p.init.append(f"self.block = {prefix}Attention({attn_args})")
+        p.constants = attn_constants
+    else:
+        p.helpers.append(src.RELATIVE_POSITION_BUCKET)
+        p.classes = [norm, mlp, src.t5_layer_ff(prefix), src.t5_attention(prefix), src.t5_block(prefix)]
+        p.norms = [f"{prefix}LayerNorm"]
+        p.init.append(f"self.block = {prefix}Block(hidden_size, intermediate_size, num_heads, head_dim, "
+                      "num_buckets, max_distance, eps)")
+        p.constants = [*attn_constants[:1], "intermediate_size", *attn_constants[1:], "eps"]
     p.forward.append("return self.block(hidden_states)")
 
 

@@ -627,3 +627,77 @@ def falcon_decoder_layer(prefix: str) -> str:
     def forward(self, hidden_states, cos, sin):
         x = self.input_layernorm(hidden_states)
         return hidden_states + self.self_attention(x, cos, sin) + self.mlp(x)'''
+
+
+RELATIVE_POSITION_BUCKET = '''def relative_position_bucket(relative_position, num_buckets, max_distance):
+    """Bidirectional T5 bucket of each relative position (key index - query index): half of the buckets per
+    direction; within a half, distances below a quarter of num_buckets get a bucket each, larger ones share
+    log-spaced buckets up to max_distance, and all farther ones fall in the half's last bucket."""
+    num_buckets //= 2
+    buckets = (relative_position > 0).to(torch.long) * num_buckets
+    distance = relative_position.abs()
+    max_exact = num_buckets // 2
+    log_ratio = torch.log(distance.float() / max_exact) / math.log(max_distance / max_exact)
+    large = max_exact + (log_ratio * (num_buckets - max_exact)).to(torch.long)
+    large = torch.clamp(large, max=num_buckets - 1)
+    return buckets + torch.where(distance < max_exact, distance, large)'''
+
+
+def t5_attention(prefix: str) -> str:
+    return f'''class {prefix}Attention(nn.Module):
+    """Bidirectional multi-head self-attention with a learned relative position bias (one scalar per head
+    and relative-position bucket) added to the unscaled scores: softmax(q k^T + bias) v, then o."""
+
+    def __init__(self, hidden_size, num_heads, head_dim, num_buckets, max_distance):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.num_buckets = num_buckets
+        self.max_distance = max_distance
+        self.q = nn.Linear(hidden_size, num_heads * head_dim, bias=False)
+        self.k = nn.Linear(hidden_size, num_heads * head_dim, bias=False)
+        self.v = nn.Linear(hidden_size, num_heads * head_dim, bias=False)
+        self.o = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
+        self.relative_attention_bias = nn.Embedding(num_buckets, num_heads)
+
+    def forward(self, hidden_states):
+        batch, seq, _ = hidden_states.shape
+        q = self.q(hidden_states).view(batch, seq, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k(hidden_states).view(batch, seq, self.num_heads, self.head_dim).transpose(1, 2)
+        v = self.v(hidden_states).view(batch, seq, self.num_heads, self.head_dim).transpose(1, 2)
+        positions = torch.arange(seq, device=hidden_states.device)
+        relative = positions[None, :] - positions[:, None]  # (query, key): key index - query index
+        buckets = relative_position_bucket(relative, self.num_buckets, self.max_distance)
+        bias = self.relative_attention_bias(buckets).permute(2, 0, 1).unsqueeze(0)  # (1, heads, seq, seq)
+        scores = torch.matmul(q, k.transpose(-1, -2)) + bias
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)
+        out = torch.matmul(probs, v).transpose(1, 2).reshape(batch, seq, self.num_heads * self.head_dim)
+        return self.o(out)'''
+
+
+def t5_block(prefix: str) -> str:
+    return f'''class {prefix}LayerSelfAttention(nn.Module):
+    """Pre-norm self-attention sub-layer: x + SelfAttention(layer_norm(x))."""
+
+    def __init__(self, hidden_size, num_heads, head_dim, num_buckets, max_distance, eps):
+        super().__init__()
+        self.SelfAttention = {prefix}Attention(hidden_size, num_heads, head_dim, num_buckets, max_distance)
+        self.layer_norm = {prefix}LayerNorm(hidden_size, eps)
+
+    def forward(self, hidden_states):
+        return hidden_states + self.SelfAttention(self.layer_norm(hidden_states))
+
+
+class {prefix}Block(nn.Module):
+    """Pre-norm encoder block: the self-attention sub-layer, then the feed-forward sub-layer."""
+
+    def __init__(self, hidden_size, intermediate_size, num_heads, head_dim, num_buckets, max_distance, eps):
+        super().__init__()
+        self.layer = nn.ModuleList([
+            {prefix}LayerSelfAttention(hidden_size, num_heads, head_dim, num_buckets, max_distance, eps),
+            {prefix}LayerFF(hidden_size, intermediate_size, eps),
+        ])
+
+    def forward(self, hidden_states):
+        hidden_states = self.layer[0](hidden_states)
+        return self.layer[1](hidden_states)'''

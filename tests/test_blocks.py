@@ -121,7 +121,7 @@ FIDELITY = ["LlamaMLP", "LlamaRMSNorm", "LlamaAttention", "LlamaDecoderLayer", "
             "Phi3DecoderLayer", "GemmaRMSNorm", "GemmaDecoderLayer",
             "GPTNeoXMLP", "GPTNeoXAttention", "GPTNeoXLayer", "FalconMLP", "FalconAttention",
             "FalconDecoderLayer", "GPT2MLP", "GPT2Attention", "GPT2Block", "OPTDecoderLayer", "BertAttention", "BertLayer",
-            "RobertaLayer", "ViTMLP", "ViTAttention", "ViTLayer", "T5LayerNorm", "T5LayerFF"]
+            "RobertaLayer", "ViTMLP", "ViTAttention", "ViTLayer", "T5LayerNorm", "T5LayerFF", "T5Attention", "T5Block"]
 
 
 @pytest.mark.parametrize("label", FIDELITY)
