@@ -72,7 +72,8 @@ def _harvest(cfg: RunConfig, run_dir: Path, progress: bool = True) -> Path:
     from opforge.seeds.specs_loader import SPECS_DIR
 
     # CPU runs: ``workers`` processes; CUDA runs (``workers`` = sandboxes per GPU): all usable cores
-    res = harvest(SPECS_DIR, progress=progress, pool=PoolSettings(workers=cfg.workers if cfg.device == "cpu" else None))
+    pool = PoolSettings(workers=cfg.workers if cfg.device == "cpu" else None)
+    res = harvest(SPECS_DIR, progress=progress, pool=pool)
     tmp = catalog.with_suffix(".tmp.parquet")
     write_catalog(res.ops, tmp)
     write_skip_report(res.skips, catalog.with_name("catalog_skipped.csv"))
