@@ -70,10 +70,9 @@ RULES = (
 )
 
 
-def read_published(source: str | Path) -> tuple[pd.DataFrame, Path]:
-    """The published rows of ``source`` (a Hub folder with ``data/*.parquet``, or a .parquet / .jsonl file)
-    and the single file the filter stage reads them from (the folder's shards are joined into
-    ``_rows.parquet`` beside the report by ``recheck``; a file is read as it is).
+def read_published(source: str | Path) -> pd.DataFrame:
+    """The published rows of ``source``: a Hub folder (its ``data/*.parquet`` shards in name order) or a
+    .parquet / .jsonl file.
 
     Raises:
         InputError: no such file or folder, a folder without ``data/*.parquet``, or rows without ``code``.
@@ -84,10 +83,9 @@ def read_published(source: str | Path) -> tuple[pd.DataFrame, Path]:
         if not shards:
             raise InputError(f"{source}: no data/*.parquet shards (expected an opforge Hub folder)")
         rows = pd.concat([pd.read_parquet(p) for p in shards], ignore_index=True)
-        return rows, shards[0]
-    if not source.exists():
+    elif not source.exists():
         raise InputError(f"{source}: no such file or folder")
-    if source.suffix == ".parquet":
+    elif source.suffix == ".parquet":
         rows = pd.read_parquet(source)
     elif source.suffix in (".jsonl", ".json"):
         rows = pd.read_json(source, lines=True)
@@ -95,7 +93,7 @@ def read_published(source: str | Path) -> tuple[pd.DataFrame, Path]:
         raise InputError(f"{source}: expected a Hub folder, a .parquet or a .jsonl file")
     if "code" not in rows.columns:
         raise InputError(f"{source}: no `code` column")
-    return rows, source
+    return rows
 
 
 def recheck_settings(device: str, window_ms: tuple[float, float] | None, skip: list[str] | None = None,
@@ -120,7 +118,7 @@ def recheck(source: str | Path, out: str | Path, settings: FilterSettings, *, wo
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    rows, _ = read_published(source)
+    rows = read_published(source)
     if limit is not None:
         rows = rows.head(limit)
     keep = [c for c in ("task_id", "code", "ops", "data_source") if c in rows.columns]
