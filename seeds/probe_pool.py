@@ -3,10 +3,11 @@
 One ``pebble.ProcessPool`` of spawned workers (never forked: the parent may already run torch threads)
 runs two kinds of unit: ``probe_unit`` (one draft, or one transformers block's drafts tried in turn, then
 re-probed and dtype-probed) and ``family_unit`` (import one transformers model family and list its block
-drafts). Each worker imports torch and the probe once, runs torch with one thread and discards its stdout / stderr.
+drafts). Each worker imports torch and the probe once, runs torch with one thread, sees no GPU and
+discards its stdout / stderr.
 
-What a unit cannot report itself becomes a ``SkipRecord`` (``unit_failure``), and the pool replaces the
-worker:
+What a unit cannot report itself becomes a ``SkipRecord`` (``ProbePool.unit_result``), and the pool
+replaces the worker:
 
 * ``timeout`` - no result within ``PoolSettings.timeout_s`` of the unit's start; the worker is killed;
 * ``crash:<SIGNAL>`` (``crash:SIGSEGV``, ``crash:SIGABRT``...) or ``crash:exit<code>`` - the worker died;
@@ -67,6 +68,9 @@ def usable_cores() -> int:
 
 # -- worker side --------------------------------------------------------------------------------------
 def _init_worker() -> None:
+    # probes run on CPU and ``meta``: no worker may create a CUDA context (GPU memory, and tens of GiB of
+    # address space that the memory bound would refuse)
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
