@@ -21,14 +21,21 @@ def seeds_harvest(
     out: Path = typer.Option(DEFAULT_CATALOG, help="Catalog Parquet to write; the skip report goes beside it."),
     specs: Path = typer.Option(None, help="Folder of curated YAML specs (default: the packaged seeds/specs)."),
     no_transformers: bool = typer.Option(False, "--no-transformers", help="Harvest torch ops only."),
+    workers: int = typer.Option(None, help="Probe processes (default: all usable cores; the catalog does not "
+                                           "depend on it)."),
+    probe_timeout_s: float = typer.Option(60.0, help="Per-probe limit, seconds: a longer one is a `timeout` skip."),
+    probe_memory_gib: float = typer.Option(4.0, help="Per-probe memory bound, GiB: past it, an `oom` skip."),
 ):
-    """Introspect the installed torch and transformers, probe every candidate, write the catalog."""
+    """Introspect the installed torch and transformers, probe every candidate in sandboxed child processes
+    (a crash, hang or memory blow-up is a skip record), write the catalog."""
     from opforge.seeds.catalog import harvest, write_catalog, write_skip_report
+    from opforge.seeds.probe_pool import PoolSettings
     from opforge.seeds.specs_loader import SPECS_DIR, SpecError
 
     try:
-        res = harvest(specs or SPECS_DIR, with_transformers=not no_transformers)
-    except SpecError as exc:
+        pool = PoolSettings(workers=workers, timeout_s=probe_timeout_s, memory_gib=probe_memory_gib)
+        res = harvest(specs or SPECS_DIR, with_transformers=not no_transformers, pool=pool)
+    except (SpecError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     write_catalog(res.ops, out)
@@ -315,6 +322,36 @@ def run_cmd(
                f"upload: opforge publish {res.run_dir} --repo-id ORG/NAME)")
     if res.selected < cfg.target:
         raise typer.Exit(1)
+
+
+@app.command("recheck")
+def recheck_cmd(
+    source: Path = typer.Argument(..., help="Published rows: an opforge Hub folder (hf/) or a .parquet / .jsonl."),
+    out: Path = typer.Option(..., "--out", help="Report directory: recheck.json and filter/ (its ledger resumes)."),
+    device: str = typer.Option("cuda", help="cpu | cuda."),
+    workers: int = typer.Option(None, help="As for `opforge filter`."),
+    runtime_window_ms: tuple[float, float] = typer.Option(None, help="LO HI eager window in ms (default: 1 100 "
+                                                          "on cuda, off on cpu)."),
+    no_window: bool = typer.Option(False, "--no-window", help="Record runtimes only."),
+    skip: str = typer.Option(None, help="Comma-separated filters to leave out (e.g. compile)."),
+    timeout_s: float = typer.Option(300.0, help="Per-task limit in its sandbox, seconds."),
+    limit: int = typer.Option(None, help="Only the first N rows."),
+):
+    """Re-run every published row's rules in fresh sandboxes; report the pass rate per rule and the
+    measured / published eager time (OUT/recheck.json and a table)."""
+    from opforge.filters.runtime import resolve_window
+    from opforge.pipeline.filter_run import InputError
+    from opforge.pipeline.recheck import format_report, recheck, recheck_settings
+
+    given = tuple(runtime_window_ms) if runtime_window_ms and runtime_window_ms[0] is not None else None
+    try:
+        settings = recheck_settings(device, resolve_window(device, given, no_window), _names(skip), timeout_s)
+        rep = recheck(source, out, settings, workers=workers, limit=limit)
+    except (InputError, RuntimeError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(format_report(rep))
+    typer.echo(f"report: {out / 'recheck.json'}")
 
 
 @app.command("publish")

@@ -58,7 +58,7 @@ def _check_same_run(cfg: RunConfig, run_dir: Path) -> None:
                           f"({', '.join(f'{f}={old.get(f)!r}' for f in diff)}); use another --out")
 
 
-def _harvest(cfg: RunConfig, run_dir: Path) -> Path:
+def _harvest(cfg: RunConfig, run_dir: Path, progress: bool = True) -> Path:
     catalog = run_dir / "seeds" / "catalog.parquet"
     if catalog.exists():
         return catalog
@@ -72,9 +72,12 @@ def _harvest(cfg: RunConfig, run_dir: Path) -> Path:
             shutil.copyfile(vocab, catalog.with_name(vocab.name))
         return catalog
     from opforge.seeds.catalog import harvest, write_catalog, write_skip_report
+    from opforge.seeds.probe_pool import PoolSettings
     from opforge.seeds.specs_loader import SPECS_DIR
 
-    res = harvest(SPECS_DIR)
+    # CPU runs: ``workers`` processes; CUDA runs (``workers`` = sandboxes per GPU): all usable cores
+    pool = PoolSettings(workers=cfg.workers if cfg.device == "cpu" else None)
+    res = harvest(SPECS_DIR, progress=progress, pool=pool)
     tmp = catalog.with_suffix(".tmp.parquet")
     write_catalog(res.ops, tmp)
     write_skip_report(res.skips, catalog.with_name("catalog_skipped.csv"))
@@ -162,7 +165,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     seconds: dict[str, float] = {}
 
     t0 = time.perf_counter()
-    catalog = _harvest(cfg, run_dir)
+    catalog = _harvest(cfg, run_dir, progress)
     seconds["harvest"] = time.perf_counter() - t0
 
     handle = None

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from opforge.seeds.probe import probe
+from opforge.seeds.probe_pool import PoolSettings, ProbePool
 from opforge.seeds.seed_op import SeedOp, SkipRecord
 from opforge.seeds.specs_loader import SPECS_DIR, load_specs
 from tqdm import tqdm
@@ -30,57 +31,91 @@ def library_versions() -> dict[str, str]:
 
 
 def harvest(specs_dir: Path = SPECS_DIR, with_transformers: bool = True, families: list[str] | None = None,
-            progress: bool = True) -> HarvestResult:
+            progress: bool = True, pool: PoolSettings | None = None, with_torch: bool = True) -> HarvestResult:
     """Introspect torch (and transformers), probe every candidate, merge curated YAML entries.
 
-    YAML entries override automatically harvested ops with the same label. Returns validated ops sorted by
-    (library, label) and the skip report. Raises ``SpecError`` for a malformed YAML entry before any probing.
+    Probes run in parallel in sandboxed child processes (``seeds.probe_pool``; ``pool`` sets the workers,
+    the per-unit timeout and the memory bound): a probe that crashes, hangs or exhausts its memory bound
+    becomes a skip record (``crash:<SIGNAL>``, ``timeout``, ``oom``). The result does not depend on the
+    number of workers: units are taken in candidate order, as a one-process harvest would take them.
+
+    YAML entries override automatically harvested ops with the same label. ``with_torch=False`` probes the
+    YAML entries only (no introspected torch ops). Returns validated ops sorted by (library, label) and the
+    skip report. Raises ``SpecError`` for a malformed YAML entry before any probing.
     """
     from opforge.seeds.torch_candidates import torch_candidates
-    from opforge.seeds.transformers_candidates import activation_candidates, family_candidates
+    from opforge.seeds.transformers_candidates import activation_candidates, family_names
 
     t0 = time.perf_counter()
     versions = library_versions()
     specs = load_specs(specs_dir, versions)  # fail fast on a bad spec
     spec_labels = {s.label for s in specs}
+    drafts = [d for d in torch_candidates() if not (isinstance(d, SeedOp) and d.label in spec_labels)] \
+        if with_torch else []
+    items: list[SkipRecord | list[SeedOp]] = [*drafts, *specs]
+    fams: list[str] = []
+    if with_transformers:
+        items += list(activation_candidates(versions["transformers"]))
+        fams = families or family_names()
+    items = [[d] if isinstance(d, SeedOp) else d for d in items]
+    results = _run_units(items, fams, versions["transformers"], pool, progress)
+
     ops: dict[str, SeedOp] = {}
     skips: list[SkipRecord] = []
-
-    def take(result):
-        if isinstance(result, SeedOp):
-            # A recipe must reproduce: probe the validated op once more (catches ops whose output depends
-            # on state the probe does not control, e.g. routing in some MoE blocks).
-            again = probe(result)
-            if not isinstance(again, SeedOp) or again.output_shape != result.output_shape:
-                skips.append(SkipRecord(label=result.label, qualname=result.qualname, library=result.library,
-                                        reason="unstable", detail=getattr(again, "detail", "")))
-                return
-            ops.setdefault(result.label, result)
+    for r in results:
+        if isinstance(r, SeedOp):
+            ops.setdefault(r.label, r)
         else:
-            skips.append(result)
-
-    drafts = [d for d in torch_candidates() if not (isinstance(d, SeedOp) and d.label in spec_labels)]
-    for d in tqdm(drafts + specs, desc="probe torch", disable=not progress, unit="op"):
-        take(probe(d) if isinstance(d, SeedOp) else d)
-    if with_transformers:
-        for d in activation_candidates(versions["transformers"]):
-            take(probe(d))
-        for group in tqdm(list(family_candidates(versions["transformers"], families)), desc="probe transformers",
-                          disable=not progress, unit="block"):
-            if isinstance(group, SkipRecord):
-                skips.append(group)
-                continue
-            last = None
-            for draft in group:
-                last = probe(draft)
-                if isinstance(last, SeedOp):
-                    break
-            take(last)
+            skips.append(r)
     out = sorted(ops.values(), key=lambda o: (o.library, o.label))
-    skipped_labels = {s.label for s in skips}
-    skips = [s for s in skips if s.label not in ops] if skipped_labels else skips
+    skips = [s for s in skips if s.label not in ops]
     counts = Counter(o.library for o in out)
     return HarvestResult(ops=out, skips=skips, seconds=time.perf_counter() - t0, counts=dict(counts))
+
+
+def _run_units(items: list[SkipRecord | list[SeedOp]], families: list[str], tf_version: str,
+               settings: PoolSettings | None, progress: bool) -> list[SeedOp | SkipRecord]:
+    """Probe every drafts list of ``items`` and of each family's blocks in the pool; return one result per
+    unit (skip records of ``items`` as they are) in order: ``items``, then the families in order."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    with ProbePool(settings) as pool:
+        done: dict[int, SeedOp | SkipRecord] = {}
+        unit_of: dict = {}  # future -> ("probe", unit number, drafts) | ("family", name)
+        family_items: dict[str, list[SkipRecord | int]] = {}
+        ordered: list[SkipRecord | int] = []
+        numbers = itertools.count()
+        bar = tqdm(total=sum(isinstance(d, list) for d in items) + len(families), unit="unit",
+                   desc=f"harvest ({pool.workers} workers)", disable=not progress, dynamic_ncols=True)
+
+        def submit(drafts: list[SeedOp]) -> int:
+            k = next(numbers)
+            unit_of[pool.submit_probe(drafts)] = ("probe", k, drafts)
+            return k
+
+        for d in items:
+            ordered.append(submit(d) if isinstance(d, list) else d)
+        for fam in families:
+            unit_of[pool.submit_family(tf_version, fam)] = ("family", fam)
+        pending = set(unit_of)
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                kind, key, *rest = unit_of.pop(fut)
+                if kind == "probe":
+                    d = rest[0][-1]
+                    done[key] = pool.unit_result(fut, d.label, d.qualname, d.library)
+                else:
+                    res = pool.unit_result(fut, key, f"transformers.models.{key}", "transformers")
+                    entries = [res] if isinstance(res, SkipRecord) else res
+                    family_items[key] = [submit(e) if isinstance(e, list) else e for e in entries]
+                    bar.total += sum(isinstance(e, list) for e in entries)
+                    pending |= set(unit_of) - finished
+                bar.update(1)
+        bar.close()
+    for fam in families:
+        ordered += family_items[fam]
+    return [done[x] if isinstance(x, int) else x for x in ordered]
 
 
 def write_catalog(ops: list[SeedOp], path: Path) -> Path:

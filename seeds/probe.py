@@ -8,6 +8,9 @@ template of ``seed_op.TEMPLATES`` for the primary input". The probe returns the 
 * ``no_meta_kernel`` + CPU fallback failed; ``cpu_error`` - meta worked, the real forward raised;
 * ``non_tensor_output`` - the op returns no tensor; ``shape_mismatch`` - CPU and meta shapes disagree;
 * ``non_finite`` - every value recipe gives NaN/Inf.
+
+``probe_dtypes`` then finds which floating dtypes (``seed_op.FLOAT_DTYPES``) a validated op's CPU forward
+accepts. Probes run in sandboxed child processes during a harvest (``seeds.probe_pool``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 
 import torch
 from opforge.seeds.categories import categorize
-from opforge.seeds.seed_op import PROBE_SIZES, TEMPLATES, SeedOp, SkipRecord, TensorSpec
+from opforge.seeds.seed_op import FLOAT_DTYPES, PROBE_SIZES, TEMPLATES, SeedOp, SkipRecord, TensorSpec
 from opforge.seeds.tensors import concrete_shape, make_tensor, resolve_value
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -295,3 +298,49 @@ def _no_meta_kernel(err: str) -> bool:
 def auto_input(**kw) -> TensorSpec:
     """Primary-input placeholder for a draft whose template the probe chooses."""
     return TensorSpec(shape=[], **kw)
+
+
+def probe_dtypes(op: SeedOp) -> list[str]:
+    """The ``FLOAT_DTYPES`` whose CPU forward ``op`` (a validated op) accepts, float32 always first.
+
+    For bfloat16 and float16: the op is built seeded on CPU (a module is cast with ``.to(dtype)``), its
+    floating inputs and parameters are cast to the dtype, and one forward at ``PROBE_SIZES`` must return
+    (at ``op.output_index``) a finite tensor of that dtype; an op whose float32 output is not floating
+    (``argmax``, ``isnan``...) must return the same dtype as in float32, and counts only when something
+    floating was cast. Any exception rejects that dtype.
+    """
+    out = ["float32"]
+    for name in FLOAT_DTYPES[1:]:
+        try:
+            ok = _runs_in(op, getattr(torch, name))
+        except Exception:  # noqa: BLE001 - an op that fails in a dtype does not accept it
+            ok = False
+        if ok:
+            out.append(name)
+    return out
+
+
+def _runs_in(op: SeedOp, dtype: torch.dtype) -> bool:
+    torch.manual_seed(0)
+    fn = build_callable(op, PROBE_SIZES, "cpu")
+    cast_any = False
+    if isinstance(fn, torch.nn.Module):
+        cast_any = any(t.is_floating_point() for t in (*fn.parameters(), *fn.buffers()))
+        fn = fn.to(dtype)
+    tensors, params = make_inputs(op, PROBE_SIZES, "cpu", torch.Generator().manual_seed(1234))
+    cast_any = cast_any or any(t.is_floating_point() for t in (*tensors, *params.values()))
+
+    def cast(t: torch.Tensor) -> torch.Tensor:
+        return t.to(dtype) if t.is_floating_point() else t
+
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = call_op(op, fn, [cast(t) for t in tensors], {k: cast(v) for k, v in params.items()},
+                         PROBE_SIZES)
+    if op.output_index is not None and isinstance(result, (tuple, list)):
+        result = result[op.output_index]
+    if not isinstance(result, torch.Tensor):
+        return False
+    if op.output_dtype in FLOAT_DTYPES:
+        return result.dtype == dtype and bool(torch.isfinite(result).all())
+    return cast_any and str(result.dtype).replace("torch.", "") == op.output_dtype

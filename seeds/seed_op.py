@@ -68,7 +68,10 @@ class TensorSpec(BaseModel):
 
 
 # Columns stored as JSON strings in the Parquet catalog.
-JSON_FIELDS = ("init_args", "call_args", "inputs", "params", "templates", "output_shape", "config")
+JSON_FIELDS = ("init_args", "call_args", "inputs", "params", "templates", "output_shape", "config", "dtypes")
+
+# Floating dtypes a seed op's CPU forward may accept (``SeedOp.dtypes``), float32 first.
+FLOAT_DTYPES = ("float32", "bfloat16", "float16")
 
 
 class SeedOp(BaseModel):
@@ -93,6 +96,9 @@ class SeedOp(BaseModel):
         validated: how the recipe was confirmed, e.g. ``meta+cpu``.
         source: ``auto`` or ``spec:<yaml file>``.
         family / config_class / config: transformers model family and the small config that builds it.
+        dtypes: the ``FLOAT_DTYPES`` its CPU forward accepts (``seeds.probe.probe_dtypes``: float tensors and
+            module state cast to the dtype, one forward, a finite output of that dtype); ``["float32"]`` in
+            catalogs written before the field existed.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -119,6 +125,7 @@ class SeedOp(BaseModel):
     family: str | None = None
     config_class: str | None = None
     config: dict[str, Any] | None = None
+    dtypes: list[Literal["float32", "bfloat16", "float16"]] = Field(default_factory=lambda: ["float32"])
 
     def to_row(self) -> dict[str, Any]:
         row = self.model_dump()
@@ -129,6 +136,8 @@ class SeedOp(BaseModel):
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> SeedOp:
         data = dict(row)
+        if data.get("dtypes") is None:
+            data.pop("dtypes", None)  # a catalog written before the field: the default
         for f in JSON_FIELDS:
             if isinstance(data.get(f), str):
                 data[f] = json.loads(data[f])

@@ -105,58 +105,70 @@ def activation_candidates(version: str) -> Iterator[SeedOp | SkipRecord]:
                      category="activation", inputs=[TensorSpec(shape=[])])
 
 
+def family_names() -> list[str]:
+    """Model families of the installed transformers (sub-packages of ``transformers.models``), in name order;
+    nothing is imported beyond ``transformers.models`` itself."""
+    import transformers.models as tm
+
+    return sorted(m.name for m in pkgutil.iter_modules(tm.__path__) if m.ispkg)
+
+
 def family_candidates(version: str, families: list[str] | None = None) -> Iterator[list[SeedOp] | SkipRecord]:
     """For each model family, a list of drafts (one per input recipe to try) per building-block class."""
-    import transformers.models as tm
+    for fam in families or family_names():
+        yield from family_blocks(version, fam)
+
+
+def family_blocks(version: str, fam: str) -> list[list[SeedOp] | SkipRecord]:
+    """Drafts of one model family's building blocks (imports ``transformers.models.<fam>.modeling_<fam>``):
+    per block class a list of drafts, one per input recipe to try, or a ``SkipRecord`` (``import_error``,
+    ``config_error``, ``no_rule:init``, ``no_rule:forward``); at most ``MAX_BLOCKS_PER_FAMILY`` lists."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
-
-    names = families or sorted(m.name for m in pkgutil.iter_modules(tm.__path__) if m.ispkg)
-    for fam in names:
+    out: list[list[SeedOp] | SkipRecord] = []
+    try:
+        mod = importlib.import_module(f"transformers.models.{fam}.modeling_{fam}")
+    except Exception as exc:
+        return [SkipRecord(label=fam, qualname=f"transformers.models.{fam}", library="transformers",
+                           reason="import_error", detail=f"{type(exc).__name__}: {exc}"[:200])]
+    cfg_cls = _family_config_class(fam)
+    if cfg_cls is None:
+        return []
+    cfg, cfg_kw = _small_config(cfg_cls)
+    if cfg is None:
+        return [SkipRecord(label=fam, qualname=f"{cfg_cls.__module__}.{cfg_cls.__name__}",
+                           library="transformers", reason="config_error")]
+    blocks = sorted(n for n, c in vars(mod).items() if isinstance(c, type) and issubclass(c, nn.Module)
+                    and c.__module__ == mod.__name__ and n.endswith(BLOCK_SUFFIXES)
+                    and "PreTrained" not in n and not n.endswith("Model"))
+    taken = 0
+    for name in blocks:
+        if taken >= MAX_BLOCKS_PER_FAMILY:
+            break
+        cls = getattr(mod, name)
+        qual = f"{mod.__name__}.{name}"
         try:
-            mod = importlib.import_module(f"transformers.models.{fam}.modeling_{fam}")
-        except Exception as exc:
-            yield SkipRecord(label=fam, qualname=f"transformers.models.{fam}", library="transformers",
-                             reason="import_error", detail=f"{type(exc).__name__}: {exc}"[:200])
+            init = list(inspect.signature(cls.__init__).parameters.values())[1:]
+        except (TypeError, ValueError):
             continue
-        cfg_cls = _family_config_class(fam)
-        if cfg_cls is None:
+        req = [p for p in init if p.default is inspect.Parameter.empty
+               and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        init_args = {}
+        if not req or req[0].name != "config" or any(p.name not in ("layer_idx",) for p in req[1:]):
+            out.append(SkipRecord(label=name, qualname=qual, library="transformers",
+                                  reason="no_rule:init", detail=str([p.name for p in req])))
             continue
-        cfg, cfg_kw = _small_config(cfg_cls)
-        if cfg is None:
-            yield SkipRecord(label=fam, qualname=f"{cfg_cls.__module__}.{cfg_cls.__name__}",
-                             library="transformers", reason="config_error")
+        if len(req) > 1:
+            init_args["layer_idx"] = 0
+        recipes = _forward_inputs(cls, cfg)
+        if not recipes:
+            out.append(SkipRecord(label=name, qualname=qual, library="transformers",
+                                  reason="no_rule:forward", detail="needs several tensor inputs"))
             continue
-        blocks = sorted(n for n, c in vars(mod).items() if isinstance(c, type) and issubclass(c, nn.Module)
-                        and c.__module__ == mod.__name__ and n.endswith(BLOCK_SUFFIXES)
-                        and "PreTrained" not in n and not n.endswith("Model"))
-        taken = 0
-        for name in blocks:
-            if taken >= MAX_BLOCKS_PER_FAMILY:
-                break
-            cls = getattr(mod, name)
-            qual = f"{mod.__name__}.{name}"
-            try:
-                init = list(inspect.signature(cls.__init__).parameters.values())[1:]
-            except (TypeError, ValueError):
-                continue
-            req = [p for p in init if p.default is inspect.Parameter.empty
-                   and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-            init_args = {}
-            if not req or req[0].name != "config" or any(p.name not in ("layer_idx",) for p in req[1:]):
-                yield SkipRecord(label=name, qualname=qual, library="transformers",
-                                 reason="no_rule:init", detail=str([p.name for p in req]))
-                continue
-            if len(req) > 1:
-                init_args["layer_idx"] = 0
-            recipes = _forward_inputs(cls, cfg)
-            if not recipes:
-                yield SkipRecord(label=name, qualname=qual, library="transformers",
-                                 reason="no_rule:forward", detail="needs several tensor inputs")
-                continue
-            taken += 1
-            yield [SeedOp(label=name, qualname=qual, library="transformers", library_version=version,
-                          kind="module", init_args=init_args, inputs=r, family=fam, category="block",
-                          config_class=f"{cfg_cls.__module__}.{cfg_cls.__name__}", config=cfg_kw)
-                   for r in recipes]
+        taken += 1
+        out.append([SeedOp(label=name, qualname=qual, library="transformers", library_version=version,
+                           kind="module", init_args=init_args, inputs=r, family=fam, category="block",
+                           config_class=f"{cfg_cls.__module__}.{cfg_cls.__name__}", config=cfg_kw)
+                    for r in recipes])
+    return out
