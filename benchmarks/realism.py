@@ -444,7 +444,7 @@ def measure_static(row: dict[str, Any]) -> dict[str, Any]:
     code = row.get("code") if isinstance(row.get("code"), str) else ""
     tf_models, tf_any = transformers_imports(code)
     declared = row.get("dtype")
-    return {"name": str(row.get("task_id") or "<row>"), "data_source": row.get("data_source"),
+    return {"name": str(row.get("task_id") or row.get("name") or "<row>"), "data_source": row.get("data_source"),
             "status": "ok", "error": None, "input_shapes": None, "input_dtypes": None, "input_bytes": None,
             "param_dtypes": None, "feature_sizes": None, "ops": None,
             "internal": internal_names(code, op_labels(row.get("ops"))), "tf_models": tf_models,
@@ -541,7 +541,10 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     if "code" not in df.columns:
         raise ValueError(f"{path}: no 'code' column (columns: {', '.join(map(str, df.columns))})")
     keep = [c for c in ("task_id", "code", "ops", "data_source", "dtype") if c in df.columns]
-    return df[keep].to_dict("records")
+    rows = df[keep].to_dict("records")
+    for i, row in enumerate(rows):
+        row["name"] = f"{path.name}:{i}"
+    return rows
 
 
 def _versions() -> dict[str, str | None]:
@@ -588,7 +591,7 @@ def measure_with_cache(rows: list[dict[str, Any]], cache: Path | None, **kw) -> 
                         f.write(json.dumps({"key": keys[i], "record": rec}) + "\n")
         for i, rec in zip(missing, fresh, strict=True):
             known[keys[i]] = rec
-    return [known[k] for k in keys]
+    return [{**known[k], "name": measure_static(r)["name"]} for k, r in zip(keys, rows, strict=True)]
 
 
 def _git_commit() -> str | None:
@@ -605,7 +608,7 @@ def _git_commit() -> str | None:
 def _fmt(key: str, v: Any) -> str:
     if v is None:
         return "-"
-    if key.endswith("_share"):
+    if "_share" in key:
         return f"{100 * v:.1f} %"
     if key.startswith("input_bytes"):
         return f"{v / 1e6:,.1f} MB"
