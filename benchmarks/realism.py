@@ -355,6 +355,14 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _by_source(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Records split into ``torch`` (``data_source`` ``torch#k``) and ``transformers`` rows (empty parts
+    dropped)."""
+    parts = {"torch": [r for r in records if str(r["data_source"]).startswith("torch")],
+             "transformers": [r for r in records if r["data_source"] == "transformers"]}
+    return {k: v for k, v in parts.items() if v}
+
+
 def check_targets(figures: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """``{figure: {value, target, pass}}`` for every ``TARGETS`` entry (pass None when the value is None)."""
     out = {}
@@ -566,9 +574,11 @@ def row_key(row: dict[str, Any], versions: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def measure_with_cache(rows: list[dict[str, Any]], cache: Path | None, **kw) -> list[dict[str, Any]]:
+def measure_with_cache(rows: list[dict[str, Any]], cache: Path | None,
+                       **kw) -> tuple[list[dict[str, Any]], int]:
     """``measure_rows`` that reads and appends records in the JSONL ``cache`` (timeouts and crashes, which
-    depend on the machine's load, are not cached)."""
+    depend on the machine's load, are not cached). Returns the records in row order and how many came
+    from the cache."""
     versions = _versions()
     keys = [row_key(r, versions) for r in rows]
     known: dict[str, dict] = {}
@@ -591,7 +601,8 @@ def measure_with_cache(rows: list[dict[str, Any]], cache: Path | None, **kw) -> 
                         f.write(json.dumps({"key": keys[i], "record": rec}) + "\n")
         for i, rec in zip(missing, fresh, strict=True):
             known[keys[i]] = rec
-    return [{**known[k], "name": measure_static(r)["name"]} for k, r in zip(keys, rows, strict=True)]
+    records = [{**known[k], "name": measure_static(r)["name"]} for k, r in zip(keys, rows, strict=True)]
+    return records, len(rows) - len(missing)
 
 
 def _git_commit() -> str | None:
@@ -670,7 +681,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.limit:
         rows = rows[: args.limit]
     t0 = time.perf_counter()
-    records = measure_with_cache(rows, Path(args.cache) if args.cache else None, workers=args.workers,
+    records, cached = measure_with_cache(rows, Path(args.cache) if args.cache else None, workers=args.workers,
                                  timeout_s=args.timeout_s, memory_gib=args.memory_gib)
     figures = summarise(records)
     result = {
@@ -683,10 +694,11 @@ def main(argv: list[str] | None = None) -> None:
         "input": {"path": str(path), "rows": len(rows),
                   "sha256": hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None},
         "settings": {"workers": args.workers, "timeout_s": args.timeout_s, "memory_gib": args.memory_gib,
-                     "limit": args.limit},
+                     "limit": args.limit, "cache": args.cache or None, "rows_from_cache": cached},
         "seconds": round(time.perf_counter() - t0, 1),
         "figures": figures,
         "targets": check_targets(figures),
+        "by_source": {name: summarise(part) for name, part in _by_source(records).items()},
     }
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"realism_{path.stem}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
