@@ -39,8 +39,13 @@ Rules of the figures (each a number in the JSON result):
 * **input bytes**: sum of ``numel * element_size`` over the input tensors; p50 and p95, 1 GB = 10^9 bytes.
 * **op shares**: over tasks whose forward traced; a task contains an op when one of its traced calls has
   that canonical name (``opforge.task.op_names``: ``torch.relu`` / ``F.relu`` / ``nn.ReLU`` are ``relu``,
-  ``mm`` / ``bmm`` are ``matmul``; a torch.nn module contributes the functions it calls). Heavy ops are
-  ``HEAVY_OPS`` below (GEMM, convolution, attention, recurrent). ``top_other_op`` is the op with the largest
+  ``mm`` / ``bmm`` are ``matmul``; a torch.nn module contributes the functions it calls, without the
+  tensor creation / layout helpers of ``MODULE_HELPERS`` such as nn.LSTM's ``zeros``). A heavy op is a
+  GEMM (``GEMM_OPS``: linear, bilinear, matmul / mm / bmm, addmm, addbmm, baddbmm, einsum, tensordot,
+  chain_matmul, multi_dot), a convolution (``CONV_PATTERN``: conv1d/2d/3d, conv_transpose1d/2d/3d,
+  conv_tbc, convolution), attention (``ATTENTION_OPS``: scaled_dot_product_attention,
+  multi_head_attention_forward) or recurrent (``RNN_OPS``: lstm, gru, rnn_tanh, rnn_relu and their
+  ``*_cell`` forms). ``top_other_op`` is the op with the largest
   share outside ``COMMON_OPS`` (add, sub, mul, div, matmul, linear, conv2d).
 * **internal ATen-level names**: a task counts when an op label (``ops`` column) or a name the code calls
   or imports (``torch.X``, ``F.X``, ``Tensor`` methods ``.X(``, ``from torch... import X``) matches
@@ -75,7 +80,7 @@ from multiprocessing.connection import wait as wait_ready
 from pathlib import Path
 from typing import Any
 
-MEASURE_VERSION = 1
+MEASURE_VERSION = 2
 ROOT = Path(__file__).resolve().parents[1]
 
 # Canonical op names (opforge.task.op_names) that count as a heavy call. mm / bmm are canonicalised to
@@ -91,6 +96,12 @@ ATTENTION_OPS = frozenset({"scaled_dot_product_attention", "multi_head_attention
 RNN_OPS = frozenset({"lstm", "gru", "rnn", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn_cell",
                      "rnn_tanh_cell", "rnn_relu_cell"})
 COMMON_OPS = frozenset({"add", "sub", "mul", "div", "matmul", "linear", "conv2d"})
+# Tensor creation and layout calls a torch.nn module makes around its computation (nn.LSTM creates its
+# zero initial state, nn.MultiheadAttention transposes batch_first inputs): not counted as the module's
+# ops unless they are all it calls.
+MODULE_HELPERS = frozenset({"zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like",
+                            "full_like", "transpose", "permute", "reshape", "unsqueeze", "squeeze",
+                            "expand", "contiguous", "split", "unbind", "select", "narrow", "movedim"})
 
 # Internal ATen-level names (issue #20): checked on op labels and on names the code calls or imports.
 _INTERNAL_NAME = re.compile(r"^(native_\w+|\w+_copy|\w+_with_indices|constant_pad_nd|slice_inverse)$")
@@ -209,6 +220,19 @@ def _feature_sizes(model) -> list[int]:
     return [int(s) for s in sizes]
 
 
+def task_ops(traced: list) -> set[str]:
+    """Canonical op names of a traced forward (``opforge.task.trace.TracedOp`` list): every function call's
+    name, and for a torch.nn module call its names minus ``MODULE_HELPERS`` (all of them when nothing
+    else is left)."""
+    names: set[str] = set()
+    for op in traced:
+        own = set(op.canonical)
+        if op.kind == "module" and own - MODULE_HELPERS:
+            own -= MODULE_HELPERS
+        names |= own
+    return names
+
+
 def measure_row(row: dict[str, Any]) -> dict[str, Any]:
     """Measure one task on the ``meta`` device.
 
@@ -229,7 +253,7 @@ def measure_row(row: dict[str, Any]) -> dict[str, Any]:
 
     import torch
     from opforge.task.source import load_task
-    from opforge.task.trace import op_signature, trace_ops
+    from opforge.task.trace import trace_ops
 
     code = row.get("code") if isinstance(row.get("code"), str) else ""
     rec = measure_static(row)
@@ -265,7 +289,7 @@ def measure_row(row: dict[str, Any]) -> dict[str, Any]:
         rec["param_dtypes"] = sorted({str(t.dtype).removeprefix("torch.") for t in state})
         rec["feature_sizes"] = _feature_sizes(model)
         try:
-            rec["ops"] = sorted(op_signature(trace_ops(model, inputs)))
+            rec["ops"] = sorted(task_ops(trace_ops(model, inputs)))
         except (Exception, SystemExit) as exc:
             return fail("trace_error", exc)
     return rec

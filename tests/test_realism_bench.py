@@ -9,7 +9,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import realism  # noqa: E402
 
-# A: fp32 GEMM, batch 16, a feature size (100) that is not a multiple of 8.
+# A: fp32 GEMM + GRU, batch 16, sizes (10, 100) that are not multiples of 8.
 LINEAR = '''
 import torch
 import torch.nn as nn
@@ -19,13 +19,14 @@ class Model(nn.Module):
     def __init__(self, d_in, d_out):
         super().__init__()
         self.fc = nn.Linear(d_in, d_out)
+        self.rnn = nn.GRU(d_out, 24, batch_first=True)
 
     def forward(self, x):
-        return torch.relu(self.fc(x))
+        return self.rnn(torch.relu(self.fc(x)))[0]
 
 
 def get_inputs():
-    return [torch.randn(16, 100)]
+    return [torch.randn(16, 10, 100)]
 
 
 def get_init_inputs():
@@ -81,7 +82,7 @@ def get_init_inputs():
 '''
 
 ROWS = [
-    {"task_id": "a", "code": LINEAR, "ops": '["nn.Linear", "torch.relu"]', "data_source": "torch#2"},
+    {"task_id": "a", "code": LINEAR, "ops": '["nn.Linear", "torch.relu", "nn.GRU"]', "data_source": "torch#2"},
     {"task_id": "b", "code": CONV_BF16, "ops": '["nn.Conv2d", "*"]', "data_source": "torch#2"},
     {"task_id": "c", "code": INTERNAL_1D, "ops": "BertLayerLike", "data_source": "transformers"},
 ]
@@ -95,8 +96,8 @@ def records():
 def test_records_hold_shapes_dtypes_and_ops(records):
     a, b, c = records
     assert [r["status"] for r in records] == ["ok", "ok", "ok"]
-    assert a["input_shapes"] == [[16, 100]] and a["feature_sizes"] == [100, 256]
-    assert set(a["ops"]) == {"linear", "relu"}
+    assert a["input_shapes"] == [[16, 10, 100]] and a["feature_sizes"] == [100, 256]
+    assert set(a["ops"]) == {"linear", "relu", "gru"}  # nn.GRU's zeros (initial state) is a helper
     assert b["input_dtypes"] == ["bfloat16", "bfloat16"] and b["param_dtypes"] == ["bfloat16"]
     assert set(b["ops"]) == {"conv2d", "mul"} and b["feature_sizes"] == [8, 16]
     assert b["input_bytes"] == (4 * 8 * 32 * 32 + 4 * 16 * 32 * 32) * 2
@@ -115,17 +116,18 @@ def test_figures_of_three_tasks(records):
     assert f["batch_share_gt_8192"] == 0
     # largest non-batch dim: A 100, B 32
     assert f["largest_non_batch_p50"] == pytest.approx((100 + 32) / 2)
-    assert f["distinct_non_batch_dims"] == len({100, 8, 32, 16})
+    assert f["distinct_non_batch_dims"] == len({10, 100, 8, 32, 16})
     assert f["non_multiple_of_8_share"] == pytest.approx(1 / 3)  # A only (100)
     assert f["low_precision_share"] == pytest.approx(1 / 3)  # B only
     sizes = sorted(r["input_bytes"] for r in records)
-    assert f["input_bytes_p50"] == sizes[1] == 16 * 100 * 4
+    assert f["input_bytes_p50"] == sizes[1] == 16 * 10 * 100 * 4
     assert f["heavy_op_share"] == pytest.approx(2 / 3)
     assert f["conv_share"] == pytest.approx(1 / 3) and f["gemm_share"] == pytest.approx(1 / 3)
-    assert f["attention_share"] == 0 and f["rnn_share"] == 0
+    assert f["attention_share"] == 0 and f["rnn_share"] == pytest.approx(1 / 3)
     shares = dict(f["top20_ops"])
     assert shares["relu"] == pytest.approx(1 / 3) and shares["mul"] == pytest.approx(1 / 3)
-    assert f["top_other_op"] in {"relu", "cumsum", "constant_pad_nd"}  # linear, conv2d, mul are common
+    # linear, conv2d and mul are common ops; the others each appear in one task
+    assert f["top_other_op"] in {"relu", "gru", "cumsum", "constant_pad_nd"}
     assert f["top_other_op_share"] == pytest.approx(1 / 3)
     assert f["internal_name_share"] == pytest.approx(1 / 3)
     assert f["n_transformers"] == 1 and f["transformers_models_import_share"] == 1.0
@@ -148,7 +150,8 @@ def test_internal_names(code, labels, found):
 
 @pytest.mark.slow
 def test_bad_rows_become_records_and_a_hang_a_timeout():
-    hang = LINEAR.replace("return [torch.randn(16, 100)]", "while True:\n        pass")
+    hang = LINEAR.replace("def get_inputs():\n", "def get_inputs():\n    while True:\n        pass\n")
+    assert hang != LINEAR
     rows = [ROWS[0], {"task_id": "bad", "code": "x = 1"}, ROWS[1], {"task_id": "hang", "code": hang}]
     recs = realism.measure_rows(rows, workers=1, timeout_s=5, progress=False)
     assert [r["status"] for r in recs] == ["ok", "load_error", "ok", "timeout"]
