@@ -101,8 +101,11 @@ def _seq_options(vocab, longest: int | None) -> list[int]:
     return _axis(vocab, "seq", SEQ_MIN, hi) or _axis(vocab, "seq", SEQ_MIN, SEQ_MAX)
 
 
+MIN_HIDDEN = 128  # smaller hidden sizes in default configs are toy / test configs, not deployed models
+
+
 def _sequence(vocab, rng) -> SizeContext:
-    recs = _records(vocab, "hidden")
+    recs = [m for m in _records(vocab, "hidden") if _ints(m.get("hidden"))[0] >= MIN_HIDDEN]
     if not recs:
         raise SizingError("the shape vocabulary has no model with a hidden size")
     r = rng.choice(recs)
@@ -114,6 +117,10 @@ def _sequence(vocab, rng) -> SizeContext:
     if extra and rng.random() < 0.3:
         k_opts.append(rng.choice(extra))
     values = {"C": hidden if rng.random() < 0.75 else inter, "L": rng.choice(seq)}
+    heads = (_ints(r.get("heads")) or [0])[0]
+    head_dim = (_ints(r.get("head_dim")) or [0])[0]
+    if heads and head_dim:
+        values.update({"A": heads, "E": head_dim})
     return SizeContext(r.get("family", "?"), "sequence", values, k_opts, {"seq_len": seq})
 
 

@@ -21,7 +21,15 @@ from typing import Any
 
 import torch
 from opforge.seeds.categories import categorize
-from opforge.seeds.seed_op import FLOAT_DTYPES, PROBE_SIZES, TEMPLATES, SeedOp, SkipRecord, TensorSpec
+from opforge.seeds.seed_op import (
+    AUTO_TEMPLATES,
+    FLOAT_DTYPES,
+    PROBE_SIZES,
+    TEMPLATES,
+    SeedOp,
+    SkipRecord,
+    TensorSpec,
+)
 from opforge.seeds.tensors import concrete_shape, make_tensor, resolve_value
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -206,7 +214,7 @@ def _cpu_confirm(op: SeedOp):
 
 
 def _probe(draft: SeedOp) -> SeedOp:
-    candidates = draft.templates or (list(TEMPLATES) if _is_auto(draft) else [])
+    candidates = draft.templates or (list(AUTO_TEMPLATES) if _is_auto(draft) else [])
     variants = [(t, with_template(draft, t)) for t in candidates] or [(None, draft)]
     ok: list[tuple[str | None, SeedOp, tuple, tuple]] = []  # (template, op, meta shape, cpu result)
     last_err, meta_any = "", False

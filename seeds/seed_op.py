@@ -9,8 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # Size symbols of input recipes and the concrete value each takes while probing. ``C`` is the
 # channel / feature dimension that constructor arguments such as ``in_channels`` bind to; ``K`` is a
-# free output-feature size chosen by the composer.
-PROBE_SIZES: dict[str, int] = {"N": 2, "C": 16, "K": 8, "L": 20, "H": 12, "W": 10, "D": 6}
+# free output-feature size chosen by the composer; ``A`` (attention heads) and ``E`` (head dim) shape
+# multi-head attention inputs.
+PROBE_SIZES: dict[str, int] = {"N": 2, "C": 16, "K": 8, "L": 20, "H": 12, "W": 10, "D": 6, "A": 2, "E": 8}
 SYMBOLS = frozenset(PROBE_SIZES)
 
 # Shape templates tried, in order of preference, for the primary input of an op.
@@ -22,7 +23,10 @@ TEMPLATES: dict[str, list[str]] = {
     "NLC": ["N", "L", "C"],
     "NCDHW": ["N", "C", "D", "H", "W"],
     "C": ["C"],
+    "NALE": ["N", "A", "L", "E"],  # (batch, heads, seq, head_dim): attention; curated specs only
 }
+# Templates the probe tries for a harvested op without a curated recipe (``NALE`` is for attention specs).
+AUTO_TEMPLATES = ("NCHW", "NCL", "NC", "NHWC", "NLC", "NCDHW", "C")
 
 ValueKind = str  # "normal" | "unit" | "positive" | "index:<int or symbol>" | "bool"
 DTYPES = ("float32", "int64", "bool")
