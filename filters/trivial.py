@@ -43,7 +43,6 @@ from opforge.filters.execution import (
     ALT_INPUT_SEED,
     CALL_SEED,
     TaskRun,
-    flatten_tensors,
     is_oom,
     outputs_error,
     tolerance_error,
@@ -110,7 +109,7 @@ class TrivialFilter(Filter):
     def _trace(self, run: TaskRun, m: dict[str, Any]) -> TracedTask | None:
         try:
             traced = trace_task(run.model, run.code, run.task_id)
-            out = self._call(run, lambda: traced.record(run.inputs))
+            out = run.call(model=lambda *xs: traced.record(list(xs)))  # one forward step of the task
         except TraceFailure as exc:
             m["trace_error"] = str(exc)
             return None
@@ -119,7 +118,7 @@ class TrivialFilter(Filter):
                 raise
             m["trace_error"] = f"graph run: {type(exc).__name__}: {str(exc)[:200]}"
             return None
-        m["trace_err"] = outputs_error(run.outputs, flatten_tensors(out))
+        m["trace_err"] = outputs_error(run.outputs, out)
         del out
         m["ops"] = [traced.describe(n)["op"] for n in traced.ops]
         m["op_count"] = len(traced.ops)
@@ -127,15 +126,6 @@ class TrivialFilter(Filter):
             m["trace_error"] = "the traced graph does not reproduce the eager outputs"
             return None
         return traced
-
-    @staticmethod
-    def _call(run: TaskRun, fn):
-        """``fn()`` as one forward step of the task (GPU lock held shared, ``CALL_SEED`` set first)."""
-        torch.manual_seed(CALL_SEED)
-        kind = run.forward_kind
-        run.forward_calls += 1
-        with gpu_work(run.device, kind=kind):
-            return fn()
 
     def _ablate(self, run: TaskRun, traced: TracedTask, m: dict[str, Any]) -> list[tuple[dict, Removal]]:
         """Run every candidate removal (at most ``max_ablations``) on the first draw; fills
@@ -156,7 +146,8 @@ class TrivialFilter(Filter):
     def _ablated_error(self, run: TaskRun, traced: TracedTask, removal: Removal, inputs: list, ref: list,
                        entry: dict[str, Any]) -> float:
         try:
-            out = flatten_tensors(self._call(run, lambda: traced.run(inputs, removal)))
+            # one forward step of the task (``CALL_SEED``, GPU lock held shared, ``no_grad``)
+            out = run.call(model=lambda *xs: traced.run(list(xs), removal), inputs=inputs)
         except Exception as exc:  # noqa: BLE001 - a removal the task cannot run without: the op matters
             if is_oom(exc):
                 raise
