@@ -51,6 +51,8 @@ from opforge.filters.gpu_locks import gpu_timing, gpu_work
 from opforge.filters.timing import l2_flush_buffer
 from opforge.filters.verdict import Cost, Filter, Verdict
 
+MAX_LISTED_OPS = 64  # ``ops`` metric: labels of at most this many op nodes (``op_count`` counts them all)
+
 
 class TrivialFilter(Filter):
     """Rejects ``trivial:identity``, ``trivial:noop`` and ``trivial:dominated`` (see the module docstring).
@@ -65,7 +67,7 @@ class TrivialFilter(Filter):
     ``trace_err``; ``ops`` (labels of the op nodes, in order) and ``op_count``; ``ablations`` (per removal
     tried: ``how``, ``ops`` as ``{"op", "node", "line"}``, ``err``, ``err_alt``, ``error`` when the run
     raised); ``ablation_calls``; ``seconds``. On CUDA, when measured: ``kernel_ms`` (sum over ops, per
-    pass), ``top_op`` (``{"op", "node", "line"}``), ``top_share`` (0..1). The verdict's metrics add
+    pass), ``top_op`` (``{"op", "node", "line"}``), ``top_share`` (0..1), or ``timing_error``. The verdict's metrics add
     ``removable``: the ablations within ``max_err`` on both draws.
     """
 
@@ -84,13 +86,26 @@ class TrivialFilter(Filter):
         m: dict[str, Any] = {"identity": self._identity(run), "trace_error": None, "trace_err": None,
                              "ops": [], "op_count": 0, "ablations": [], "ablation_calls": 0}
         traced = self._trace(run, m)
-        tried = self._ablate(run, traced, m) if traced is not None else []
+        tried = []
+        if traced is not None:
+            try:
+                tried = self._ablate(run, traced, m)
+            except Exception as exc:  # noqa: BLE001 - ablation's own failure must not reject the task
+                if is_oom(exc):
+                    raise
+                m["trace_error"] = f"ablation: {type(exc).__name__}: {str(exc)[:200]}"
+                tried, traced = [], None
         hits = [(entry, removal) for entry, removal in tried if entry["err"] <= t["max_err"]]
         near = [p for p in m["identity"] if p["err"] <= t["max_err"]]
         if hits or near:
             self._second_draw(run, traced, hits, near)
         elif traced is not None and run.device.startswith("cuda") and m["op_count"] >= t["min_ops"]:
-            m.update(self._dominance(run, traced))
+            try:
+                m.update(self._dominance(run, traced))
+            except Exception as exc:  # noqa: BLE001 - no measurement, no verdict from it
+                if is_oom(exc):
+                    raise
+                m["timing_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
         m["seconds"] = round(time.perf_counter() - start, 4)
         return m
 
@@ -120,7 +135,7 @@ class TrivialFilter(Filter):
             return None
         m["trace_err"] = outputs_error(run.outputs, out)
         del out
-        m["ops"] = [traced.describe(n)["op"] for n in traced.ops]
+        m["ops"] = [traced.describe(n)["op"] for n in traced.ops[:MAX_LISTED_OPS]]
         m["op_count"] = len(traced.ops)
         if not m["trace_err"] <= self.thresholds["max_trace_err"]:
             m["trace_error"] = "the traced graph does not reproduce the eager outputs"
