@@ -35,7 +35,7 @@ not tried.
 from __future__ import annotations
 
 import operator
-import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -234,12 +234,8 @@ class TracedTask:
         return {"op": op_label(self.gm, n), "node": n.name, "line": self._line(n)}
 
     def _line(self, n: Node) -> str | None:
-        trace = n.meta.get("stack_trace") or ""
-        found = re.findall(rf'File "{re.escape(self.filename)}", line (\d+)', trace)
-        lines = self.code.splitlines()
-        if found and 0 < int(found[-1]) <= len(lines):
-            return lines[int(found[-1]) - 1].strip()[:160]
-        return None
+        line, lines = n.meta.get("task_line"), self.code.splitlines()
+        return lines[line - 1].strip()[:160] if line and 0 < line <= len(lines) else None
 
     def removals(self, exempt: tuple[str, ...] | list[str] = DEFAULT_EXEMPT, limit: int | None = None
                  ) -> list[Removal]:
@@ -254,7 +250,8 @@ class TracedTask:
             inputs = self._bypass_inputs(n)
             if inputs:
                 single.extend(Removal("bypass", {n: i}) for i in inputs)
-            elif self.info[n].floating:
+            elif self.info[n].floating and any(u.op != "output" for u in n.users):
+                # noise in an output itself always shows: only ops with a downstream op are knocked out
                 knock.append(Removal("knockout", knockout=(n,)))
         for chain in self._layout_chains():
             for i in range(len(chain)):
@@ -303,14 +300,32 @@ class TracedTask:
         return chains
 
 
+class _LineTracer(torch.fx.Tracer):
+    """``torch.fx.Tracer`` that notes in ``node.meta["task_line"]`` the line of the task's source (frames
+    whose code object's file name is ``filename``) each node was created from; cheaper than the tracer's
+    own ``record_stack_traces``, which symbolises whole stacks."""
+
+    def __init__(self, filename: str):
+        super().__init__()
+        self.filename = filename
+
+    def create_node(self, *args, **kwargs) -> Node:
+        node = super().create_node(*args, **kwargs)
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename != self.filename:
+            frame = frame.f_back
+        if frame is not None:
+            node.meta["task_line"] = frame.f_lineno
+        return node
+
+
 def trace_task(model: Any, code: str = "", filename: str = "<task>") -> TracedTask:
     """``TracedTask`` of ``model``'s forward (not yet recorded). Module attributes that tracing changes
     (a forward that stores on ``self``) are put back. Raises ``TraceFailure`` naming the tracer's error."""
     if not isinstance(model, torch.nn.Module):
         raise TraceFailure(f"model is a {type(model).__name__}, not an nn.Module")
     saved = [(m, dict(m.__dict__)) for m in model.modules()]
-    tracer = torch.fx.Tracer()
-    tracer.record_stack_traces = True
+    tracer = _LineTracer(filename)
     try:
         graph = tracer.trace(model)
         gm = torch.fx.GraphModule(tracer.root, graph)
