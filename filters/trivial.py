@@ -83,6 +83,9 @@ class TrivialFilter(Filter):
 
     def score(self, run: TaskRun) -> dict[str, Any]:
         t, start = self.thresholds, time.perf_counter()
+        if run.model is None:  # a chain without the eager filter (``--only trivial``): build and call here
+            run.model, run.inputs = run.build_model(), run.draw_inputs()
+            run.outputs = run.call()
         m: dict[str, Any] = {"identity": self._identity(run), "trace_error": None, "trace_err": None,
                              "ops": [], "op_count": 0, "ablations": [], "ablation_calls": 0}
         traced = self._trace(run, m)

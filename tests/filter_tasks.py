@@ -77,6 +77,9 @@ TRIVIAL = {
     "permute_inverse": ("trivial:noop", task("        y = self.lin(x).unsqueeze(0).permute(2, 0, 1)\n"
                                              "        return torch.tanh(y.permute(1, 2, 0).squeeze(0))"),
                         ["Tensor.permute", "Tensor.permute"]),
+    "reshape_and_back": ("trivial:noop", task("        y = self.lin(x).reshape(4, 128)\n"
+                                              "        return torch.tanh(y.view(16, 32))"),
+                         ["Tensor.reshape", "Tensor.view"]),
     "batchnorm_default_stats": ("trivial:noop", task("        return torch.tanh(self.bn(self.lin(x)))", init=_BN_INIT),
                                 ["BatchNorm1d"]),
     "topk_then_zeros_like": ("trivial:noop", task("        y = self.lin(x)\n"

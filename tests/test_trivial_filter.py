@@ -114,6 +114,11 @@ def test_dominated_decision_needs_two_ops_and_the_share_threshold():
     assert TrivialFilter(max_share=0.9).decide(_metrics(0.95, 2)).reason == "trivial:dominated"
 
 
+def test_only_trivial_builds_the_task_itself():
+    res = run_chain(TaskRun(TRIVIAL["relu_after_relu"][1], "only"), make_chain(FilterSettings(only=["trivial"])))
+    assert res["reason"] == "trivial:noop" and list(res["metrics"]) == ["static", "trivial"]
+
+
 def test_the_positive_control_passes(chain):
     res = run_chain(TaskRun(GOOD, "good"), chain)
     assert res["accepted"] and res["metrics"]["trivial"]["op_count"] == 3
