@@ -25,8 +25,8 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 STEP_LIMIT_SANDBOXES, STEP_LIMIT_NO_WINDOW_S, STEP_SHARE_WINDOWS = 16, 5.0, 2.0
 
 # Modules whose Filter subclasses make up the chain (importing a module registers its filters).
-FILTER_MODULES = ("duplicate", "static", "contamination", "eager", "determinism", "degenerate", "runtime",
-                  "torch_compile")  # runtime.py holds runtime_screen and runtime
+FILTER_MODULES = ("duplicate", "static", "contamination", "eager", "determinism", "degenerate", "trivial",
+                  "runtime", "torch_compile")  # runtime.py holds runtime_screen and runtime
 
 
 def load_filters() -> dict[str, type[Filter]]:
@@ -166,7 +166,7 @@ class FilterSettings(BaseModel):
 # Chain order (must match the classes' ``order``; a test checks it); kept literal so the client can
 # validate names without importing torch.
 FILTER_NAMES = ("duplicate", "static", "contamination", "eager", "runtime_screen", "determinism", "degenerate",
-                "compile", "runtime")
+                "trivial", "compile", "runtime")
 # Filters that score the whole input at once on the client (``corpus = True``), before dispatch.
 CORPUS_FILTERS = ("duplicate",)
 # FilterSettings fields for GPU sharing that ``opforge filter`` and ``opforge run`` take as options and pass

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 REASONS = (
     "invalid_task", "stochastic", "eager_error", "compile_error", "compile_mismatch", "nondeterministic",
     "degenerate_output", "non_finite", "runtime_out_of_window", "timeout", "crash", "oom", "duplicate",
-    "contaminated",
+    "contaminated", "trivial",
 )
 
 

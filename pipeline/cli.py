@@ -197,8 +197,10 @@ def filter_cmd(
     runtime_window_ms: tuple[float, float] = typer.Option(None, help="LO HI eager-median window in ms "
                                                           "(default: 1 100 on cuda, off on cpu)."),
     no_window: bool = typer.Option(False, "--no-window", help="Record runtimes only, on any device."),
-    only: str = typer.Option(None, help="Comma-separated filters to run (static always runs)."),
-    skip: str = typer.Option(None, help="Comma-separated filters to leave out."),
+    only: str = typer.Option(None, help="Comma-separated filters to run (static always runs), of: duplicate, "
+                                        "static, contamination, eager, runtime_screen, determinism, degenerate, "
+                                        "trivial, compile, runtime."),
+    skip: str = typer.Option(None, help="Comma-separated filters to leave out (e.g. trivial, compile)."),
     timeout_s: float = typer.Option(300.0, help="Per-task wall-clock limit in its sandbox, seconds."),
     memory_gib: float = typer.Option(8.0, help="Per-sandbox memory guard, GiB."),
     limit: int = typer.Option(None, help="Only the first N input rows."),
