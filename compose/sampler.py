@@ -201,6 +201,9 @@ class Sampler:
         when it does not fit the shapes or would change nothing (``compose.avoid``)."""
         local = dict(local)
         local.setdefault("K", self._k_options(rng))
+        ctx = self.context.values if self.profile.realistic and self.context is not None else {}
+        local.setdefault("A", ctx.get("A", 8))  # attention heads / head dim of an op that follows another
+        local.setdefault("E", ctx.get("E", 64))
         new_inputs = []
         all_args = list(args)
         if extra_from is None:
@@ -223,8 +226,12 @@ class Sampler:
                 all_args.append(inp)
         else:
             all_args += extra_from
-        init = {k: resolve_value(v, local) for k, v in seed.init_args.items()}
-        call = {k: resolve_value(v, local) for k, v in seed.call_args.items()}
+        try:
+            init = {k: resolve_value(v, local) for k, v in seed.init_args.items()}
+            call = {k: resolve_value(v, local) for k, v in seed.call_args.items()}
+        except KeyError:  # a size symbol this position does not bind
+            self._drop(g, new_inputs)
+            return None
         params = {k: ([local[d] if isinstance(d, str) else d for d in s.shape], s.dtype, s.values)
                   for k, s in seed.params.items()}
         if any(isinstance(v, str) and v.startswith("index:") for _, _, v in params.values()):
