@@ -15,7 +15,8 @@ spending filter time on them. ``noop_reason(graph, node)`` is asked after each o
   the first one's input shape; an op that is its own inverse applied twice: neg, flip, t, reciprocal).
 
 Ops whose output does not depend on their input's values (``zeros_like``, ``ones_like``, ``empty_like``,
-``full_like``) are never drawn (``CONSTANT_OUTPUT``).
+``full_like``; ``CONSTANT_OUTPUT``) and identities on real tensors (``conj``, ``resolve_neg``, ``positive``,
+``real``; ``IDENTITY_ON_REAL``) are never drawn.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from opforge.compose.graph import OpGraph
 from opforge.task.op_names import canonical_name, snake
 
 CONSTANT_OUTPUT = re.compile(r"(^|\.)(zeros|ones|empty|full|new_zeros|new_ones|new_empty|new_full)(_like)?$")
+# Identities on the real float tensors tasks use (complex conjugation, sign-bit views, unary plus).
+IDENTITY_ON_REAL = re.compile(r"(^|\.)(conj|conj_physical|resolve_conj|resolve_neg|positive|real)$")
 
 _COPY_LIKE = re.compile(r"^(tile|repeat|expand|expand_as|broadcast_to|reshape|view|view_as|flatten|unflatten|"
                         r"squeeze|unsqueeze|clone|contiguous|identity|pad|constant_pad_nd|zero_pad\d?d|"

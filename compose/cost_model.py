@@ -1,15 +1,17 @@
-"""Predict eager runtime of an ``OpGraph`` from FLOPs and bytes (roofline) and pick the batch size.
+"""Predict eager runtime of an ``OpGraph`` from FLOPs and bytes (roofline per op) and pick the batch size.
 
 FLOPs come from ``torch.utils.flop_counter.FlopCounterMode`` on ``meta`` tensors (GEMM, conv, attention
-formulas); bytes are each op's tensor inputs, parameters and output in the task's dtype, read or written once.
-The time is ``max(flops / (peak * eff), bytes / (bandwidth * eff)) + launch overhead per op``, with the peak of
-the task's dtype (``DeviceProfile.peak_for``).
+formulas), counted op by op; bytes are each op's tensor inputs, parameters and output in the task's dtype, read
+or written once. Eager runs one op after the other, so the time is the sum over ops of
+``max(flops / (peak * eff), bytes / (bandwidth * eff)) + launch overhead``, with the peak of the task's dtype
+(``DeviceProfile.peak_for``). ``Cost.dominant_share`` is the largest op's share of that time (launches left
+out): the ``trivial`` filter rejects a task whose one op takes >= 99 % of its measured kernel time.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from opforge.compose.device_profiles import DeviceProfile
@@ -28,11 +30,24 @@ class Cost:
     peak_bytes: float
     input_bytes: float = 0.0
     dtype: str = "float32"
+    op_flops: list[float] = field(default_factory=list)
+    op_bytes: list[float] = field(default_factory=list)
+
+    def op_ms(self, p: DeviceProfile) -> list[float]:
+        """Roofline time of each op in ms, launch overhead left out."""
+        if not self.op_flops:  # a cost built from totals only
+            return [1e3 * max(self.flops / (p.peak_for(self.dtype) * p.flop_efficiency),
+                              self.bytes / (p.bandwidth * p.bandwidth_efficiency))]
+        return [1e3 * max(f / (p.peak_for(self.dtype) * p.flop_efficiency), b / (p.bandwidth * p.bandwidth_efficiency))
+                for f, b in zip(self.op_flops, self.op_bytes, strict=True)]
 
     def predict_ms(self, p: DeviceProfile) -> float:
-        compute = self.flops / (p.peak_for(self.dtype) * p.flop_efficiency)
-        memory = self.bytes / (p.bandwidth * p.bandwidth_efficiency)
-        return 1e3 * max(compute, memory) + self.n_ops * p.launch_overhead_ms
+        return sum(self.op_ms(p)) + self.n_ops * p.launch_overhead_ms
+
+    def dominant_share(self, p: DeviceProfile) -> float:
+        """The largest op's share of the predicted op time (1.0 for a one-op graph)."""
+        times = self.op_ms(p)
+        return max(times) / sum(times) if sum(times) > 0 else 1.0
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -41,24 +56,28 @@ def _nbytes(t: torch.Tensor) -> int:
 
 def graph_cost(graph: OpGraph, sizes: dict[str, int] | None = None) -> Cost:
     """FLOPs and bytes of one forward of ``graph`` at ``sizes`` (default: the graph's own)."""
-    counter = FlopCounterMode(display=False)
-    with counter:
-        vals = graph.run("meta", sizes, flop_counter=True)
-    flops = float(counter.get_total_flops())
-    total_bytes = 0
+    vals = graph.run("meta", sizes)
     elem = torch.empty((), dtype=getattr(torch, graph.dtype)).element_size()
+    op_flops, op_bytes = [], []
     for n in graph.ops():
         label = graph.g.nodes[n]["label"]
         if label in RECURRENT_GATES:  # shape-only on meta: count the gate GEMMs here
             x, init = vals[graph.args_of(n)[0]], graph.g.nodes[n]["init_args"]
             h = init["hidden_size"]
-            flops += 2 * RECURRENT_GATES[label] * (init["input_size"] + h) * h * x.shape[0] * x.shape[1]
-        total_bytes += sum(_nbytes(vals[a]) for a in graph.args_of(n)) + _nbytes(vals[n])
-        total_bytes += sum(math.prod(s) * elem for s, _, _ in graph.g.nodes[n]["params"].values())
+            f = 2 * RECURRENT_GATES[label] * (init["input_size"] + h) * h * x.shape[0] * x.shape[1]
+        else:
+            counter = FlopCounterMode(display=False)
+            with counter:
+                graph._call(n, [vals[a] for a in graph.args_of(n)], "meta")
+            f = counter.get_total_flops()
+        op_flops.append(float(f))
+        b = sum(_nbytes(vals[a]) for a in graph.args_of(n)) + _nbytes(vals[n])
+        b += sum(math.prod(s) * elem for s, _, _ in graph.g.nodes[n]["params"].values())
+        op_bytes.append(float(b))
     peak = sum(_nbytes(v) for v in vals.values())
     inputs = sum(_nbytes(vals[n]) for n in graph.inputs())
-    return Cost(flops=flops, bytes=float(total_bytes), n_ops=len(graph.ops()),
-                peak_bytes=float(peak), input_bytes=float(inputs), dtype=graph.dtype)
+    return Cost(flops=sum(op_flops), bytes=sum(op_bytes), n_ops=len(graph.ops()), peak_bytes=float(peak),
+                input_bytes=float(inputs), dtype=graph.dtype, op_flops=op_flops, op_bytes=op_bytes)
 
 
 def _nice(n: float) -> int:

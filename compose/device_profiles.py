@@ -29,6 +29,8 @@ class DeviceProfile:
         window_ms: the runtime window the filters use; ``window_margin``: the predicted time must lie within
             ``[lo * margin, hi / margin]`` (prediction errors on the GPU are of that order).
         sizes / max_batch: the fixed size lists of a non-``realistic`` profile.
+        max_op_share: the most of a multi-op task's predicted time one op may take (above it the fusion is
+            that one op; the ``trivial`` filter rejects >= 99 % measured, ``trivial:dominated``).
     """
 
     name: str
@@ -45,6 +47,7 @@ class DeviceProfile:
     peak_flops_half: float = 0.0
     input_cap_bytes: int = 1 << 62
     window_margin: float = 1.0
+    max_op_share: float = 1.0
 
     def peak_for(self, dtype: str) -> float:
         """Peak FLOP/s for GEMM-like work in ``dtype`` (``float32``, ``bfloat16``, ``float16``)."""
@@ -53,7 +56,7 @@ class DeviceProfile:
 
 _GPU = dict(launch_overhead_ms=0.006, flop_efficiency=0.35, bandwidth_efficiency=0.6, memory_cap_bytes=8 << 30,
             window_ms=(1.0, 100.0), sizes={}, max_batch=512, realistic=True, peak_flops_half=989e12,
-            input_cap_bytes=900_000_000, window_margin=1.6)
+            input_cap_bytes=900_000_000, window_margin=1.6, max_op_share=0.97)
 
 PROFILES: dict[str, DeviceProfile] = {
     "h100": DeviceProfile("h100", 67e12, 3.35e12, **_GPU),

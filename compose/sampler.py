@@ -22,7 +22,7 @@ import random
 import re
 from collections import defaultdict
 
-from opforge.compose.avoid import CONSTANT_OUTPUT, noop_reason
+from opforge.compose.avoid import CONSTANT_OUTPUT, IDENTITY_ON_REAL, noop_reason
 from opforge.compose.device_profiles import DeviceProfile
 from opforge.compose.graph import OpGraph
 from opforge.compose.sizing import SizeContext, draw_context, layout_kind
@@ -53,7 +53,7 @@ DEFAULT_HEAVY_START = 0.5
 # Category of a heavy first op. The relevance table is traced from transformers families only (torchvision is
 # optional), where 25 % of models run a convolution; CUDA-Agent-Ops-6K has one in 38 % of its rows. Convolutions
 # get a share between the two, GEMMs (linear, matmul, bmm) the largest, attention and RNNs the rest.
-HEAVY_START_SHARES = {"gemm": 0.5, "conv": 0.37, "attention": 0.08, "recurrent": 0.05}
+HEAVY_START_SHARES = {"gemm": 0.52, "conv": 0.38, "attention": 0.05, "recurrent": 0.05}
 FLOAT_DTYPES = ("float32", "bfloat16", "float16")
 
 OP_MIXES = {
@@ -104,7 +104,7 @@ class Sampler:
         self.category_weights = {**DEFAULT_CATEGORY_WEIGHTS, **(category_weights or {})}
         usable = [o for o in ops if o.library == "torch" and o.meta_ok and (allow_stochastic or not o.stochastic)
                   and o.output_dtype == "float32" and o.inputs and not VARIADIC_OUTPUT.search(o.label)
-                  and not CONSTANT_OUTPUT.search(o.label)
+                  and not CONSTANT_OUTPUT.search(o.label) and not IDENTITY_ON_REAL.search(o.label)
                   and (include_internal or not is_internal(o.label, o.qualname))]
         self.weights = {o.label: (1.0 if op_weights is None else float(op_weights.get(o.label, 0.0)))
                         * self.category_weights.get(o.category, 1.0) for o in usable}

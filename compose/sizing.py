@@ -194,8 +194,8 @@ def _try_cost(graph: OpGraph, sizes: dict[str, int]) -> Cost | None:
 def fit_sizes(graph: OpGraph, profile: DeviceProfile, batches: list[int], knobs: dict[str, list[int]],
               batch_name: str = "batch_size", max_steps: int = 8) -> tuple[dict[str, int], float]:
     """Sizes (``graph.sizes`` updated) whose predicted eager time lies in ``profile.window_ms`` shrunk by
-    ``window_margin``, nearest its log-midpoint, with inputs within ``input_cap_bytes`` and every tensor within
-    ``memory_cap_bytes``. The batch moves first (time and bytes are close to linear in it); when even the
+    ``window_margin``, nearest its log-midpoint, with inputs within ``input_cap_bytes``, every tensor within
+    ``memory_cap_bytes`` and no op above ``max_op_share`` of the time (multi-op graphs). The batch moves first (time and bytes are close to linear in it); when even the
     largest admissible batch is too fast (or batch 1 too slow) a free axis of ``knobs`` moves one value up (or
     down) and the batch is chosen again. Returns (sizes, predicted ms).
 
@@ -230,6 +230,8 @@ def fit_sizes(graph: OpGraph, profile: DeviceProfile, batches: list[int], knobs:
                 if final is not None and ok_lo <= final.predict_ms(profile) <= ok_hi \
                         and final.input_bytes <= profile.input_cap_bytes \
                         and final.peak_bytes <= profile.memory_cap_bytes:
+                    if final.n_ops > 1 and final.dominant_share(profile) > profile.max_op_share:
+                        raise SizingError(f"one op takes {final.dominant_share(profile):.1%} of the predicted time")
                     graph.sizes = trial
                     return trial, final.predict_ms(profile)
                 # not linear after all: move the batch to what the exact cost says and try again

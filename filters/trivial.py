@@ -79,7 +79,7 @@ class TrivialFilter(Filter):
     @classmethod
     def default_thresholds(cls) -> dict[str, Any]:
         return {"max_err": 1.0, "max_trace_err": 0.1, "max_ablations": 32, "exempt": list(DEFAULT_EXEMPT),
-                "max_share": 0.99, "min_ops": 2, "timing_passes": 2}
+                "max_share": 0.99, "min_ops": 2, "timing_passes": 1}
 
     def score(self, run: TaskRun) -> dict[str, Any]:
         t, start = self.thresholds, time.perf_counter()

@@ -184,3 +184,19 @@ def test_realistic_profile_needs_a_vocabulary(harvested):
     s = Sampler(harvested.ops, get_profile("h200"), vocab=default_vocabulary())
     g, _ = s.sample(random.Random(0), 2, "bfloat16")
     assert g.dtype == "bfloat16" and s.context is not None
+
+
+def test_no_composed_task_is_one_dominant_op(harvested, gpu_sized):
+    """Multi-op H200 candidates have no op above ``max_op_share`` of the predicted time (the trivial filter
+    rejects >= 99 % measured), and identities on real tensors are never drawn."""
+    from opforge.compose.cost_model import graph_cost
+    from opforge.compose.sampler import Sampler
+
+    profile = get_profile("h200")
+    s = Sampler(harvested.ops, get_profile("test"))
+    multi = gpu_sized[gpu_sized.num_ops > 1]
+    assert len(multi) > 10
+    for row in multi.itertuples():
+        share = graph_cost(_rebuild(s, row.graph)).dominant_share(profile)
+        assert share <= profile.max_op_share + 1e-9, (row.ops, share)
+    assert not {"torch.conj", "torch.positive", "torch.resolve_neg", "torch.zeros_like"} & set(s.by_label)
