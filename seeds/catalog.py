@@ -17,6 +17,8 @@ from tqdm import tqdm
 
 @dataclass
 class HarvestResult:
+    """Validated ops, skip records in candidate order, wall seconds and ops per library."""
+
     ops: list[SeedOp]
     skips: list[SkipRecord]
     seconds: float = 0.0
@@ -93,10 +95,10 @@ def _run_units(items: list[SkipRecord | list[SeedOp]], families: list[str], tf_v
             unit_of[pool.submit_probe(drafts)] = ("probe", k, drafts)
             return k
 
+        for fam in families:  # first: the families' imports overlap the torch probes, not the tail
+            unit_of[pool.submit_family(tf_version, fam)] = ("family", fam)
         for d in items:
             ordered.append(submit(d) if isinstance(d, list) else d)
-        for fam in families:
-            unit_of[pool.submit_family(tf_version, fam)] = ("family", fam)
         pending = set(unit_of)
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
