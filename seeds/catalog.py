@@ -39,7 +39,9 @@ def harvest(specs_dir: Path = SPECS_DIR, with_transformers: bool = True, familie
     Probes run in parallel in sandboxed child processes (``seeds.probe_pool``; ``pool`` sets the workers,
     the per-unit timeout and the memory bound): a probe that crashes, hangs or exhausts its memory bound
     becomes a skip record (``crash:<SIGNAL>``, ``timeout``, ``oom``). The result does not depend on the
-    number of workers: units are taken in candidate order, as a one-process harvest would take them.
+    number of workers: units are taken in candidate order, as a one-process harvest would take them. The
+    workers are spawned, so a script that calls this must guard its entry point
+    (``if __name__ == "__main__":``), as for any spawned ``multiprocessing`` child.
 
     YAML entries override automatically harvested ops with the same label. ``with_torch=False`` probes the
     YAML entries only (no introspected torch ops). Returns validated ops sorted by (library, label) and the
