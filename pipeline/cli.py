@@ -23,7 +23,7 @@ def seeds_harvest(
     no_transformers: bool = typer.Option(False, "--no-transformers", help="Harvest torch ops only."),
     workers: int = typer.Option(None, help="Probe processes (default: all usable cores; the catalog does not "
                                            "depend on it)."),
-    probe_timeout_s: float = typer.Option(60.0, help="Per-probe limit, seconds: a longer one is a `timeout` skip."),
+    probe_timeout_s: float = typer.Option(180.0, help="Per-probe limit, seconds: a longer one is a `timeout` skip."),
     probe_memory_gib: float = typer.Option(4.0, help="Per-probe memory bound, GiB: past it, an `oom` skip."),
 ):
     """Introspect the installed torch and transformers, probe every candidate in sandboxed child processes

@@ -17,6 +17,8 @@ from tqdm import tqdm
 
 @dataclass
 class HarvestResult:
+    """Validated ops, skip records in candidate order, wall seconds and ops per library."""
+
     ops: list[SeedOp]
     skips: list[SkipRecord]
     seconds: float = 0.0
@@ -37,7 +39,9 @@ def harvest(specs_dir: Path = SPECS_DIR, with_transformers: bool = True, familie
     Probes run in parallel in sandboxed child processes (``seeds.probe_pool``; ``pool`` sets the workers,
     the per-unit timeout and the memory bound): a probe that crashes, hangs or exhausts its memory bound
     becomes a skip record (``crash:<SIGNAL>``, ``timeout``, ``oom``). The result does not depend on the
-    number of workers: units are taken in candidate order, as a one-process harvest would take them.
+    number of workers: units are taken in candidate order, as a one-process harvest would take them. The
+    workers are spawned, so a script that calls this must guard its entry point
+    (``if __name__ == "__main__":``), as for any spawned ``multiprocessing`` child.
 
     YAML entries override automatically harvested ops with the same label. ``with_torch=False`` probes the
     YAML entries only (no introspected torch ops). Returns validated ops sorted by (library, label) and the
@@ -93,10 +97,10 @@ def _run_units(items: list[SkipRecord | list[SeedOp]], families: list[str], tf_v
             unit_of[pool.submit_probe(drafts)] = ("probe", k, drafts)
             return k
 
+        for fam in families:  # first: the families' imports overlap the torch probes, not the tail
+            unit_of[pool.submit_family(tf_version, fam)] = ("family", fam)
         for d in items:
             ordered.append(submit(d) if isinstance(d, list) else d)
-        for fam in families:
-            unit_of[pool.submit_family(tf_version, fam)] = ("family", fam)
         pending = set(unit_of)
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)

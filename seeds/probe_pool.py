@@ -43,12 +43,16 @@ class PoolSettings:
     Attributes:
         workers: worker processes (None: ``usable_cores()``).
         timeout_s: wall-clock limit of one unit (a probe with its re-probe and dtype probe, or one family's
-            import and listing), seconds, counted from the unit's start in its worker.
-        memory_gib: how far a worker's address space may grow during one unit, GiB (``RLIMIT_AS``).
+            import and listing), seconds, counted from the unit's start in its worker. The slowest units of
+            the catalog (transformers 5 / torch 2.13: ``BambaDecoderLayer`` ~20 s of one core, hybrid Mamba
+            and OLMo layers ~10 s) ran past 60 s on a 2-core machine shared by several jobs; 180 s keeps them.
+        memory_gib: how far a worker's address space may grow during one unit, GiB (``RLIMIT_AS``). At 4 GiB
+            one template is lost against an unbounded harvest: ``torch.diagflat`` of a 5-D input (a
+            23,040 x 23,040 float32 output, twice); unbounded, that harvest peaked at 10 GiB resident.
     """
 
     workers: int | None = None
-    timeout_s: float = 60.0
+    timeout_s: float = 180.0
     memory_gib: float = 4.0
 
     def __post_init__(self):
