@@ -123,11 +123,12 @@ def _candidate(i: int) -> dict | None:
     cfg, profile, sampler = _STATE["cfg"], _STATE["profile"], _STATE["sampler"]
     mix = _STATE["mix"]
     dtypes = _STATE["dtypes"]
-    # the dtype and the kind (block or graph) are drawn once per candidate, so that the mixes hold whatever
-    # fails to sample
+    # the dtype, the kind (block or graph) and the op count are drawn once per candidate, so that the mixes
+    # hold whatever fails to sample
     first = random.Random(f"{cfg.seed}:{i}:dtype")
     dtype = first.choices(list(dtypes), list(dtypes.values()))[0]
     block = bool(_STATE["blocks"]) and first.random() < cfg.transformers_share
+    k = first.choices(list(mix), list(mix.values()))[0]
     for attempt in range(40):
         rng = random.Random(f"{cfg.seed}:{i}:{attempt}")
         if block:
@@ -135,7 +136,6 @@ def _candidate(i: int) -> dict | None:
             if row is not None:
                 return row
             continue
-        k = rng.choices(list(mix), list(mix.values()))[0]
         try:
             graph, pattern = sampler.sample(rng, k, dtype)
         except SamplingError:

@@ -111,7 +111,8 @@ def _compose_round(cfg: RunConfig, catalog: Path, k: int, run_dir: Path) -> Path
     path.parent.mkdir(parents=True, exist_ok=True)
     ccfg = ComposeConfig(n=cfg.round_size, seed=cfg.seed, op_mix=cfg.op_mix, device_profile=cfg.device_profile,
                          transformers_share=cfg.transformers_share, start_index=k * cfg.round_size,
-                         dtype_mix=cfg.dtype_mix, op_weights=cfg.op_weights, vocabulary=cfg.vocabulary,
+                         dtype_mix=cfg.dtype_mix, op_weights=cfg.op_weights,
+                         vocabulary=_vocabulary_path(cfg, catalog),
                          include_internal=cfg.include_internal, heavy_start=cfg.heavy_start)
     # the sandboxes wait for candidates meanwhile: compose on every core (output does not depend on it)
     workers = cfg.compose_workers or max(1, min(len(os.sched_getaffinity(0)), cfg.round_size // 50))
@@ -120,6 +121,15 @@ def _compose_round(cfg: RunConfig, catalog: Path, k: int, run_dir: Path) -> Path
     df.to_parquet(tmp, index=False)
     tmp.replace(path)
     return path
+
+
+def _vocabulary_path(cfg: RunConfig, catalog: Path) -> str | None:
+    """The shape vocabulary the composer sizes with: ``cfg.vocabulary``, else the one harvested beside the
+    run's seed catalog, else None (the packaged one)."""
+    if cfg.vocabulary:
+        return cfg.vocabulary
+    beside = Path(catalog).parent / "shape_vocabulary.json"
+    return str(beside) if beside.exists() else None
 
 
 def _filter_settings(cfg: RunConfig):
