@@ -94,12 +94,22 @@ def test_workspace_tools_and_protected_files(dataset, tmp_path, build_root, monk
     done = subprocess.run([sys.executable, "tools/verify.py"], cwd=ws, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["status"] == "correct"
-    # a candidate that edits a protected file is caught even though its outputs are right
+    # a candidate that edits a protected file at import is stopped by the static rules before it runs
     (ws / "model_new.py").write_text(EDITS_PROTECTED)
     monkeypatch.chdir(ws)
-    res = evaluate(json.loads((ws / ".opforge" / "task.json").read_text()), Solution.from_dir(ws), FAST,
-                   workspace=ws, build_root=build_root)
-    assert res.status == "hacked" and "protected_file:model.py" in res.hacks and res.reward == -1
+    task = json.loads((ws / ".opforge" / "task.json").read_text())
+    res = evaluate(task, Solution.from_dir(ws), FAST, workspace=ws, build_root=build_root)
+    assert res.status == "hacked" and "policy:import:pathlib" in res.hacks and res.reward == -1
+    assert (ws / "model.py").read_text() == TASK
+    # an edit of the task between tool runs (the agent's shell) is caught against the record kept outside
+    (ws / "model_new.py").write_text(HONEST["model_new.py"])
+    (ws / ".opforge" / "task.json").write_text(json.dumps({**task, "code": TASK.replace("+ 1.0", "+ 0.0")}))
+    (ws / "model.py").write_text(TASK.replace("+ 1.0", "+ 0.0"))
+    res = evaluate(task, Solution.from_dir(ws), FAST, workspace=ws, build_root=build_root)
+    assert res.status == "hacked" and res.reward == -1, res
+    assert {"protected_file:model.py", "protected_file:.opforge/task.json"} <= set(res.hacks), res.hacks
+    edited = subprocess.run([sys.executable, "tools/verify.py"], cwd=ws, capture_output=True, text=True)
+    assert edited.returncode == 1 and json.loads(edited.stdout)["status"] == "hacked"
 
 
 def test_opforge_eval_reports_the_metrics_of_its_results(dataset, tmp_path, build_root, monkeypatch):
@@ -208,7 +218,7 @@ def test_cuda_solution_and_gpu_only_cheats(name, build_root):
     if name == "honest":
         assert res.status == "correct" and res.reward >= 1 and res.speedup_eager > 0, res
     else:
-        want = {"side_stream": "side_stream:", "tf32": "precision:", "torch_relu": "torch_op:"}[name]
+        want = {"side_stream": "side_stream:", "tf32": "policy:attribute:backends", "torch_relu": "torch_op:"}[name]
         assert res.reward == -1 and any(h.startswith(want) for h in res.hacks), res
 
 
