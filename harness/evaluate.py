@@ -154,9 +154,8 @@ def evaluate(task: dict[str, Any], solution: Solution, config: EvalConfig | None
                            protected, before, config, ws_check, t0)
     broken = policy_violations(solution.model_new)
     if broken:
-        status = "load_error" if broken[0].startswith("syntax:") else "hacked"
-        return _finish(EvalResult(**base, status=status, reward=-1.0, hacks=[] if status == "load_error" else
-                                  [f"policy:{b}" for b in broken], error=f"model_new.py breaks the rules: {broken[:5]}"),
+        return _finish(EvalResult(**base, status="hacked", reward=-1.0, hacks=[f"policy:{b}" for b in broken],
+                                  error=f"model_new.py breaks the rules: {broken[:5]}"),
                        protected, before, config, ws_check, t0)
     lock = timing_lock(config.device)
     try:

@@ -14,7 +14,8 @@ the verdict depends on:
   whose outputs are verified in every round (so timed calls are checked calls). Output slots are poisoned
   (NaN / the integer minimum) before a call and copied right after the reply (an answer given before the
   work is done is caught by the comparison); inputs are compared byte for byte with the grader's copy after
-  every call.
+  every call. On CUDA the grader zeroes a buffer twice the L2 size before each call (the method of
+  ``triton.testing.do_bench``), outside the measured time.
 * Time: per call ``max(hint, wall - overhead)``, capped at ``wall``: ``wall`` is this process's
   ``time.perf_counter`` around the request (the candidate cannot touch it), ``overhead`` the fastest
   round trip of an empty message to the reference server, ``hint`` the server's own time of its call
@@ -22,6 +23,8 @@ the verdict depends on:
   over the timed rounds. The timed rounds hold the device's timing lock exclusively
   (``filters.gpu_locks.GpuLock``: ``compute`` on the physical GPU, ``cpu.compute`` on CPU); every other
   round holds it shared, so two evaluations never time at once and nothing else of theirs runs meanwhile.
+* Quiet: between its calls the candidate's process group is stopped (``SIGSTOP`` / ``SIGCONT``), so
+  no thread or child of it competes with the reference's timed calls.
 * Verdict: ``hacked`` for a guard violation, a changed setting, an output that is not a plain strided
   tensor on the device or that aliases an input or weight, a modified input, or a malformed reply;
   ``incorrect`` for wrong values, count, shape or dtype, a failed call or a server that died; ``timeout``;
@@ -150,6 +153,13 @@ class Grader:
             raise Verdict("incorrect", f"{text}\n{server.log_tail(800)}") from None
         return reply, out, (time.perf_counter() - t0) * 1e3
 
+    def _flush(self) -> torch.Tensor:
+        if not hasattr(self, "_l2"):
+            from opforge.filters.timing import l2_flush_buffer
+
+            self._l2 = l2_flush_buffer(torch.device(self.device))
+        return self._l2
+
     def _load(self, blob: bytes | None) -> Any:
         return torch.load(io.BytesIO(blob or b""), map_location=self.device, weights_only=True)
 
@@ -256,8 +266,13 @@ class Grader:
             for i in outs[slot]:
                 _poison(sset.tensors[i])
             if self.cuda:
+                self._flush().zero_()  # L2 is device-wide: the call starts cold whichever process makes it
                 torch.cuda.synchronize()
+            if server is cand:
+                cand.resume()
             reply, _, wall = self._ask(server, {"op": "call", "target": target, "inputs": args, "outputs": outs[slot]})
+            if server is cand:
+                cand.pause()  # nothing of the candidate runs while the reference is timed
             got = [sset.tensors[i].clone() for i in outs[slot]]
             if self.cuda:
                 torch.cuda.synchronize()
@@ -297,6 +312,7 @@ class Grader:
             else:
                 t_verify += time.perf_counter() - t0
             i += 1
+        cand.resume()
         try:
             ref.request({"op": "exit"}, 5.0)
             cand.request({"op": "exit"}, 5.0)

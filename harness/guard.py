@@ -56,7 +56,7 @@ ALLOWED_ATEN = frozenset({
 INIT_ATEN = frozenset({
     "uniform_", "normal_", "random_", "bernoulli_", "exponential_", "geometric_", "log_normal_", "cauchy_",
     "randn", "rand", "randint", "randperm", "randn_like", "rand_like", "arange", "linspace", "eye",
-    "erfinv_", "clamp_", "mul_", "add_", "sub_", "div_", "sqrt", "abs", "sign", "mul", "add", "div",
+    "erfinv_", "clamp_", "mul_", "add_", "sub_", "div_",
 })
 
 

@@ -1,64 +1,93 @@
-"""Static rules for ``model_new.py``, checked by the grader before any candidate code runs.
+"""Static rules for ``model_new.py``, checked by the grader on the source text before any candidate code runs.
 
-``model_new.py`` glues the extension's functions together; the computing happens in ``kernels/``. So it may:
+``model_new.py`` glues the extension's functions together; the computing happens in ``kernels/``. The rules
+deny what reaches compute outside the extension or the machinery of the candidate's own process (the
+dispatcher guard, threads, other processes), and nothing else, so ordinary Python (``os.path``, ``open``,
+``math``, ``dataclasses``...) stays usable:
 
-* import only ``IMPORTS`` (torch and its ``nn`` / ``nn.functional``, the built ``opforge_kernels``, and
-  pure-Python helpers: math, typing, functools, itertools, collections, dataclasses, numbers, enum, abc,
-  operator, __future__);
-* not name a module that reaches compute or process state outside the extension (``FORBIDDEN_NAMES``:
-  numpy, ctypes, threading, sys, os, gc, importlib, torch.jit / compile / utils / backends /
-  multiprocessing / library ...), whether as an import or as an attribute (``torch.sys``);
-* not touch private or dunder attributes of anything but its own ``self`` (``torch._C``,
-  ``f.__globals__``; ``super().__init__`` and the ``__init__`` / ``__name__`` family in ``DUNDER_OK`` are
-  fine), nor read tensor memory from Python (``.numpy()``, ``.tolist()``, ``.data_ptr()``, storages);
-* not call ``FORBIDDEN_CALLS`` (eval, exec, compile, __import__, open, globals, vars...) nor
+* imports (``import X`` / ``from X import Y``, resolved through ``as`` aliases) of ``DENIED_MODULES``
+  (numpy and other array libraries, ctypes / cffi, threads and processes, ``gc`` / ``inspect`` /
+  ``importlib`` / ``builtins`` / ``pickle``, the ``opforge`` package itself) or of a torch part under
+  ``DENIED_TORCH`` (``torch._*``, ``torch.utils``, ``torch.jit``, ``torch.compile`` / ``compiler``,
+  ``torch.backends``, ``torch.library``, ``torch.profiler``, ``torch.multiprocessing``,
+  ``torch.distributed``, ``torch.fx``, ``torch.export``, ``torch.ops.aten``, the global settings
+  ``torch.set_num_threads`` / ``set_flush_denormal`` / ``set_float32_matmul_precision`` /
+  ``set_default_dtype`` / ``use_deterministic_algorithms``...); the same names reached as attributes
+  (``torch.backends.cuda``, ``torch.ops.aten.relu``);
+* attributes in ``DENIED_ATTRS`` on anything (reading tensor memory from Python: ``.numpy()``,
+  ``.tolist()``, ``.data_ptr()``, storages; process state: ``sys.modules``, ``settrace``, ``fork``,
+  ``system``, ``kill``...), and private or dunder attributes of anything but the module's own ``self``
+  (``torch._C``, ``f.__globals__``; ``super().__init__`` and the names in ``DUNDER_OK`` are fine);
+* the builtins ``DENIED_CALLS`` (eval, exec, compile, __import__, globals, locals, vars, breakpoint) and
   ``getattr`` / ``setattr`` / ``delattr`` / ``hasattr`` with a name that is not a string literal.
 
-Run time adds the dispatcher guard (``harness.guard``) over every torch op; this check is what a candidate
-cannot switch off, because it runs in the grader on the source text.
+At run time the dispatcher guard (``harness.guard``) checks every torch op; these rules are what a candidate
+cannot switch off, because they are applied in the grader. They do not make the candidate's process a
+sandbox: see the threat model in the README.
 """
 
 from __future__ import annotations
 
 import ast
 
-IMPORTS = frozenset({
-    "torch", "torch.nn", "torch.nn.functional", "opforge_kernels", "math", "typing", "functools", "itertools",
-    "collections", "collections.abc", "dataclasses", "numbers", "enum", "abc", "operator", "__future__",
+DENIED_MODULES = frozenset({
+    "numpy", "ctypes", "_ctypes", "cffi", "numba", "scipy", "cupy", "triton", "jax", "tensorflow", "pandas",
+    "threading", "_thread", "concurrent", "multiprocessing", "asyncio", "subprocess", "signal", "gc",
+    "inspect", "importlib", "builtins", "pickle", "marshal", "mmap", "types", "code", "codeop", "runpy",
+    "opforge", "torchvision", "sched", "faulthandler", "tracemalloc", "sysconfig", "pty", "resource",
 })
-FORBIDDEN_NAMES = frozenset({
-    "numpy", "np", "ctypes", "cffi", "numba", "scipy", "cupy", "triton", "jax", "threading", "_thread",
-    "concurrent", "multiprocessing", "asyncio", "subprocess", "signal", "sys", "os", "gc", "inspect",
-    "importlib", "builtins", "types", "weakref", "pickle", "marshal", "mmap", "io", "pathlib", "shutil",
-    "socket", "time", "jit", "compile", "compiler", "utils", "backends", "library", "profiler",
-    "autograd", "fx", "export", "func", "futures", "hub", "package", "distributed", "cpp_extension",
-    "set_num_threads", "set_num_interop_threads", "set_flush_denormal", "set_float32_matmul_precision",
-    "set_default_dtype", "set_default_device", "use_deterministic_algorithms", "set_deterministic_debug_mode",
-    "tolist", "data_ptr", "untyped_storage", "storage", "from_numpy", "frombuffer", "from_file",
-    "as_array", "aten",
+DENIED_TORCH = ("torch._", "torch.utils", "torch.jit", "torch.compile", "torch.compiler", "torch.backends",
+                "torch.library", "torch.profiler", "torch.multiprocessing", "torch.distributed", "torch.fx",
+                "torch.export", "torch.ops.aten", "torch.package", "torch.hub", "torch.onnx", "torch.autograd.profiler",
+                "torch.set_num_threads", "torch.set_num_interop_threads", "torch.set_flush_denormal",
+                "torch.set_float32_matmul_precision", "torch.set_default_dtype", "torch.set_default_device",
+                "torch.use_deterministic_algorithms", "torch.set_deterministic_debug_mode", "torch.from_numpy",
+                "torch.frombuffer", "torch.from_file", "torch.nn.modules.module", "torch.cuda.set_stream",
+                "torch.cuda.memory", "torch.cuda.nvtx", "torch.cuda.jiterator", "torch.cuda.graphs")
+DENIED_ATTRS = frozenset({
+    "numpy", "tolist", "data_ptr", "untyped_storage", "storage", "_storage", "modules", "settrace",
+    "setprofile", "fork", "forkpty", "system", "popen", "execv", "execve", "execl", "execlp", "execvp",
+    "execvpe", "spawnv", "spawnl", "spawnve", "posix_spawn", "kill", "killpg", "getppid", "dlopen",
+    "start_new_thread", "Thread", "ThreadPoolExecutor", "ProcessPoolExecutor", "jiterator",
 })
-FORBIDDEN_CALLS = frozenset({
-    "eval", "exec", "compile", "__import__", "open", "globals", "locals", "vars", "breakpoint", "input",
-    "memoryview", "help", "exit", "quit",
-})
+DENIED_CALLS = frozenset({"eval", "exec", "compile", "__import__", "globals", "locals", "vars", "breakpoint"})
 NAME_ARG_CALLS = frozenset({"getattr", "setattr", "delattr", "hasattr"})
 DUNDER_OK = frozenset({"__init__", "__name__", "__class__", "__doc__", "__future__", "__call__", "__len__",
-                       "__getitem__", "__repr__"})
+                       "__getitem__", "__repr__", "__main__", "__annotations__"})
 
 
 def _private(attr: str) -> bool:
     return attr.startswith("_") and attr not in DUNDER_OK
 
 
+def denied_module(name: str) -> bool:
+    """True when importing ``name`` (dotted) is against the rules."""
+    top = name.split(".")[0]
+    return top in DENIED_MODULES or any(name == p or name.startswith(p if p.endswith("_") else p + ".")
+                                        or (p.endswith("_") and name.startswith(p)) for p in DENIED_TORCH)
+
+
+def _dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(aliases.get(node.id, node.id))
+    return ".".join(reversed(parts))
+
+
 def policy_violations(source: str, filename: str = "model_new.py") -> list[str]:
-    """Rule breaks in ``source``, each as ``"<kind>:<what>"`` (``import:numpy``, ``name:threading``,
-    ``attribute:_C``, ``call:eval``, ``getattr:dynamic``), de-duplicated, in source order; ``syntax:...``
-    when it does not parse (then nothing else is checked)."""
+    """Rule breaks in ``source``, each as ``"<kind>:<what>"`` (``import:numpy``, ``attribute:torch.backends``,
+    ``attribute:_C``, ``call:eval``, ``getattr:dynamic``), de-duplicated, in walk order. A source that does
+    not parse gives no finding (it fails to import, a ``load_error``)."""
     try:
         tree = ast.parse(source, filename)
-    except SyntaxError as exc:
-        return [f"syntax:line {exc.lineno}: {exc.msg}"]
+    except SyntaxError:
+        return []
     found: list[str] = []
+    aliases: dict[str, str] = {}
 
     def add(item: str) -> None:
         if item not in found:
@@ -67,30 +96,40 @@ def policy_violations(source: str, filename: str = "model_new.py") -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name not in IMPORTS:
+                if denied_module(alias.name):
                     add(f"import:{alias.name}")
+                aliases[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else \
+                    alias.name.split(".")[0]
         elif isinstance(node, ast.ImportFrom):
-            base = "." * node.level + (node.module or "")
+            base = node.module or ""
+            if node.level:
+                add(f"import:{'.' * node.level}{base}")
+                continue
             for alias in node.names:
-                full = f"{base}.{alias.name}" if base else alias.name
-                if base not in IMPORTS or (full not in IMPORTS and alias.name in FORBIDDEN_NAMES) \
-                        or _private(alias.name) or alias.name == "*":
+                full = f"{base}.{alias.name}"
+                if denied_module(base) or denied_module(full) or _private(alias.name) or alias.name == "*" \
+                        or alias.name in DENIED_ATTRS:
                     add(f"import:{full}")
-        elif isinstance(node, ast.Attribute):
+                aliases[alias.asname or alias.name] = full
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
             owner_is_self = isinstance(node.value, ast.Name) and node.value.id == "self"
-            if node.attr in FORBIDDEN_NAMES and not owner_is_self:
+            dotted = _dotted(node, aliases)
+            if dotted and denied_module(dotted) and not owner_is_self:
+                add(f"attribute:{dotted}")
+            elif node.attr in DENIED_ATTRS and not owner_is_self:
                 add(f"attribute:{node.attr}")
             elif _private(node.attr) and not (owner_is_self and not node.attr.startswith("__")):
                 add(f"attribute:{node.attr}")
         elif isinstance(node, ast.Name):
-            if node.id in FORBIDDEN_NAMES and not isinstance(node.ctx, ast.Store):
-                add(f"name:{node.id}")
-            elif node.id in FORBIDDEN_CALLS or (node.id.startswith("__") and node.id not in DUNDER_OK):
+            if node.id in DENIED_CALLS or (node.id.startswith("__") and node.id not in DUNDER_OK):
                 add(f"call:{node.id}")
+            elif isinstance(node.ctx, ast.Load) and node.id in aliases and denied_module(aliases[node.id]):
+                add(f"name:{node.id}")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in NAME_ARG_CALLS:
             name = node.args[1] if len(node.args) > 1 else None
             if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
                 add(f"{node.func.id}:dynamic")
-            elif _private(name.value) or name.value in FORBIDDEN_NAMES:
+            elif _private(name.value) or name.value in DENIED_ATTRS:
                 add(f"{node.func.id}:{name.value}")
     return found

@@ -49,7 +49,11 @@ def recv(conn: Connection, timeout_s: float | None = None, *, allow_blob: bool =
         if timeout_s is not None and not conn.poll(timeout_s):
             raise ProtocolError(f"no reply within {timeout_s:g} s")
         raw = conn.recv_bytes(max_bytes)
-    except (EOFError, OSError) as exc:
+    except OSError as exc:
+        if "bad message length" in str(exc):  # the frame is over max_bytes (the connection is closed after it)
+            raise ProtocolError(f"malformed message (over {max_bytes} bytes)") from None
+        raise ProtocolError(f"connection lost ({type(exc).__name__}: {exc})") from None
+    except EOFError as exc:
         raise ProtocolError(f"connection lost ({type(exc).__name__}: {exc})") from None
     try:
         msg = json.loads(raw.decode())

@@ -97,6 +97,21 @@ class ServerProcess:
             raise ProtocolError(f"{self.role} server: {exc}" + (f" (exited with code {code})" if code is not None
                                                                 else "")) from None
 
+    def pause(self) -> None:
+        """Stop the child's whole process group (``SIGSTOP``): nothing of it runs until ``resume``."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a paused process group run again (``SIGCONT``)."""
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
     def log_tail(self, chars: int = 1500) -> str:
         try:
             return self.log.read_text(errors="replace")[-chars:]

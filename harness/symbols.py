@@ -11,8 +11,9 @@ not reach torch's compute or step around the dispatcher guard (``harness.guard``
     thread-local dispatch key set (``tls_set_dispatch_key_*``, ``IncludeDispatchKeyGuard``,
     ``_force_tls_local_dispatch_key_set``), profiler / RecordFunction observers, TorchScript;
   - a way around this audit or the process: ``dlopen`` / ``dlsym``, ``PyImport_*``, ``PyRun_*``,
-    ``PyEval_EvalCode``, ``Py_CompileString*``, ``fork`` / ``exec*`` / ``system`` / ``popen`` /
-    ``posix_spawn``.
+    ``PyEval_EvalCode``, ``Py_CompileString*``, new processes or process groups (``fork``, ``clone``,
+    raw ``syscall``, ``setsid``, ``exec*``, ``system``, ``popen``, ``posix_spawn``), ``ptrace`` /
+    ``process_vm_*``.
 * ``source:`` a source text token for what every torch extension imports anyway and so cannot be told
   apart by symbol: ``ExcludeDispatchKeyGuard`` / ``AutoDispatchBelow*`` / ``DispatchKeySet`` (dispatch key
   exclusion), calls back into Python (``.attr(``, ``getattr(``, ``py::module_::import``, ``py::eval`` /
@@ -42,7 +43,8 @@ DENIED_PREFIXES = (
     "torch::autograd::profiler", "torch::profiler", "torch::jit::", "at::ThreadLocalState::setThreadLocalState",
 )
 DENIED_C = re.compile(r"^(dlopen|dlsym|dlvsym|dlmopen|PyImport_\w+|PyRun_\w+|PyEval_EvalCode\w*|Py_CompileString\w*|"
-                      r"fork|vfork|execv\w*|execl\w*|execve|system|popen|posix_spawn\w*)(@.*)?$")
+                      r"fork|vfork|clone\d?|syscall|setsid|setpgid|daemon|execv\w*|execl\w*|execve|system|popen|posix_spawn\w*|"
+                      r"ptrace|process_vm_\w+)(@.*)?$")
 # at::cuda:: names an extension needs: streams, devices, contexts, allocators, launch checks
 CUDA_OK = re.compile(r"^at::cuda::(get\w*Stream\w*|setCurrentCUDAStream|getCurrentDeviceProperties|"
                      r"getDeviceProperties|device_count|current_device|set_device|CUDAStream|warp_size|detail::)")

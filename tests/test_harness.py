@@ -60,8 +60,11 @@ def test_honest_cpp_solution_is_correct_timed_and_rewarded(build_root):
 @pytest.mark.parametrize("name", sorted(CHEATS))
 def test_every_cheat_gets_minus_one(name, build_root):
     res = evaluate(ROW, Solution(CHEATS[name]), FAST, build_root=build_root)
-    assert res.reward == -1.0, res
     want = EXPECTED[name]
+    if want == "correct":  # the patch lands in the candidate's process, which times nothing
+        assert res.status == "correct" and res.speedup_eager < FAST.max_speedup, res
+        return
+    assert res.reward == -1.0, res
     if want == "incorrect":
         assert res.status == "incorrect" and res.hacks == [], res
     else:
@@ -215,10 +218,10 @@ def test_cuda_solution_and_gpu_only_cheats(name, build_root):
     files = {"honest": CUDA_HONEST, "side_stream": CUDA_SIDE_STREAM, "tf32": CUDA_TF32,
              "torch_relu": CHEATS["torch_relu"]}[name]
     res = evaluate(ROW, Solution(files), EvalConfig(device="cuda", timing_trials=10), build_root=build_root)
-    if name == "honest":
+    if name in ("honest", "side_stream"):  # work on any stream is waited for (device-wide sync) and timed
         assert res.status == "correct" and res.reward >= 1 and res.speedup_eager > 0, res
     else:
-        want = {"side_stream": "side_stream:", "tf32": "policy:attribute:backends", "torch_relu": "torch_op:"}[name]
+        want = {"tf32": "policy:attribute:torch.backends", "torch_relu": "torch_op:"}[name]
         assert res.reward == -1 and any(h.startswith(want) for h in res.hacks), res
 
 
