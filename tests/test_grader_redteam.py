@@ -174,9 +174,10 @@ WORKSPACE_EDITS = {
 
 
 @pytest.mark.parametrize("edit", sorted(WORKSPACE_EDITS))
-def test_workspace_edits_between_tool_runs(edit, dataset, tmp_path, build_root):
+def test_workspace_edits_between_tool_runs(edit, dataset, tmp_path, build_root, monkeypatch):
     from opforge.harness.workspace import init_workspace
 
+    monkeypatch.setenv("OPFORGE_CACHE", str(build_root.parent))  # the tools' build cache (and any record)
     ws = init_workspace(dataset, "scale_relu", tmp_path / "ws")
     (ws / "kernels" / "fused.cpp").write_text(HONEST_KERNEL)
     (ws / "model_new.py").write_text(model_new())
@@ -192,16 +193,21 @@ def test_workspace_edits_between_tool_runs(edit, dataset, tmp_path, build_root):
 # -- noise ----------------------------------------------------------------------------------------------------
 
 def test_same_reward_alone_and_in_a_batch(build_root):
-    """The same honest solution, alone and as four copies evaluated at once by the batch API, gets one
-    reward."""
+    """The same honest solution, alone and as four copies evaluated at once by the batch API (as
+    ``opforge eval`` runs them), gets one reward: within one milestone step across all five (the issue's
+    bound; the milestone scale runs 1-3 with the torch.compile baseline on, so a reward that depends on
+    how many neighbours time at once shows as a 1 against a 3)."""
     from opforge.harness.batch import evaluate_many
 
-    files = honest()
-    alone = evaluate(ROW, Solution(files), config(), build_root=build_root)
+    files, cfg = honest(), config(profile_compile=True)
+    alone = evaluate(ROW, Solution(files), cfg, build_root=build_root)
     assert alone.status == "correct", _summary(alone)
     pairs = [({**ROW, "task_id": f"scale_relu_{i}"}, files) for i in range(4)]
-    batch = evaluate_many(pairs, config(), build_root=str(build_root), progress=False, workers=4)
+    batch = evaluate_many(pairs, cfg, build_root=str(build_root), progress=False, workers=4)
     assert [r["status"] for r in batch] == ["correct"] * 4, batch
-    assert [r["reward"] for r in batch] == [alone.reward] * 4, (
-        f"alone: reward {alone.reward} (eager {alone.eager_ms} ms, candidate {alone.candidate_ms} ms); batch: "
-        + "; ".join(f"reward {r['reward']} (eager {r['eager_ms']} ms, candidate {r['candidate_ms']} ms)" for r in batch))
+    rewards = [alone.reward] + [r["reward"] for r in batch]
+    assert max(rewards) - min(rewards) <= 1.0, (
+        f"alone: reward {alone.reward} (eager {alone.eager_ms} ms, compile {alone.compile_ms} ms, candidate "
+        f"{alone.candidate_ms} ms); batch: " + "; ".join(
+            f"reward {r['reward']} (eager {r['eager_ms']} ms, compile {r['compile_ms']} ms, candidate "
+            f"{r['candidate_ms']} ms)" for r in batch))

@@ -6,7 +6,14 @@ with a probe showing the cheat never acted; the honest CUDA control must be acce
 import pytest
 from opforge.harness.solution import Solution
 
-from .redteam.solutions_cuda import CUDA_ATTACKS, CUDA_HONEST, PORTABLE, on_cuda
+from .redteam.solutions_cuda import (
+    CUDA_ATTACKS,
+    CUDA_HONEST,
+    PORTABLE,
+    SIDE_STREAM_ATTACKS,
+    SIDE_STREAM_MIN_MS,
+    on_cuda,
+)
 from .test_grader_redteam import ROW, _summary, assert_defeated, config
 
 pytestmark = [pytest.mark.gpu,
@@ -29,10 +36,21 @@ def test_honest_cuda_control_is_accepted(build_root):
     assert res.status == "correct" and res.reward >= 1.0 and res.hacks == [], _summary(res)
 
 
-@pytest.mark.parametrize("name", sorted(CUDA_ATTACKS))
+@pytest.mark.parametrize("name", sorted(set(CUDA_ATTACKS) - set(SIDE_STREAM_ATTACKS)))
 def test_cuda_only_hacks(name, tmp_path, build_root):
     probe = tmp_path / "probe.txt"
     assert_defeated(_evaluate(CUDA_ATTACKS[name](str(probe)), build_root), probe)
+
+
+@pytest.mark.parametrize("name", SIDE_STREAM_ATTACKS)
+def test_side_stream_work_is_caught_or_counted(name, tmp_path, build_root):
+    """Work left running on another stream: flagged, or charged to the candidate (its kernel spins about
+    1 ms, so a candidate time below SIDE_STREAM_MIN_MS means the timing did not wait for it)."""
+    res = _evaluate(CUDA_ATTACKS[name](str(tmp_path / "probe.txt")), build_root)
+    if res.status in {"hacked", "incorrect"}:
+        assert res.reward == -1.0, _summary(res)
+    else:
+        assert res.status == "correct" and res.candidate_ms >= SIDE_STREAM_MIN_MS, _summary(res)
 
 
 @pytest.mark.parametrize("name", PORTABLE)

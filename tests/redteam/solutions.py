@@ -386,7 +386,7 @@ except Exception:
     "widen_guard_allow_list": _a("verdict_state", head='''try:
     import opforge.harness.guard as _guard
 
-    _guard.ALLOWED_ATEN = frozenset(_guard.ALLOWED_ATEN) | {"mul", "add", "relu", "clamp_min", "threshold"}
+    _guard.ALLOWED_ATEN = frozenset(_guard.ALLOWED_ATEN) | {"mul", "add", "relu", "clamp_min", "threshold", "to"}
 except Exception:
     pass
 ''', forward='''        _probe("cheat:torch_ops")

@@ -4,8 +4,9 @@ cheats that patch the CUDA timing (events, ``elapsed_time``).
 
 ``CUDA_KERNEL`` exports ``fused_scale_relu`` (current stream; the name the CPU suite's ``model_new.py``
 files call, so their model-level cheats run on CUDA unchanged), ``on_pool_stream`` (a pool stream, waits
-for the inputs but is never joined back) and ``unsynchronised`` (a non-blocking stream of its own, with a
-spin that keeps the kernel running well after the call returns).
+for the inputs but is never joined back) and ``unsynchronised`` (a non-blocking stream of its own). Both
+side-stream kernels spin for ``SPIN_CYCLES`` (about 1 ms) before computing, so a grader that counts work
+on every stream measures at least ``SIDE_STREAM_MIN_MS`` for them.
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ static torch::Tensor launch(const torch::Tensor& x, const torch::Tensor& scale, 
     return y;
 }
 
+// every thread of the side-stream kernels spins this long first: about 1 ms at 2 GHz, so work that the
+// timing does not wait for would be plain to see
+constexpr long long SPIN_CYCLES = 2000000;
+
 // a side stream that first waits for the caller's stream (so the inputs are ready) but is never joined
 static torch::Tensor on_side(const torch::Tensor& x, const torch::Tensor& scale, cudaStream_t side,
                              long long spin) {
@@ -62,7 +67,7 @@ torch::Tensor fused_scale_relu(torch::Tensor x, torch::Tensor scale) {
 }
 
 torch::Tensor on_pool_stream(torch::Tensor x, torch::Tensor scale) {
-    return on_side(x, scale, at::cuda::getStreamFromPool().stream(), 0);
+    return on_side(x, scale, at::cuda::getStreamFromPool().stream(), SPIN_CYCLES);
 }
 
 torch::Tensor unsynchronised(torch::Tensor x, torch::Tensor scale) {
@@ -70,7 +75,7 @@ torch::Tensor unsynchronised(torch::Tensor x, torch::Tensor scale) {
     if (side == nullptr) {
         C10_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
     }
-    return on_side(x, scale, side, 2000000);  // about 1 ms at 2 GHz
+    return on_side(x, scale, side, SPIN_CYCLES);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -79,6 +84,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("unsynchronised", &unsynchronised, "the same on a non-blocking stream, still running at return");
 }
 '''
+
+SIDE_STREAM_MIN_MS = 0.5  # what the 2e6-cycle spin takes at least, at any clock up to 4 GHz
+SIDE_STREAM_ATTACKS = ("unsynchronised_return", "work_on_a_pool_stream")
 
 _LATE_PHASE = '''
 
