@@ -141,13 +141,6 @@ EXPECTED = {
 EXPORT_KERNEL = KERNEL.split("PYBIND11_MODULE")[0].replace(
     "#include <torch/extension.h>", '#include "registry.h"') + 'OPFORGE_EXPORT(fused_scale_relu, "relu(x * scale + 1)");\n'
 
-# model_new.py that edits the workspace's protected model.py when imported (stopped by the static rules)
-EDITS_PROTECTED = model_new("        return opforge_kernels.fused_scale_relu(x, self.scale)\n",
-                            head="import opforge_kernels\nimport pathlib\n"
-                                 "for _p in pathlib.Path.cwd().glob('**/model.py'):\n"
-                                 "    _p.write_text(_p.read_text() + '\\n# edited\\n')\n")
-
-
 def completion(files: dict[str, str]) -> str:
     """A model reply holding ``files`` in the answer format of RULES.md."""
     from opforge.harness.solution import format_completion

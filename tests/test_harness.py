@@ -16,7 +16,6 @@ from opforge.harness.solution import Solution, SolutionError, extract_solution
 
 from .harness_cases import (
     CHEATS,
-    EDITS_PROTECTED,
     EXPECTED,
     EXPORT_KERNEL,
     HONEST,
@@ -97,13 +96,15 @@ def test_workspace_tools_and_protected_files(dataset, tmp_path, build_root, monk
     done = subprocess.run([sys.executable, "tools/verify.py"], cwd=ws, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["status"] == "correct"
-    # a candidate that edits a protected file at import is stopped by the static rules before it runs
-    (ws / "model_new.py").write_text(EDITS_PROTECTED)
+    # a candidate that edits a protected file while it is evaluated is caught even though its outputs are right
+    edits = model_new(HONEST["model_new.py"].split("def forward(self, x):\n")[1],
+                      head=f"import opforge_kernels\nimport pathlib\n_p = pathlib.Path({str(ws / 'model.py')!r})\n"
+                           "_p.write_text(_p.read_text() + '\\n# edited\\n')\n")
+    (ws / "model_new.py").write_text(edits)
     monkeypatch.chdir(ws)
     task = json.loads((ws / ".opforge" / "task.json").read_text())
     res = evaluate(task, Solution.from_dir(ws), FAST, workspace=ws, build_root=build_root)
-    assert res.status == "hacked" and "policy:import:pathlib" in res.hacks and res.reward == -1
-    assert (ws / "model.py").read_text() == TASK
+    assert res.status == "hacked" and "protected_file:model.py" in res.hacks and res.reward == -1, res
     # an edit of the task between tool runs (the agent's shell) is caught against the record kept outside
     (ws / "model_new.py").write_text(HONEST["model_new.py"])
     (ws / ".opforge" / "task.json").write_text(json.dumps({**task, "code": TASK.replace("+ 1.0", "+ 0.0")}))
