@@ -25,6 +25,7 @@ from opforge.harness.solution import Solution
 from .redteam.solutions import (
     ATTACKS,
     BROKEN,
+    HONEST_FORWARD,
     HONEST_KERNEL,
     LAYOUT_OPS,
     NEEDS_COMPILE_BASELINE,
@@ -65,6 +66,7 @@ def assert_defeated(res, probe: Path) -> None:
     """Caught (hacked / incorrect, reward -1), or correct with a probe showing the cheat never acted."""
     events = probe.read_text().split() if probe.is_file() else []
     acted = sorted({e for e in events if e.startswith("cheat:")})
+    print(f"verdict: {_summary(res)} cheat_events={acted}")  # shown with pytest -s / -rA
     if res.status in CAUGHT:
         assert res.reward == -1.0, _summary(res)
         return
@@ -194,20 +196,19 @@ def test_workspace_edits_between_tool_runs(edit, dataset, tmp_path, build_root, 
 
 def test_same_reward_alone_and_in_a_batch(build_root):
     """The same honest solution, alone and as four copies evaluated at once by the batch API (as
-    ``opforge eval`` runs them), gets one reward: within one milestone step across all five (the issue's
-    bound; the milestone scale runs 1-3 with the torch.compile baseline on, so a reward that depends on
-    how many neighbours time at once shows as a 1 against a 3)."""
+    ``opforge eval`` runs them), gets one reward. The solution runs its kernel four times per call, so
+    alone it sits far below eager (speed-up about 0.25, reward 1) and only timing that depends on the
+    neighbours (eager slowed by evaluations timing at once) can move it across the 1.05 milestone."""
     from opforge.harness.batch import evaluate_many
 
-    files, cfg = honest(), config(profile_compile=True)
-    alone = evaluate(ROW, Solution(files), cfg, build_root=build_root)
+    files = honest("        for _ in range(3):\n            opforge_kernels.fused_scale_relu(x, self.scale)\n"
+                   + HONEST_FORWARD)
+    alone = evaluate(ROW, Solution(files), config(), build_root=build_root)
     assert alone.status == "correct", _summary(alone)
     pairs = [({**ROW, "task_id": f"scale_relu_{i}"}, files) for i in range(4)]
-    batch = evaluate_many(pairs, cfg, build_root=str(build_root), progress=False, workers=4)
+    batch = evaluate_many(pairs, config(), build_root=str(build_root), progress=False, workers=4)
     assert [r["status"] for r in batch] == ["correct"] * 4, batch
-    rewards = [alone.reward] + [r["reward"] for r in batch]
-    assert max(rewards) - min(rewards) <= 1.0, (
-        f"alone: reward {alone.reward} (eager {alone.eager_ms} ms, compile {alone.compile_ms} ms, candidate "
-        f"{alone.candidate_ms} ms); batch: " + "; ".join(
-            f"reward {r['reward']} (eager {r['eager_ms']} ms, compile {r['compile_ms']} ms, candidate "
-            f"{r['candidate_ms']} ms)" for r in batch))
+    assert [r["reward"] for r in batch] == [alone.reward] * 4, (
+        f"alone: reward {alone.reward} (eager {alone.eager_ms} ms, candidate {alone.candidate_ms} ms); batch: "
+        + "; ".join(f"reward {r['reward']} (eager {r['eager_ms']} ms, candidate {r['candidate_ms']} ms)"
+                    for r in batch))
