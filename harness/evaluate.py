@@ -93,7 +93,7 @@ class EvalResult(BaseModel):
     eval_s: float = 0.0
     precision: dict[str, Any] = {}
     timing: dict[str, Any] = {}  # per function: median / min / max / wall / hint median ms, trials
-    overhead_ms: float | None = None  # fastest protocol round trip, taken off each call's wall time
+    overhead_ms: float | None = None  # median wall - hint of the reference's eager calls (harness.grader)
     device: str = "cpu"
     logs: dict[str, str] = {}
 

@@ -20,7 +20,7 @@ import json
 from typing import Any
 
 import torch
-from opforge.harness.guard import pin_config
+from opforge.harness.guard import config_state, pin_config
 from opforge.harness.server import Server
 
 
@@ -93,6 +93,9 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
         return {"ok": True, "layouts": [_layout(s, "get_inputs()") for s in sets]}, _save(sets)
 
     server.handlers["draw"] = handle_draw
+    # the same per-call bookkeeping as the candidate's server, so both sides' calls cost the same
+    server.after_call = lambda: {"violations": [], "config": sorted(k for k, v in config_state().items()
+                                                                    if pinned[k] != v)}
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()} if isinstance(model, torch.nn.Module) else {}
     reply = {"ok": True, "config": pinned, "inputs": _layout(sample, "get_inputs()"),
              "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")} for o in outputs]}
