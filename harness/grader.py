@@ -132,6 +132,7 @@ class Grader:
         self.threads = config.threads or default_threads()
         self.deadline = time.monotonic() + config.eval_timeout_s
         self.lock = timing_lock(self.device)
+        self._startup = None
         self.logs: dict[str, str] = {}
 
     # -- plumbing ------------------------------------------------------------------------------------
@@ -157,6 +158,11 @@ class Grader:
             raise Verdict("incorrect", f"{text}\n{server.log_tail(800)}") from None
         return reply, out, (time.perf_counter() - t0) * 1e3
 
+    def _end_startup(self) -> None:
+        if self._startup is not None:
+            self._startup.__exit__(None, None, None)
+            self._startup = None
+
     def _flush(self) -> torch.Tensor:
         if not hasattr(self, "_l2"):
             from opforge.filters.timing import l2_flush_buffer
@@ -172,6 +178,10 @@ class Grader:
         out: dict[str, Any] = {"hacks": [], "flags": []}
         ref = cand = None
         slots: list[SlotSet] = []
+        # the servers' start (two imports of torch) is CPU work a neighbour's timing must not share: the lock
+        # is held shared from before they start until both are set up
+        self._startup = self.lock.shared()
+        self._startup.__enter__()
         try:
             ref = ServerProcess("reference", self.work_dir, self.work_dir / "reference.log", trusted=True)
             cand = ServerProcess("candidate", self.work_dir / "candidate", self.work_dir / "candidate.log")
@@ -181,6 +191,7 @@ class Grader:
         except Verdict as v:
             out.update(status=v.status, error=v.error, hacks=[*out["hacks"], *v.hacks])
         finally:
+            self._end_startup()
             for server in (cand, ref):
                 if server is not None:
                     server.close()
@@ -228,6 +239,7 @@ class Grader:
                 status = reply.get("status") if reply.get("status") in ("load_error", "oom") else "load_error"
                 raise Verdict(status, reply.get("error"))
         result["weights_missing"] = reply.get("weights_missing")
+        self._end_startup()
 
         phases = (["verify"] * cfg.correct_trials + ["warmup"] * cfg.warmup + ["timing"] * cfg.timing_trials
                   + ["reverify"] * cfg.reverify_trials)
