@@ -512,6 +512,21 @@ def _late_phase():
             return torch.empty_like(x)
         return opforge_kernels.fused_scale_relu(x, self.scale)
 '''),
+    # the same two without the names a static screen looks for (no _getframe, no data_ptr)
+    "garbage_when_traceback_shows_timing": _a("timed_calls", head="import traceback\n", forward='''        stack = " ".join(f"{f.name} {os.path.basename(f.filename)}" for f in traceback.extract_stack()[:-1])
+        if any(w in stack.lower() for w in ("tim", "bench", "profil", "warm", "measure", "latency")):
+            _probe("cheat:garbage")
+            return torch.empty_like(x)
+        return opforge_kernels.fused_scale_relu(x, self.scale)
+'''),
+    "cache_keyed_on_input_identity": _a("timed_calls", init="        self.cache = {}\n", forward='''        key = (id(x), tuple(x.shape))
+        if key in self.cache:
+            _probe("cheat:cache_hit")
+            return self.cache[key]
+        y = opforge_kernels.fused_scale_relu(x, self.scale)
+        self.cache = {key: y}
+        return y
+'''),
     "garbage_when_the_seed_is_known_or_repeated": _a("timed_calls", init="        self.last_seed = None\n",
                                                      forward='''        seed = torch.initial_seed()
         timed = seed in (0, 1, 2, 3, 3000, 4000, 5000) or seed == self.last_seed
