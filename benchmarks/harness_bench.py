@@ -4,7 +4,17 @@
     python benchmarks/harness_bench.py --device cpu --out harness_bench_cpu.json --workers 2
 
 With ``--device cpu`` the task and solutions are those of ``tests/harness_cases.py`` (a small task with a
-C++ extension and cheats of the same kinds), so the batch measurement runs on any machine.
+C++ extension and cheats of the same kinds), so the batch measurement runs on any machine. Two CPU
+measurements of the grader itself:
+
+    python benchmarks/harness_bench.py --device cpu --overhead 5 --out overhead.json
+    python benchmarks/harness_bench.py --device cpu --consistency 5 --batch 16 --out consistency.json
+
+``--overhead N``: the honest solution evaluated N times in a row (build cached): wall seconds per
+evaluation and the verify / profile parts (run it once per code version for a before / after).
+``--consistency R``: ``opforge eval`` (the CLI, its default local cluster) R times on the honest solution
+alone and R times on ``--batch`` copies of it (one task id each, same code): reward and speed-up per
+evaluation, so a reward that depends on the batch shows.
 
 1. Each solution under ``benchmarks/harness_solutions/<task_id>/`` (tasks in ``tasks.jsonl`` there: fused
    tasks composed by opforge and accepted by its filters on an H200) is evaluated with
@@ -49,7 +59,13 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--skip-solutions", action="store_true", help="only the batch (step 2)")
+    p.add_argument("--overhead", type=int, default=0, help="CPU: evaluations of the honest solution in a row")
+    p.add_argument("--consistency", type=int, default=0, help="CPU: repeats of alone vs batch (opforge eval)")
     args = p.parse_args()
+    if args.device == "cpu" and args.overhead:
+        return cpu_overhead(args)
+    if args.device == "cpu" and args.consistency:
+        return cpu_consistency(args)
     if args.device == "cpu":
         return cpu_batch(args)
     tasks = load_tasks(ROOT / "tasks.jsonl")
@@ -128,6 +144,70 @@ def cpu_batch(args) -> None:
     batch = score_batch(work / "tasks.jsonl", completions, ["scale_relu"] * args.batch, expect, config, "cpu",
                         args.workers)
     Path(args.out).write_text(json.dumps({"batch": batch}, indent=1, default=str))
+
+
+def _cases():
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests import harness_cases
+
+    return harness_cases
+
+
+def cpu_overhead(args) -> None:
+    """Per-evaluation cost of the honest solution on CPU (first evaluation builds; the rest are cached)."""
+    cases = _cases()
+    row = {"task_id": "scale_relu", "code": cases.TASK, "data_source": "torch#2"}
+    build_root = tempfile.mkdtemp(prefix="opforge-ext-")
+    config = EvalConfig(device="cpu", profile_compile=False, timing_trials=20)
+    runs = []
+    for i in range(args.overhead + 1):
+        t0 = time.perf_counter()
+        res = evaluate(row, Solution(cases.HONEST), config, build_root=build_root)
+        runs.append({"wall_s": time.perf_counter() - t0, "status": res.status, "reward": res.reward,
+                     "build_s": res.build_s, "verify_s": res.verify_s, "profile_s": res.profile_s,
+                     "eager_ms": res.eager_ms, "candidate_ms": res.candidate_ms})
+        print(i, json.dumps(runs[-1]), flush=True)
+    cached = runs[1:]
+    out = {"runs": runs, "median_wall_s_cached": sorted(r["wall_s"] for r in cached)[len(cached) // 2],
+           "config": config.model_dump(mode="json")}
+    Path(args.out).write_text(json.dumps(out, indent=1, default=str))
+
+
+def cpu_consistency(args) -> None:
+    """Reward of one honest solution alone and in a batch of ``args.batch`` through ``opforge eval``."""
+    import shutil
+    import subprocess
+    import sys
+
+    cases = _cases()
+    work = Path(tempfile.mkdtemp(prefix="opforge-consistency-"))
+    rows = [{"task_id": f"scale_relu_{i:02d}", "code": cases.TASK, "data_source": "torch#2"}
+            for i in range(args.batch)]
+    (work / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for n, name in ((1, "alone"), (args.batch, "batch")):
+        for r in rows[:n]:
+            Solution(cases.HONEST).write_to(work / name / r["task_id"])
+    out: dict = {"alone": [], "batch": [], "batch_size": args.batch}
+    for rep in range(args.consistency):
+        for name in ("alone", "batch"):
+            report = work / f"report_{name}_{rep}"
+            shutil.rmtree(report, ignore_errors=True)
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "opforge.pipeline.cli", "eval", "--dataset", str(work / "tasks.jsonl"),
+                            "--solutions", str(work / name), "--out", str(report), "--no-compile"], check=True,
+                           capture_output=True)
+            res = [json.loads(line) for line in (report / "results.jsonl").read_text().splitlines()]
+            out[name].append({"wall_s": time.perf_counter() - t0, "rewards": [r["reward"] for r in res],
+                              "speedups": [r.get("speedup_eager") for r in res],
+                              "eager_ms": [r.get("eager_ms") for r in res],
+                              "status": sorted({r["status"] for r in res})})
+            print(name, rep, json.dumps(out[name][-1]), flush=True)
+            Path(args.out).write_text(json.dumps(out, indent=1, default=str))
+    rewards = [x for name in ("alone", "batch") for r in out[name] for x in r["rewards"]]
+    out["reward_range"] = [min(rewards), max(rewards)]
+    Path(args.out).write_text(json.dumps(out, indent=1, default=str))
 
 
 if __name__ == "__main__":

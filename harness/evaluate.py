@@ -1,39 +1,36 @@
-"""``evaluate(task, solution) -> EvalResult``: build, verify and profile one candidate, sandboxed.
+"""``evaluate(task, solution) -> EvalResult``: the grader of one candidate, whose verdict nothing in the
+candidate's process decides.
 
-Steps (each in a child process with its own timeout, see ``harness.sandbox``):
+Steps:
 
-1. build ``kernels/`` into ``opforge_kernels`` (``harness.build``; cached by source hash);
-2. in a fresh child: pin precision (TF32 off unless ``allow_tf32``), build the reference ``Model`` and
-   the candidate ``ModelNew`` from the same seed and ``get_init_inputs()``, load the reference's
-   ``state_dict`` into the candidate, then
-   * verify on ``correct_trials`` (>= 5) fresh input draws: outputs allclose at ``atol`` / ``rtol``
-     (default: by output dtype, ``opforge.task.precision``; 1e-2 for float32, KernelBench's and
-     CUDA-Agent's tolerance), under the anti-hacking suite
-     (``harness.guard``: dispatcher allow-list, no aliasing of inputs / parameters / buffers, precision
-     flags unchanged);
-   * profile eager, ``torch.compile`` (Inductor, default mode) and the candidate, interleaved
-     (``harness.timing``), the candidate still under the guard;
-   * re-verify on ``reverify_trials`` new draws after timing (defeats cached or lazily computed outputs);
-   * check the clocks and timing entry points were not replaced;
-3. around both: the SHA-256 of every protected file (the harness's own modules, and a workspace's
-   ``model.py``, ``tools/``, ``RULES.md``, binding template) before and after.
+1. the workspace (when given) against what ``opforge harness init`` recorded outside it
+   (``harness.workspace``), and the harness's own modules by SHA-256 before and after;
+2. ``model_new.py`` against the static rules (``harness.policy``);
+3. build ``kernels/`` into ``opforge_kernels`` (``harness.build``, cached by source hash) and audit the
+   sources and the imported symbols of the ``.so`` (``harness.symbols``);
+4. verification and timing by ``harness.grader.Grader``: the reference and the candidate each in a one-shot
+   server process, every call verified on fresh inputs drawn from per-evaluation secret seeds, times taken
+   by this process, baselines (eager, ``torch.compile``) in a process that never imported the candidate.
 
 Statuses: ``build_error``, ``load_error`` (model_new.py does not import or build, weights do not load),
-``incorrect``, ``hacked`` (any anti-hacking check), ``timeout``, ``oom`` (out of memory), ``correct``.
-The reward follows ``harness.reward``.
+``incorrect``, ``hacked`` (any rule broken; ``hacks`` names which: ``protected_file:``, ``policy:``,
+``symbol:`` / ``source:``, ``torch_op:``, ``config:``, ``alias:``, ``input_modified:``, ``output:``,
+``protocol:``), ``timeout``, ``oom`` (out of memory), ``correct``. The reward follows ``harness.reward``.
+Tolerances: by output dtype (``opforge.task.precision``; 1e-2 for float32, KernelBench's and CUDA-Agent's
+tolerance) unless ``atol`` / ``rtol`` are given.
 """
 
 from __future__ import annotations
 
 import hashlib
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Literal
 
 from opforge.filters.gpu_locks import ADMIT_FRACTION, ADMIT_GIB, ADMIT_GROWTH
-from opforge.harness.build import BuildResult, build_extension
+from opforge.harness.build import FIXED_BINDING, BuildResult, build_extension
 from opforge.harness.reward import reward_for
-from opforge.harness.sandbox import run_child
 from opforge.harness.solution import Solution
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,7 +39,10 @@ HARNESS_DIR = Path(__file__).resolve().parent
 
 class EvalConfig(BaseModel):
     """Evaluation settings. Tolerances in absolute / relative units of ``torch.allclose`` (None: the
-    tolerance of each reference output's dtype, ``opforge.task.precision``); times in s."""
+    tolerance of each reference output's dtype, ``opforge.task.precision``); times in s. Every call of the
+    candidate is verified, so ``correct_trials`` / ``warmup`` / ``timing_trials`` / ``reverify_trials`` are
+    rounds of one schedule (``harness.grader``). ``threads``: intra-op threads of both servers (None: the
+    cores this process may use). ``input_sets``: rotating input slots (>= 2)."""
 
     model_config = ConfigDict(extra="forbid")
     device: Literal["cpu", "cuda"] = "cpu"
@@ -59,6 +59,8 @@ class EvalConfig(BaseModel):
     eval_timeout_s: float = 600.0
     reward: Literal["milestone", "speedup"] = "milestone"
     namespaces: tuple[str, ...] = ("opforge_kernels",)
+    threads: int | None = Field(None, ge=1)
+    input_sets: int = Field(4, ge=2)
     # GPU memory admission shared with the filter stage (filters.gpu_locks.MemoryBudget): evaluations on
     # one GPU start only while their reservations fit, so a batch never runs out of memory by crowding
     gpu_memory_fraction: float = Field(ADMIT_FRACTION, gt=0, le=1)
@@ -90,7 +92,8 @@ class EvalResult(BaseModel):
     profile_s: float | None = None
     eval_s: float = 0.0
     precision: dict[str, Any] = {}
-    timing: dict[str, Any] = {}  # per function: median / min / max / wall median ms, trials
+    timing: dict[str, Any] = {}  # per function: median / min / max / wall / hint median ms, trials
+    overhead_ms: float | None = None  # median wall - hint of the reference's eager calls (harness.grader)
     device: str = "cpu"
     logs: dict[str, str] = {}
 
@@ -103,66 +106,113 @@ def file_hashes(paths: list[Path]) -> dict[str, str]:
     return out
 
 
-def protected_files(workspace: str | Path | None = None) -> list[Path]:
-    """The harness's own Python modules plus a workspace's protected files (``.opforge/protected.json``
-    lists them, written by ``harness.workspace.init_workspace``)."""
-    files = sorted(HARNESS_DIR.glob("*.py"))
-    if workspace is not None:
-        import json
-
-        manifest = Path(workspace) / ".opforge" / "protected.json"
-        if manifest.is_file():
-            files += [Path(workspace) / rel for rel in json.loads(manifest.read_text())]
-    return files
+def protected_files() -> list[Path]:
+    """The harness's own modules (hashed before and after each evaluation: a candidate that edits the
+    grader on disk would change later evaluations)."""
+    return sorted(HARNESS_DIR.glob("*.py"))
 
 
 def evaluate(task: dict[str, Any], solution: Solution, config: EvalConfig | None = None, *,
              workspace: str | Path | None = None, build_root: str | Path | None = None,
-             work_dir: str | Path | None = None, alone: bool = False) -> EvalResult:
+             work_dir: str | Path | None = None, alone: bool = False,
+             registry: str | Path | None = None) -> EvalResult:
     """Evaluate ``solution`` against ``task`` (a dict with ``task_id``, ``code`` and optionally
-    ``data_source``: a dataset row). See the module docstring. Never raises for the candidate's faults.
+    ``data_source``: a dataset row, the reference). See the module docstring. Never raises for the
+    candidate's faults.
 
-    On CUDA the evaluation is admitted to its GPU by memory (``EvalConfig.gpu_*``); ``alone`` reserves
-    the whole GPU (a re-run of an ``oom``). Status ``oom``: the evaluation ran out of GPU memory; with
-    ``alone`` that is the candidate's (or task's) own need, otherwise it may be the neighbours'
-    (``harness.batch`` re-runs those alone).
+    ``workspace``: a directory made by ``opforge harness init``; its protected files and task must still
+    match what was recorded then (``harness.workspace.workspace_changes``; ``registry``: where the record
+    is, default ``$OPFORGE_CACHE/workspaces``). ``alone`` reserves the whole GPU (a re-run of an ``oom``).
+    Status ``oom``: out of GPU memory; with ``alone`` that is the candidate's (or task's) own need,
+    otherwise it may be the neighbours' (``harness.batch`` re-runs those alone).
 
     Raises:
         ValueError: ``task`` lacks ``task_id`` or ``code``.
+        WorkspaceError: ``workspace`` has no record (not made by ``opforge harness init``).
     """
+    from opforge.harness.grader import Grader, timing_lock
+    from opforge.harness.policy import policy_violations
+    from opforge.harness.symbols import audit_extension
+
     config = config or EvalConfig()
     if not isinstance(task.get("code"), str) or not task.get("task_id"):
         raise ValueError("evaluate: task needs 'task_id' and 'code' (a row of an opforge dataset)")
-    protected = protected_files(workspace)
+    t0 = time.perf_counter()
+    protected = protected_files()
     before = file_hashes(protected)
     base = dict(task_id=str(task["task_id"]), data_source=task.get("data_source"), device=config.device)
-    build: BuildResult = build_extension(solution, build_root, config.build_timeout_s)
+    ws_check = None
+    if workspace is not None:
+        from opforge.harness.workspace import workspace_changes, workspace_record
+
+        record = workspace_record(workspace, registry)
+        ws_check = lambda: workspace_changes(workspace, record)  # noqa: E731
+        changed = ws_check()
+        if changed:
+            return _finish(EvalResult(**base, status="hacked", reward=-1.0, hacks=[f"protected_file:{c}" for c in changed],
+                                      error="the workspace's protected files or task changed since harness init"),
+                           protected, before, config, ws_check, t0)
+    broken = policy_violations(solution.model_new)
+    if broken:
+        return _finish(EvalResult(**base, status="hacked", reward=-1.0, hacks=[f"policy:{b}" for b in broken],
+                                  error=f"model_new.py breaks the rules: {broken[:5]}"),
+                       protected, before, config, ws_check, t0)
+    lock = timing_lock(config.device)
+    try:
+        with lock.shared() if config.device == "cpu" else _null():  # compilers load the CPU a timing would use
+            build: BuildResult = build_extension(solution, build_root, config.build_timeout_s)
+    finally:
+        lock.close()
     logs = {"build": build.log} if build.log else {}
     if not build.ok:
         return _finish(EvalResult(**base, status="build_error", reward=-1.0, error=build.error,
-                                  build_s=build.seconds, logs=logs), protected, before, config)
+                                  build_s=build.seconds, logs=logs), protected, before, config, ws_check, t0)
+    own = {k: v for k, v in solution.sources.items() if k not in FIXED_BINDING}
+    try:
+        audit = audit_extension(build.module_path, own)
+    except RuntimeError as exc:
+        audit, logs["audit"] = ["symbol:unreadable"], str(exc)
+    if audit:
+        return _finish(EvalResult(**base, status="hacked", reward=-1.0, hacks=audit, build_s=build.seconds,
+                                  build_cached=build.cached, logs=logs,
+                                  error="the extension reaches torch compute or steps around the guard"),
+                       protected, before, config, ws_check, t0)
     tmp = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="opforge-eval-"))
-    request = {"task_id": base["task_id"], "task_code": task["code"], "model_new": solution.model_new,
-               "module_path": build.module_path, "config": config.model_dump(mode="json"), "alone": alone}
-    out, seconds = run_child("evaluate", request, tmp, config.eval_timeout_s)
-    logs["evaluate"] = out.get("log")
-    fields = {k: v for k, v in out.items() if k in EvalResult.model_fields and k not in base}
-    if not out.get("ok", False) and "status" not in out:
-        status = "timeout" if str(out.get("error", "")).startswith("timeout") else "load_error"
-        fields = {"status": status, "error": out.get("error")}
+    fields = Grader(task, solution.model_new, build.module_path, config, tmp, alone=alone).run()
+    logs.update(fields.pop("logs", {}))
+    timing = fields.get("timing") or {}
+    if fields.get("status") == "correct":
+        fields["eager_ms"] = timing["eager"]["median_ms"]
+        fields["candidate_ms"] = timing["candidate"]["median_ms"]
+        fields["speedup_eager"] = fields["eager_ms"] / max(fields["candidate_ms"], 1e-9)
+        if "compile" in timing:
+            fields["compile_ms"] = timing["compile"]["median_ms"]
+            fields["speedup_compile"] = fields["compile_ms"] / max(fields["candidate_ms"], 1e-9)
+    fields = {k: v for k, v in fields.items() if k in EvalResult.model_fields and k not in base}
     result = EvalResult(**base, **{"reward": -1.0, **fields}, build_s=build.seconds, build_cached=build.cached,
-                        eval_s=seconds, logs=logs)
-    return _finish(result, protected, before, config)
+                        logs=logs)
+    return _finish(result, protected, before, config, ws_check, t0)
 
 
-def _finish(result: EvalResult, protected: list[Path], before: dict[str, str], config: EvalConfig) -> EvalResult:
+def _null():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def _finish(result: EvalResult, protected: list[Path], before: dict[str, str], config: EvalConfig,
+            ws_check, t0: float) -> EvalResult:
     after = file_hashes(protected)
     changed = [Path(p).name for p in before if after.get(p) != before[p]]
+    if ws_check is not None:
+        changed += [c for c in ws_check() if c not in changed]
     if changed:
-        result.hacks = [*result.hacks, *[f"protected_file:{n}" for n in changed]]
+        result.hacks = [*result.hacks, *[f"protected_file:{n}" for n in changed if f"protected_file:{n}" not in
+                                         result.hacks]]
         result.status = "hacked"
     if result.speedup_eager is not None and result.speedup_eager > config.max_speedup:
         result.flags = [*result.flags, "speedup_above_bound"]
     result.correct = result.status == "correct"
     result.reward = reward_for(result, config.reward)
+    result.eval_s = time.perf_counter() - t0
     return result

@@ -1,8 +1,12 @@
-"""Run a harness step (extension build, evaluation) in a child process with a timeout and a captured log.
+"""Child processes of the harness: a one-shot build step and one-shot model servers.
 
-The child is ``python -m opforge.harness.child STEP REQUEST.json RESULT.json``; its stdout and stderr go
-to a log file. On timeout the child's whole process group is killed (compilers included). The parent
-never imports the candidate's code.
+* ``run_child``: ``python -m opforge.harness.child build REQUEST.json RESULT.json`` (the extension build),
+  stdout and stderr in a log file; on timeout the child's whole process group is killed (compilers
+  included).
+* ``ServerProcess``: a model server (``harness.server``) that answers the grader's messages over a socket
+  pair (``harness.protocol``) until it is closed; the candidate runs in one, the reference in another.
+
+The grader never imports the candidate's code.
 """
 
 from __future__ import annotations
@@ -47,3 +51,86 @@ def run_child(step: str, request: dict[str, Any], work_dir: Path, timeout_s: flo
     tail = log.read_text(errors="replace")[-800:]
     return {"ok": False, "error": f"{step} child exited with code {code} and no result: {tail}",
             "log": str(log)}, seconds
+
+
+class ServerProcess:
+    """A one-shot model server child (``python -m opforge.harness.server ROLE FD``) and its connection.
+
+    The child gets one end of a socket pair as ``FD``, its own session (killed as a process group on
+    ``close``), ``cwd`` as working directory, and stdout / stderr in ``log``. Use as a context manager.
+
+    ``request(msg)`` sends one message and waits for one reply (``harness.protocol``); a child that exits,
+    times out or replies malformed raises ``ProtocolError`` (the caller turns it into a verdict).
+    """
+
+    def __init__(self, role: str, cwd: Path, log: Path, env: dict[str, str] | None = None,
+                 trusted: bool = False):
+        import socket
+        from multiprocessing.connection import Connection
+
+        self.role, self.log, self.trusted = role, log, trusted
+        ours, theirs = socket.socketpair()
+        cwd.mkdir(parents=True, exist_ok=True)
+        self._log = open(log, "wb")  # noqa: SIM115 - closed in close()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "opforge.harness.server", role, str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=str(cwd), env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"})
+        finally:
+            theirs.close()
+        self.conn = Connection(ours.detach())
+
+    def request(self, msg: dict[str, Any], timeout_s: float, blob: bytes | None = None
+                ) -> tuple[dict[str, Any], bytes | None]:
+        """Send ``msg`` (+ ``blob``), return the reply (and its blob: only a trusted server may send one)."""
+        from opforge.harness.protocol import ProtocolError, recv, send
+
+        try:
+            send(self.conn, msg, blob)
+        except OSError as exc:
+            raise ProtocolError(f"{self.role} server is gone ({exc})") from None
+        try:
+            return recv(self.conn, timeout_s, allow_blob=self.trusted)
+        except ProtocolError as exc:
+            code = self.proc.poll()
+            raise ProtocolError(f"{self.role} server: {exc}" + (f" (exited with code {code})" if code is not None
+                                                                else "")) from None
+
+    def pause(self) -> None:
+        """Stop the child's whole process group (``SIGSTOP``): nothing of it runs until ``resume``."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a paused process group run again (``SIGCONT``)."""
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def log_tail(self, chars: int = 1500) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        """Kill the child's process group and close the connection (idempotent)."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+        self.conn.close()
+        self._log.close()
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

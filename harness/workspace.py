@@ -9,13 +9,22 @@ Layout written to ``out``::
     kernels/registry.h       OPFORGE_EXPORT registration helper (protected)
     RULES.md                 what the agent must do and must not do (protected)
     tools/compile.py|verify.py|profile.py   build / check / time the workspace (protected)
-    .opforge/task.json       the dataset row (task_id, code, data_source)
-    .opforge/protected.json  the protected paths, hashed before and after each evaluation
+    .opforge/task.json       the dataset row (task_id, code, data_source), for the agent to read
+    .opforge/protected.json  the protected paths
+
+The record that decides (``workspace_record``) is kept outside the workspace: ``init_workspace`` writes the
+dataset row and the SHA-256 of every protected file to ``<registry>/<key>.json`` (``registry`` default
+``$OPFORGE_CACHE/workspaces``, i.e. ``~/.cache/opforge/workspaces``; ``key``: SHA-256 of the workspace's
+absolute path). The tools evaluate against the recorded row, and every evaluation of the workspace compares
+the protected files with the recorded hashes before and after (``workspace_changes``), so an edit of
+``model.py``, ``tools/`` or ``.opforge/task.json`` between tool runs is ``hacked``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -30,8 +39,45 @@ class WorkspaceError(ValueError):
     """The output directory cannot be used (exists and is not empty, or is not a workspace)."""
 
 
-def init_workspace(dataset: str | Path, task_id: str, out: str | Path, force: bool = False) -> Path:
-    """Materialise the workspace of ``task_id`` from ``dataset`` (see ``harness.dataset.load_tasks``).
+def registry_path(workspace: str | Path, registry: str | Path | None = None) -> Path:
+    """Where the record of ``workspace`` lives (see the module docstring)."""
+    root = Path(registry) if registry else Path(os.environ.get("OPFORGE_CACHE", Path.home() / ".cache" / "opforge")
+                                                ) / "workspaces"
+    key = hashlib.sha256(str(Path(workspace).resolve()).encode()).hexdigest()[:24]
+    return root / f"{key}.json"
+
+
+def _hashes(workspace: Path) -> dict[str, str]:
+    out = {}
+    for rel in PROTECTED:
+        p = workspace / rel
+        out[rel] = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "missing"
+    return out
+
+
+def workspace_record(workspace: str | Path, registry: str | Path | None = None) -> dict:
+    """The record ``init_workspace`` wrote: ``{"workspace", "task": row, "hashes": {path: sha256}}``.
+
+    Raises:
+        WorkspaceError: no record (not made by ``opforge harness init``, or another registry).
+    """
+    path = registry_path(workspace, registry)
+    if not path.is_file():
+        raise WorkspaceError(f"{workspace}: no record of this workspace at {path} (make it with "
+                             "`opforge harness init`)")
+    return json.loads(path.read_text())
+
+
+def workspace_changes(workspace: str | Path, record: dict) -> list[str]:
+    """Protected paths whose content differs from the record (edited, removed or added), in PROTECTED order."""
+    now = _hashes(Path(workspace))
+    return [rel for rel, h in record["hashes"].items() if now.get(rel) != h]
+
+
+def init_workspace(dataset: str | Path, task_id: str, out: str | Path, force: bool = False,
+                   registry: str | Path | None = None) -> Path:
+    """Materialise the workspace of ``task_id`` from ``dataset`` (see ``harness.dataset.load_tasks``) and
+    record it in ``registry`` (see the module docstring).
 
     Raises:
         DatasetError: unreadable dataset or unknown task id.
@@ -57,21 +103,26 @@ def init_workspace(dataset: str | Path, task_id: str, out: str | Path, force: bo
            "dataset": str(dataset)}
     (out / ".opforge" / "task.json").write_text(json.dumps(row, indent=1))
     (out / ".opforge" / "protected.json").write_text(json.dumps(PROTECTED, indent=1))
+    rec = registry_path(out, registry)
+    rec.parent.mkdir(parents=True, exist_ok=True)
+    rec.write_text(json.dumps({"workspace": str(out.resolve()), "task": row, "hashes": _hashes(out)}))
     return out
 
 
-def run_tool(tool: str, workspace: Path) -> int:
+def run_tool(tool: str, workspace: Path, registry: str | Path | None = None) -> int:
     """What ``tools/<tool>.py`` does: ``compile`` (build kernels/), ``verify`` (correctness and every
-    anti-hacking check, no timing) or ``profile`` (the full evaluation with reward). Prints a summary;
-    returns the exit code (0 = built / correct)."""
+    anti-hacking check, short timing) or ``profile`` (the full evaluation with reward), against the task
+    recorded at init (not the workspace's copy). Prints a summary; returns the exit code (0 = built /
+    correct).
+
+    Raises:
+        WorkspaceError: ``workspace`` was not made by ``opforge harness init`` (no record).
+    """
     from opforge.harness.build import build_extension
     from opforge.harness.evaluate import EvalConfig, evaluate
     from opforge.harness.solution import Solution
 
-    meta = workspace / ".opforge" / "task.json"
-    if not meta.is_file():
-        raise WorkspaceError(f"{workspace}: not an opforge workspace (no .opforge/task.json)")
-    task = json.loads(meta.read_text())
+    task = workspace_record(workspace, registry)["task"]
     solution = Solution.from_dir(workspace)
     if tool == "compile":
         res = build_extension(solution)
@@ -81,7 +132,7 @@ def run_tool(tool: str, workspace: Path) -> int:
 
     cfg = EvalConfig(device="cuda" if torch.cuda.is_available() else "cpu",
                      profile_compile=tool == "profile", timing_trials=20 if tool == "profile" else 3)
-    res = evaluate(task, solution, cfg, workspace=workspace)
+    res = evaluate(task, solution, cfg, workspace=workspace, registry=registry)
     keys = ["status", "reward", "hacks", "error", "max_error"] + (
         ["eager_ms", "compile_ms", "candidate_ms", "speedup_eager", "speedup_compile"] if tool == "profile" else [])
     print(json.dumps({k: getattr(res, k) for k in keys}, indent=1))

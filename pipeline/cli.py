@@ -382,13 +382,16 @@ def harness_init_cmd(
     task: str = typer.Option(..., "--task", help="task_id of the task to materialise."),
     out: Path = typer.Option(..., help="Workspace directory to create."),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty OUT."),
+    registry: Path = typer.Option(None, help="Where the workspace's record (task row, protected-file hashes) is "
+                                             "kept, outside OUT (default: $OPFORGE_CACHE/workspaces)."),
 ):
-    """Write a task workspace: model.py, model_new.py, kernels/ (fixed binding), RULES.md, tools/."""
+    """Write a task workspace: model.py, model_new.py, kernels/ (fixed binding), RULES.md, tools/; record the task
+    and the protected files' hashes outside it (the tools evaluate against that record)."""
     from opforge.harness.dataset import DatasetError
     from opforge.harness.workspace import WorkspaceError, init_workspace
 
     try:
-        path = init_workspace(dataset, task, out, force=force)
+        path = init_workspace(dataset, task, out, force=force, registry=registry)
     except (DatasetError, WorkspaceError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -406,6 +409,8 @@ def eval_cmd(
     no_compile: bool = typer.Option(False, "--no-compile", help="Do not profile torch.compile."),
     atol: float = typer.Option(None, help="Absolute tolerance (default: by output dtype, 1e-2 for float32)."),
     rtol: float = typer.Option(None, help="Relative tolerance (default: by output dtype, 1e-2 for float32)."),
+    threads: int = typer.Option(None, help="Intra-op threads of the reference and candidate servers (default: "
+                                           "the cores a worker may use); timings take the device one at a time."),
 ):
     """Evaluate every solution against its task on Dask workers; write per-solution results and the
     pass rate / faster-than rates / geomean speed-ups, overall and per data_source."""
@@ -419,7 +424,8 @@ def eval_cmd(
     from pydantic import ValidationError
 
     try:
-        config = EvalConfig(device=device, reward=reward, profile_compile=not no_compile, atol=atol, rtol=rtol)
+        config = EvalConfig(device=device, reward=reward, profile_compile=not no_compile, atol=atol, rtol=rtol,
+                            threads=threads)
         tasks = load_tasks(dataset)
         if not solutions.is_dir():
             raise DatasetError(f"{solutions}: not a directory")

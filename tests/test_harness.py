@@ -16,7 +16,6 @@ from opforge.harness.solution import Solution, SolutionError, extract_solution
 
 from .harness_cases import (
     CHEATS,
-    EDITS_PROTECTED,
     EXPECTED,
     EXPORT_KERNEL,
     HONEST,
@@ -60,8 +59,11 @@ def test_honest_cpp_solution_is_correct_timed_and_rewarded(build_root):
 @pytest.mark.parametrize("name", sorted(CHEATS))
 def test_every_cheat_gets_minus_one(name, build_root):
     res = evaluate(ROW, Solution(CHEATS[name]), FAST, build_root=build_root)
-    assert res.reward == -1.0, res
     want = EXPECTED[name]
+    if want == "correct":  # the patch lands in the candidate's process, which times nothing
+        assert res.status == "correct" and res.speedup_eager < FAST.max_speedup, res
+        return
+    assert res.reward == -1.0, res
     if want == "incorrect":
         assert res.status == "incorrect" and res.hacks == [], res
     else:
@@ -94,12 +96,24 @@ def test_workspace_tools_and_protected_files(dataset, tmp_path, build_root, monk
     done = subprocess.run([sys.executable, "tools/verify.py"], cwd=ws, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["status"] == "correct"
-    # a candidate that edits a protected file is caught even though its outputs are right
-    (ws / "model_new.py").write_text(EDITS_PROTECTED)
+    # a candidate that edits a protected file while it is evaluated is caught even though its outputs are right
+    edits = model_new(HONEST["model_new.py"].split("def forward(self, x):\n")[1],
+                      head=f"import opforge_kernels\nimport pathlib\n_p = pathlib.Path({str(ws / 'model.py')!r})\n"
+                           "_p.write_text(_p.read_text() + '\\n# edited\\n')\n")
+    (ws / "model_new.py").write_text(edits)
     monkeypatch.chdir(ws)
-    res = evaluate(json.loads((ws / ".opforge" / "task.json").read_text()), Solution.from_dir(ws), FAST,
-                   workspace=ws, build_root=build_root)
-    assert res.status == "hacked" and "protected_file:model.py" in res.hacks and res.reward == -1
+    task = json.loads((ws / ".opforge" / "task.json").read_text())
+    res = evaluate(task, Solution.from_dir(ws), FAST, workspace=ws, build_root=build_root)
+    assert res.status == "hacked" and "protected_file:model.py" in res.hacks and res.reward == -1, res
+    # an edit of the task between tool runs (the agent's shell) is caught against the record kept outside
+    (ws / "model_new.py").write_text(HONEST["model_new.py"])
+    (ws / ".opforge" / "task.json").write_text(json.dumps({**task, "code": TASK.replace("+ 1.0", "+ 0.0")}))
+    (ws / "model.py").write_text(TASK.replace("+ 1.0", "+ 0.0"))
+    res = evaluate(task, Solution.from_dir(ws), FAST, workspace=ws, build_root=build_root)
+    assert res.status == "hacked" and res.reward == -1, res
+    assert {"protected_file:model.py", "protected_file:.opforge/task.json"} <= set(res.hacks), res.hacks
+    edited = subprocess.run([sys.executable, "tools/verify.py"], cwd=ws, capture_output=True, text=True)
+    assert edited.returncode == 1 and json.loads(edited.stdout)["status"] == "hacked"
 
 
 def test_opforge_eval_reports_the_metrics_of_its_results(dataset, tmp_path, build_root, monkeypatch):
@@ -205,10 +219,10 @@ def test_cuda_solution_and_gpu_only_cheats(name, build_root):
     files = {"honest": CUDA_HONEST, "side_stream": CUDA_SIDE_STREAM, "tf32": CUDA_TF32,
              "torch_relu": CHEATS["torch_relu"]}[name]
     res = evaluate(ROW, Solution(files), EvalConfig(device="cuda", timing_trials=10), build_root=build_root)
-    if name == "honest":
+    if name in ("honest", "side_stream"):  # work on any stream is waited for (device-wide sync) and timed
         assert res.status == "correct" and res.reward >= 1 and res.speedup_eager > 0, res
     else:
-        want = {"side_stream": "side_stream:", "tf32": "precision:", "torch_relu": "torch_op:"}[name]
+        want = {"tf32": "policy:attribute:torch.backends", "torch_relu": "torch_op:"}[name]
         assert res.reward == -1 and any(h.startswith(want) for h in res.hacks), res
 
 

@@ -1,0 +1,398 @@
+"""The grader: verification and timing of one built candidate, decided in this process.
+
+Two one-shot servers answer the grader (``harness.sandbox.ServerProcess``, ``harness.protocol``): the
+*reference* server (the task's ``Model`` eager and ``torch.compile``; it never imports candidate code) and the
+*candidate* server (``ModelNew``; it only receives inputs and returns outputs). The grader holds everything
+the verdict depends on:
+
+* Seeds: drawn per evaluation from ``secrets`` (weights and every input draw); the candidate never sees one.
+* Inputs: drawn by the reference server in batches and kept here; before each candidate call one set is
+  copied into one of ``input_sets`` rotating input slots, so every call gets fresh values and the slot
+  addresses rotate. Each set reaches the reference's slots only after the candidate answered for it.
+* Calls: one schedule of rounds - ``correct_trials`` verify rounds, ``warmup`` rounds, ``timing_trials``
+  timed rounds, ``reverify_trials`` rounds - and every round is the same ``call`` message to the candidate,
+  whose outputs are verified in every round (so timed calls are checked calls). Output slots are poisoned
+  (NaN / the integer minimum) before a call and copied right after the reply (an answer given before the
+  work is done is caught by the comparison); inputs are compared byte for byte with the grader's copy after
+  every call. On CUDA the grader zeroes a buffer twice the L2 size before each call (the method of
+  ``triton.testing.do_bench``), outside the measured time.
+* Time: per target ``max(median hint, median wall - overhead)``, at most ``median wall``: ``wall`` is this
+  process's ``time.perf_counter`` around each timed request (the candidate cannot touch it), ``hint`` the
+  server's own time of the call (untrusted from the candidate), ``overhead`` the median of
+  ``wall - hint`` of the reference's eager calls: what the protocol and the server's own code cost, measured
+  on a server that never ran candidate code. Both servers run the same call code, so a candidate that
+  under-reports its hint is still charged its wall time less the reference's overhead. On CPU each call
+  starts in a process that slept since its previous call (cold caches): a 64 x 256 elementwise task takes
+  about 0.14 ms per call here against 0.01 ms in a hot loop, on both sides of the speed-up.
+* Device: the timed rounds hold the device's timing lock exclusively (``filters.gpu_locks.GpuLock``:
+  ``compute`` on the physical GPU, ``cpu.compute`` on CPU); every other round holds it shared, so two
+  evaluations never time at once and nothing else of theirs runs meanwhile.
+* Quiet: between its calls the candidate's process group is stopped (``SIGSTOP`` / ``SIGCONT``), so
+  no thread or child of it competes with the reference's timed calls.
+* Verdict: ``hacked`` for a guard violation, a changed setting, an output that is not a plain strided
+  tensor on the device or that aliases an input or weight, a modified input, or a malformed reply;
+  ``incorrect`` for wrong values, count, shape or dtype, a failed call or a server that died; ``timeout``;
+  ``oom``.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import secrets
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from opforge.harness.protocol import ProtocolError, pack_pair
+from opforge.harness.sandbox import ServerProcess
+from opforge.harness.slots import SlotSet, dtype_from
+
+
+class Verdict(Exception):  # noqa: N818 - the end of an evaluation, carrying its status
+    """Stops the schedule with ``status`` (and ``hacks`` or ``error``)."""
+
+    def __init__(self, status: str, error: str | None = None, hacks: list[str] | None = None):
+        super().__init__(error or status)
+        self.status, self.error, self.hacks = status, error, hacks or []
+
+
+def timing_lock(device: str):
+    """A fresh ``GpuLock`` (own file handles, so evaluations in threads of one process exclude each other
+    too) over this evaluation's device: ``compute`` of the physical GPU, or ``cpu``'s."""
+    from opforge.filters.gpu_locks import GpuLock, physical_gpu
+
+    return GpuLock(physical_gpu(0) if device == "cuda" else "cpu", "compute")
+
+
+def default_threads() -> int:
+    """Intra-op threads of both servers: the cores this process may run on."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _poison(t: torch.Tensor) -> None:
+    if t.is_floating_point() or t.is_complex():
+        t.fill_(float("nan"))
+    elif t.dtype != torch.bool:
+        t.fill_(torch.iinfo(t.dtype).min)
+
+
+def _bytes_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.numel() == 0:
+        return True
+    return torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
+
+
+def _check_reply(reply: dict[str, Any], call: bool = True) -> None:
+    """Raise ``Verdict("hacked", protocol:...)`` unless ``reply`` has the shape of a setup or call reply."""
+    def bad(what: str) -> Verdict:
+        return Verdict("hacked", f"malformed reply: {what}", ["protocol:malformed"])
+
+    if not isinstance(reply.get("ok"), bool):
+        raise bad("no 'ok'")
+    for key in ("violations", "config", "aliases"):
+        v = reply.get(key, [])
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise bad(key)
+    if reply["ok"] and call:
+        hint = reply.get("hint_ms")
+        if not isinstance(hint, (int, float)) or isinstance(hint, bool) or not math.isfinite(hint) or hint < 0:
+            raise bad("hint_ms")
+        outs = reply.get("outputs")
+        if not isinstance(outs, list) or not all(isinstance(o, dict) for o in outs) \
+                or not isinstance(reply.get("copied"), bool):
+            raise bad("outputs")
+
+
+class Grader:
+    """One evaluation's schedule (see the module docstring). ``run()`` returns the ``EvalResult`` fields.
+
+    Args:
+        task: the dataset row (``task_id``, ``code``).
+        model_new: the candidate's ``model_new.py`` source.
+        module_path: the built extension (``.so``) or None.
+        config: an ``EvalConfig``.
+        work_dir: logs of both servers go here; the candidate server runs in ``work_dir/candidate``.
+        alone: reserve the whole GPU (an ``oom`` re-run).
+    """
+
+    def __init__(self, task: dict[str, Any], model_new: str, module_path: str | None, config, work_dir: Path,
+                 alone: bool = False):
+        self.task, self.model_new, self.module_path = task, model_new, module_path
+        self.cfg, self.work_dir, self.alone = config, Path(work_dir), alone
+        self.device = config.device
+        self.cuda = self.device == "cuda"
+        self.threads = config.threads or default_threads()
+        self.deadline = time.monotonic() + config.eval_timeout_s
+        self.lock = timing_lock(self.device)
+        self._startup = None
+        self.logs: dict[str, str] = {}
+
+    # -- plumbing ------------------------------------------------------------------------------------
+    def _left(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise Verdict("timeout", f"timeout: evaluation ran past {self.cfg.eval_timeout_s:g} s")
+        return left
+
+    def _ask(self, server: ServerProcess, msg: dict, blob: bytes | None = None) -> tuple[dict, bytes | None, float]:
+        """(reply, blob, wall ms). A dead, silent or garbled server becomes a ``Verdict``."""
+        t0 = time.perf_counter()
+        try:
+            reply, out = server.request(msg, self._left(), blob)
+        except ProtocolError as exc:
+            text = str(exc)
+            if "no reply within" in text:
+                raise Verdict("timeout", f"timeout: {text}") from None
+            if server.trusted:
+                raise Verdict("load_error", f"{text}\n{server.log_tail()}") from None
+            if "malformed" in text or "unexpected" in text:
+                raise Verdict("hacked", text, ["protocol:malformed"]) from None
+            raise Verdict("incorrect", f"{text}\n{server.log_tail(800)}") from None
+        return reply, out, (time.perf_counter() - t0) * 1e3
+
+    def _end_startup(self) -> None:
+        if self._startup is not None:
+            self._startup.__exit__(None, None, None)
+            self._startup = None
+
+    def _flush(self) -> torch.Tensor:
+        if not hasattr(self, "_l2"):
+            from opforge.filters.timing import l2_flush_buffer
+
+            self._l2 = l2_flush_buffer(torch.device(self.device))
+        return self._l2
+
+    def _load(self, blob: bytes | None) -> Any:
+        return torch.load(io.BytesIO(blob or b""), map_location=self.device, weights_only=True)
+
+    # -- the evaluation ----------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"hacks": [], "flags": []}
+        ref = cand = None
+        slots: list[SlotSet] = []
+        # the servers' start (two imports of torch) is CPU work a neighbour's timing must not share: the lock
+        # is held shared from before they start until both are set up
+        self._startup = self.lock.shared()
+        self._startup.__enter__()
+        try:
+            ref = ServerProcess("reference", self.work_dir, self.work_dir / "reference.log", trusted=True)
+            cand = ServerProcess("candidate", self.work_dir / "candidate", self.work_dir / "candidate.log")
+            self.logs = {"reference": str(ref.log), "candidate": str(cand.log)}
+            out.update(self._schedule(ref, cand, slots))
+            out["status"] = "correct"
+        except Verdict as v:
+            out.update(status=v.status, error=v.error, hacks=[*out["hacks"], *v.hacks])
+        finally:
+            self._end_startup()
+            for server in (cand, ref):
+                if server is not None:
+                    server.close()
+            for s in slots:
+                s.close()
+            self.lock.close()
+        out["logs"] = self.logs
+        return out
+
+    def _schedule(self, ref: ServerProcess, cand: ServerProcess, slot_sets: list[SlotSet]) -> dict[str, Any]:
+        cfg = self.cfg
+        common = {"device": self.device, "threads": self.threads, "allow_tf32": cfg.allow_tf32}
+        with self.lock.shared():
+            info, payload, _ = self._ask(ref, {
+                "op": "setup", "task_code": self.task["code"], "task_id": str(self.task["task_id"]),
+                "seed": secrets.randbits(62), "gpu_memory_fraction": cfg.gpu_memory_fraction,
+                "gpu_admit_gib": cfg.gpu_admit_gib, "alone": self.alone, **common})
+            if not info.get("ok"):
+                raise Verdict("load_error", f"reference: {info.get('error')}\n{ref.log_tail()}")
+        result: dict[str, Any] = {"precision": info.get("config", {})}
+        layout, out_layout = info["inputs"], info["outputs"]
+        k = max(2, cfg.input_sets)
+        cset, rset = SlotSet(self.device), SlotSet(self.device)
+        slot_sets += [cset, rset]
+
+        def allocate(sset: SlotSet) -> tuple[list[list[int]], list[list[int]]]:
+            ins = [[sset.new(a["shape"], dtype_from(a["dtype"]))[0] for a in layout if a["tensor"]] for _ in range(k)]
+            outs = [[sset.new(o["shape"], dtype_from(o["dtype"]))[0] for o in out_layout] for _ in range(k)]
+            return ins, outs
+
+        c_in, c_out = allocate(cset)
+        r_in, r_out = allocate(rset)
+        with self.lock.shared():
+            reply, _, _ = self._ask(ref, {"op": "slots", "slots": [s.as_dict() for s in rset.specs]}, rset.ipc_blob())
+            if reply.get("ok") is not True:
+                raise Verdict("load_error", f"reference slots: {reply.get('error')}")
+            reply, _, _ = self._ask(cand, {"op": "setup", "model_new": self.model_new, "module_path": self.module_path,
+                                           "namespaces": list(cfg.namespaces), "seed": secrets.randbits(62),
+                                           "slots": [s.as_dict() for s in cset.specs], **common},
+                                    pack_pair(payload or b"", cset.ipc_blob()))
+            _check_reply(reply, call=False)
+            if reply.get("violations"):
+                raise Verdict("hacked", reply.get("error"), [f"torch_op:{v}" for v in reply["violations"]])
+            if not reply["ok"]:
+                status = reply.get("status") if reply.get("status") in ("load_error", "oom") else "load_error"
+                raise Verdict(status, reply.get("error"))
+        result["weights_missing"] = reply.get("weights_missing")
+        self._end_startup()
+
+        phases = (["verify"] * cfg.correct_trials + ["warmup"] * cfg.warmup + ["timing"] * cfg.timing_trials
+                  + ["reverify"] * cfg.reverify_trials)
+        pending: list[tuple[list[Any], list[dict]]] = []
+        names = ["eager", "candidate"] + (["compile"] if cfg.profile_compile else [])
+        walls: dict[str, list[float]] = {n: [] for n in names}
+        hints: dict[str, list[float]] = {n: [] for n in names}
+        worst = 0.0
+        t_verify = t_profile = 0.0
+
+        def next_inputs() -> tuple[list[Any], list[dict]]:
+            if not pending:
+                with self.lock.shared():
+                    reply, blob, _ = self._ask(ref, {"op": "draw", "seeds": [secrets.randbits(62) for _ in range(k)]})
+                if not reply.get("ok"):
+                    raise Verdict("load_error", f"reference draw: {reply.get('error')}")
+                for values, lay in zip(self._load(blob), reply["layouts"], strict=True):
+                    if [(a["tensor"], a.get("shape"), a.get("dtype")) for a in lay] != \
+                            [(a["tensor"], a.get("shape"), a.get("dtype")) for a in layout]:
+                        raise Verdict("load_error", "the task's get_inputs() changes shapes or dtypes between draws")
+                    pending.append((values, lay))
+            return pending.pop(0)
+
+        def call(server: ServerProcess, target: str, slot: int, ins: list[list[int]], outs: list[list[int]],
+                 sset: SlotSet, values: list[Any], lay: list[dict]) -> tuple[dict, float, list[torch.Tensor]]:
+            tensors = iter(ins[slot])
+            args, written = [], []
+            for a, v in zip(lay, values, strict=True):
+                if a["tensor"]:
+                    i = next(tensors)
+                    sset.tensors[i].copy_(v)
+                    args.append({"slot": i})
+                    written.append((sset.tensors[i], v, len(written)))
+                else:
+                    args.append({"value": a["value"]})
+            for i in outs[slot]:
+                _poison(sset.tensors[i])
+            if self.cuda:
+                self._flush().zero_()  # L2 is device-wide: the call starts cold whichever process makes it
+                torch.cuda.synchronize()
+            if server is cand:
+                cand.resume()
+            reply, _, wall = self._ask(server, {"op": "call", "target": target, "inputs": args, "outputs": outs[slot]})
+            if server is cand:
+                cand.pause()  # nothing of the candidate runs while the reference is timed
+            got = [sset.tensors[i].clone() for i in outs[slot]]
+            if self.cuda:
+                torch.cuda.synchronize()
+            if server is cand:
+                self._judge(reply, got, out_layout)
+                changed = [f"input{n}" for t, v, n in written if not _bytes_equal(t, v)]
+                if changed:
+                    raise Verdict("hacked", "the candidate modified its inputs",
+                                  [f"input_modified:{c}" for c in changed])
+            elif not reply.get("ok") or not reply.get("copied"):
+                raise Verdict("load_error", f"reference {target} call failed: {reply.get('error') or reply.get('outputs')}")
+            return reply, wall, got
+
+        i = 0
+        while i < len(phases):
+            phase = phases[i]
+            if phase == "timing":
+                t0 = time.perf_counter()
+                with self.lock.exclusive():
+                    while i < len(phases) and phases[i] == "timing":
+                        worst = max(worst, self._round(call, next_inputs, i % k, c_in, c_out, r_in, r_out,
+                                                       cset, rset, cand, ref, walls, hints, True))
+                        i += 1
+                t_profile += time.perf_counter() - t0
+                continue
+            t0 = time.perf_counter()
+            with self.lock.shared():
+                worst = max(worst, self._round(call, next_inputs, i % k, c_in, c_out, r_in, r_out, cset, rset,
+                                               cand, ref, walls, hints, phase == "warmup"))
+            if phase == "warmup":
+                t_profile += time.perf_counter() - t0
+            else:
+                t_verify += time.perf_counter() - t0
+            i += 1
+        cand.resume()
+        try:
+            ref.request({"op": "exit"}, 5.0)
+            cand.request({"op": "exit"}, 5.0)
+        except ProtocolError:
+            pass
+        med = statistics.median
+        overhead = med(w - h for w, h in zip(walls["eager"], hints["eager"], strict=True)) if walls["eager"] else 0.0
+        timing = {}
+        for n in names:
+            if not walls[n]:
+                continue
+            wall, hint = med(walls[n]), med(hints[n])
+            timing[n] = {"median_ms": min(max(hint, wall - overhead), wall), "trials": len(walls[n]),
+                         "wall_median_ms": wall, "hint_median_ms": hint, "min_wall_ms": min(walls[n]),
+                         "max_wall_ms": max(walls[n])}
+        result.update(max_error=worst, verify_s=t_verify, profile_s=t_profile, timing=timing,
+                      overhead_ms=overhead)
+        return result
+
+    def _round(self, call, next_inputs, slot, c_in, c_out, r_in, r_out, cset, rset, cand, ref, walls, hints,
+               with_compile: bool) -> float:
+        """One round: the candidate, then eager (the expected outputs), then ``torch.compile`` when warming up
+        or timing; in the timing phase (the lock held exclusively) appends each call's wall and hint ms.
+        Returns the round's error."""
+        values, lay = next_inputs()
+        timed = self.lock.mode == "exclusive"
+        c_reply, c_wall, got = call(cand, "candidate", slot, c_in, c_out, cset, values, lay)
+        e_reply, e_wall, expected = call(ref, "eager", slot, r_in, r_out, rset, values, lay)
+        replies = {"candidate": (c_reply, c_wall), "eager": (e_reply, e_wall)}
+        if with_compile and "compile" in walls:
+            replies["compile"] = call(ref, "compile", slot, r_in, r_out, rset, values, lay)[:2]
+        if timed:
+            for name, (reply, wall) in replies.items():
+                walls[name].append(wall)
+                hints[name].append(float(reply["hint_ms"]))
+        return self._compare(expected, got)
+
+    def _compare(self, expected: list[torch.Tensor], got: list[torch.Tensor]) -> float:
+        from opforge.filters.execution import tolerance_error
+
+        worst = 0.0
+        for n, (e, g) in enumerate(zip(expected, got, strict=True)):
+            err = tolerance_error(e, g, self.cfg.atol, self.cfg.rtol)
+            worst = max(worst, err)
+            if not err <= 1.0:
+                raise Verdict("incorrect", f"output {n} differs from the reference (max error {err:.3g} x "
+                                           "tolerance) on fresh inputs")
+        return worst
+
+    def _judge(self, reply: dict[str, Any], got: list[torch.Tensor], out_layout: list[dict]) -> None:
+        """The candidate's reply against the rules; raises ``Verdict`` on any break."""
+        _check_reply(reply)
+        if reply.get("violations"):
+            raise Verdict("hacked", reply.get("error"), [f"torch_op:{v}" for v in reply["violations"]])
+        if reply.get("config"):
+            raise Verdict("hacked", "the candidate changed runtime settings", [f"config:{c}" for c in reply["config"]])
+        if not reply["ok"]:
+            raise Verdict("oom" if reply.get("oom") else "incorrect", reply.get("error") or "the call failed")
+        if reply.get("aliases"):
+            raise Verdict("hacked", "an output shares memory with an input or a weight",
+                          [f"alias:{a}" for a in reply["aliases"]])
+        meta = reply["outputs"]
+        for n, m in enumerate(meta):
+            if m.get("plain") is not True or m.get("strided") is not True:
+                raise Verdict("hacked", f"output {n} is not a plain strided torch.Tensor", ["output:not_plain"])
+            if m.get("device") != self.device:
+                raise Verdict("incorrect", f"output {n} is on {m.get('device')}, expected {self.device}")
+        if len(meta) != len(out_layout):
+            raise Verdict("incorrect", f"{len(meta)} outputs, expected {len(out_layout)}")
+        for n, (m, want) in enumerate(zip(meta, out_layout, strict=True)):
+            if m.get("shape") != want["shape"]:
+                raise Verdict("incorrect", f"output {n} has shape {m.get('shape')}, expected {want['shape']}")
+            if m.get("dtype") != want["dtype"]:
+                raise Verdict("incorrect", f"output {n} has dtype {m.get('dtype')}, expected {want['dtype']}")
+        if not reply["copied"]:
+            raise Verdict("incorrect", "the outputs were not delivered")

@@ -1,0 +1,102 @@
+"""The reference's side of the grader: a server process that never imports candidate code
+(``harness.server``, role ``reference``).
+
+Setup: on CUDA, admission to the GPU's memory budget (``filters.gpu_locks.admitted_on_gpu``); pin the same
+runtime settings as the candidate's server (``harness.guard.pin_config``), load the task
+(``opforge.task.source.load_task``), build ``Model(*get_init_inputs())`` after ``torch.manual_seed(seed)``
+(a seed the grader draws per evaluation), run it once on one draw of inputs to learn the output layout.
+Reply: the input layout (per position: a tensor's shape and dtype, or a JSON value) and the output layout;
+blob: ``torch.save`` bytes of ``{"init_inputs", "state"}`` for the candidate's server.
+
+Targets: ``eager`` (the model) and ``compile`` (``torch.compile(model)``, Inductor default mode, compiled on
+its first call). ``draw``: ``get_inputs()`` after ``torch.manual_seed(seed)`` for each of the message's
+``seeds``; blob: ``torch.save`` bytes of the list of input lists (tensors on the device).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import torch
+from opforge.harness.guard import config_state, pin_config
+from opforge.harness.server import Server
+
+
+def _layout(values: list[Any], where: str) -> list[dict[str, Any]]:
+    out = []
+    for i, v in enumerate(values):
+        if isinstance(v, torch.Tensor):
+            out.append({"tensor": True, "shape": list(v.shape), "dtype": str(v.dtype).removeprefix("torch.")})
+        else:
+            try:
+                json.dumps(v)
+            except TypeError:
+                raise TypeError(f"{where}[{i}] is a {type(v).__name__}: only tensors and JSON values "
+                                "can be passed to the candidate") from None
+            out.append({"tensor": False, "value": v})
+    return out
+
+
+def _save(obj: Any) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, Any], bytes]:
+    """Build the reference (see the module docstring). Raises what the task raises (a broken task)."""
+    from opforge.filters.execution import flatten_tensors
+    from opforge.task.source import load_task
+
+    device = msg["device"]
+    pinned = pin_config(msg["threads"], msg["allow_tf32"])
+    if device == "cuda":
+        # GPU memory admission shared with the filter stage, held until this process exits; the reservation
+        # covers both servers of the evaluation (the whole GPU for an ``oom`` re-run)
+        from opforge.filters.gpu_locks import admitted_on_gpu
+
+        admitted_on_gpu(msg["gpu_memory_fraction"], msg["gpu_admit_gib"], bool(msg.get("alone")))
+    task = load_task(msg["task_code"], msg["task_id"])
+    torch.manual_seed(int(msg["seed"]))
+    with torch.device(device):
+        init_inputs = list(task.init_inputs())
+        model = task.build()
+    if isinstance(model, torch.nn.Module):
+        model = model.to(device).eval()
+
+    def draw(seed: int) -> list[Any]:
+        torch.manual_seed(int(seed))
+        with torch.device(device):
+            return [x.to(device) if isinstance(x, torch.Tensor) else x for x in task.inputs()]
+
+    sample = draw(int(msg["seed"]) ^ 1)
+    with torch.no_grad():
+        outputs = flatten_tensors(model(*sample))
+    if not outputs:
+        raise TypeError("the task's forward returned no tensor")
+    server = Server(device)
+    server.targets["eager"] = model
+    compiled: dict[str, Any] = {}
+
+    def compile_target(*args):
+        if "fn" not in compiled:
+            torch._dynamo.reset()
+            compiled["fn"] = torch.compile(model)
+        return compiled["fn"](*args)
+
+    server.targets["compile"] = compile_target
+
+    def handle_draw(m: dict[str, Any], _blob) -> tuple[dict[str, Any], bytes]:
+        sets = [draw(s) for s in m["seeds"]]
+        return {"ok": True, "layouts": [_layout(s, "get_inputs()") for s in sets]}, _save(sets)
+
+    server.handlers["draw"] = handle_draw
+    # the same per-call bookkeeping as the candidate's server, so both sides' calls cost the same
+    server.after_call = lambda: {"violations": [], "config": sorted(k for k, v in config_state().items()
+                                                                    if pinned[k] != v)}
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()} if isinstance(model, torch.nn.Module) else {}
+    reply = {"ok": True, "config": pinned, "inputs": _layout(sample, "get_inputs()"),
+             "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")} for o in outputs]}
+    return server, reply, _save({"init_inputs": init_inputs, "state": state})

@@ -1,0 +1,61 @@
+"""Red-team suite of the grader on CUDA (skipped without a GPU): CUDA-only hacks (side streams, returns
+before the work is done, CUDA-event patching) and the CPU suite's model-level cheats with a CUDA kernel.
+Verdict rule as in ``tests/test_grader_redteam.py``: caught (hacked / incorrect, reward -1), or correct
+with a probe showing the cheat never acted; the honest CUDA control must be accepted."""
+
+import pytest
+from opforge.harness.solution import Solution
+
+from .redteam.solutions_cuda import (
+    CUDA_ATTACKS,
+    CUDA_HONEST,
+    PORTABLE,
+    SIDE_STREAM_ATTACKS,
+    SIDE_STREAM_MIN_MS,
+    on_cuda,
+)
+from .test_grader_redteam import ROW, _summary, assert_defeated, config
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")]
+
+
+@pytest.fixture(scope="module")
+def build_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("redteam_cuda") / "extensions"
+
+
+def _evaluate(files, build_root, **over):
+    from opforge.harness.evaluate import evaluate
+
+    return evaluate(ROW, Solution(files), config(device="cuda", timing_trials=10, **over), build_root=build_root)
+
+
+def test_honest_cuda_control_is_accepted(build_root):
+    res = _evaluate(CUDA_HONEST, build_root)
+    assert res.status == "correct" and res.reward >= 1.0 and res.hacks == [], _summary(res)
+
+
+@pytest.mark.parametrize("name", sorted(set(CUDA_ATTACKS) - set(SIDE_STREAM_ATTACKS)))
+def test_cuda_only_hacks(name, tmp_path, build_root):
+    probe = tmp_path / "probe.txt"
+    assert_defeated(_evaluate(CUDA_ATTACKS[name](str(probe)), build_root), probe)
+
+
+@pytest.mark.parametrize("name", SIDE_STREAM_ATTACKS)
+def test_side_stream_work_is_caught_or_counted(name, tmp_path, build_root):
+    """Work left running on another stream: flagged, or charged to the candidate (its kernel spins about
+    1 ms, so a candidate time below SIDE_STREAM_MIN_MS means the timing did not wait for it)."""
+    res = _evaluate(CUDA_ATTACKS[name](str(tmp_path / "probe.txt")), build_root)
+    if res.status in {"hacked", "incorrect"}:
+        assert res.reward == -1.0, _summary(res)
+    else:
+        assert res.status == "correct" and res.candidate_ms >= SIDE_STREAM_MIN_MS, _summary(res)
+
+
+@pytest.mark.parametrize("name", PORTABLE)
+def test_model_level_hacks_on_cuda(name, tmp_path, build_root):
+    probe = tmp_path / "probe.txt"
+    res = _evaluate(on_cuda(name)(str(probe)), build_root,
+                    profile_compile=name == "disable_dynamo_for_the_compile_baseline")
+    assert_defeated(res, probe)
