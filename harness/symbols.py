@@ -12,8 +12,9 @@ not reach torch's compute or step around the dispatcher guard (``harness.guard``
     ``_force_tls_local_dispatch_key_set``), profiler / RecordFunction observers, TorchScript;
   - a way around this audit or the process: ``dlopen`` / ``dlsym``, ``PyImport_*``, ``PyRun_*``,
     ``PyEval_EvalCode``, ``Py_CompileString*``, new processes or process groups (``fork``, ``clone``,
-    raw ``syscall``, ``setsid``, ``exec*``, ``system``, ``popen``, ``posix_spawn``), ``ptrace`` /
-    ``process_vm_*``.
+    ``setsid``, ``exec*``, ``system``, ``popen``, ``posix_spawn``), ``ptrace`` / ``process_vm_*``. A raw
+    ``syscall`` is denied in the sources only: every nvcc-built extension imports it (an honest CUDA
+    extension built on an H200 with torch 2.11 / CUDA 13 imports ``syscall@GLIBC_2.2.5``).
 * ``source:`` a source text token for what every torch extension imports anyway and so cannot be told
   apart by symbol: ``ExcludeDispatchKeyGuard`` / ``AutoDispatchBelow*`` / ``DispatchKeySet`` (dispatch key
   exclusion), calls back into Python (``.attr(``, ``getattr(``, ``py::module_::import``, ``py::eval`` /
@@ -43,7 +44,7 @@ DENIED_PREFIXES = (
     "torch::autograd::profiler", "torch::profiler", "torch::jit::", "at::ThreadLocalState::setThreadLocalState",
 )
 DENIED_C = re.compile(r"^(dlopen|dlsym|dlvsym|dlmopen|PyImport_\w+|PyRun_\w+|PyEval_EvalCode\w*|Py_CompileString\w*|"
-                      r"fork|vfork|clone\d?|syscall|setsid|setpgid|daemon|execv\w*|execl\w*|execve|system|popen|posix_spawn\w*|"
+                      r"fork|vfork|clone\d?|setsid|setpgid|daemon|execv\w*|execl\w*|execve|system|popen|posix_spawn\w*|"
                       r"ptrace|process_vm_\w+)(@.*)?$")
 # at::cuda:: names an extension needs: streams, devices, contexts, allocators, launch checks
 CUDA_OK = re.compile(r"^at::cuda::(get\w*Stream\w*|setCurrentCUDAStream|getCurrentDeviceProperties|"
@@ -51,7 +52,7 @@ CUDA_OK = re.compile(r"^at::cuda::(get\w*Stream\w*|setCurrentCUDAStream|getCurre
 DENIED_TOKENS = ("ExcludeDispatchKeyGuard", "AutoDispatchBelow", "DispatchKeySet", "tls_set_dispatch_key",
                  "IncludeDispatchKeyGuard", "RecordFunction", ".attr(", "module_::import", "module::import",
                  "py::eval", "py::exec", "pybind11::eval", "pybind11::exec", "py::globals", "pybind11::globals",
-                 "getattr(", "dlsym", "dlopen", "at::native", "at::cpu::", "c10::Dispatcher", "##")
+                 "getattr(", "dlsym", "dlopen", "syscall", "at::native", "at::cpu::", "c10::Dispatcher", "##")
 _UCN = re.compile(r"\\[uU][0-9a-fA-F]{4}")
 _PY_CAPI = re.compile(r"\b_?Py[A-Z][A-Za-z]*_?\w*\s*\(")  # a direct call of the Python C API
 _OPS = re.compile(r"^at::_ops::(\w+)::(call|redispatch)\(")
