@@ -389,6 +389,10 @@ def _stats_cases(device: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 
 def _stats_by_hand(ref: torch.Tensor, out: torch.Tensor) -> tuple[float, int]:
+    """Elementwise at the tolerance of ``ref``'s dtype (opforge.task.precision)."""
+    from opforge.task.precision import tolerance
+
+    atol, rtol = tolerance(ref.dtype)
     a, b = ref.detach().cpu(), out.detach().cpu()
     if a.is_complex():
         a, b = torch.view_as_real(a).reshape(-1), torch.view_as_real(b).reshape(-1)
@@ -400,7 +404,7 @@ def _stats_by_hand(ref: torch.Tensor, out: torch.Tensor) -> tuple[float, int]:
         elif math.isinf(x) or math.isinf(y):
             e = 0.0 if x == y else math.inf
         else:
-            e = abs(x - y) / (1e-2 + 1e-2 * abs(x))
+            e = abs(x - y) / (atol + rtol * abs(x))
         worst, within = max(worst, e), within + (e <= 1.0)
     return worst, within
 
