@@ -89,7 +89,7 @@ def _init(catalog: list[SeedOp], cfg: ComposeConfig):
     _STATE["sampler"] = Sampler(catalog, profile, cfg.allow_stochastic, cfg.category_weights, vocab=vocab,
                                 op_weights=weights, include_internal=cfg.include_internal, heavy_start=heavy)
     _STATE["vocab"] = vocab
-    _STATE["blocks"] = _block_specs() if cfg.transformers_share > 0 else []
+    _STATE["blocks"] = _block_specs(profile) if cfg.transformers_share > 0 else []
     _STATE["cfg"], _STATE["profile"] = cfg, profile
     _STATE["mix"] = parse_op_mix(cfg.op_mix)
     mix = parse_dtype_mix(cfg.dtype_mix)
@@ -108,10 +108,19 @@ def _vocabulary(cfg: ComposeConfig):
     return load_vocabulary(cfg.vocabulary) if cfg.vocabulary else default_vocabulary()
 
 
-def _block_specs():
+# Largest block (parameters) a fixed-size profile (``cpu``, ``test``) draws: the blocks of GPT-2, BERT, ViT and
+# T5-base are 2-7 M; a Llama decoder layer (202 M) takes a minute through the filters on a CI core.
+SMALL_PROFILE_BLOCK_PARAMS = 10_000_000
+
+
+def _block_specs(profile):
+    """Block specs the composer draws from: all on a realistic profile, the small ones otherwise."""
     from opforge.compose.blocks import block_specs
 
-    return block_specs()
+    specs = block_specs()
+    if profile.realistic:
+        return specs
+    return [s for s in specs if s.param_count() <= SMALL_PROFILE_BLOCK_PARAMS]
 
 
 def _batches(profile) -> list[int]:
