@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import inspect
 import json
+import re
 import signal
 import warnings
 from collections import Counter
@@ -529,7 +530,9 @@ def harvest_relevance(progress: bool = True, families: list[str] | None = None,
                 if not calls:
                     row = {"model": model_name, "key": key, "error": "no ops traced"}
             except Exception as exc:  # noqa: BLE001 - one model's failure is a record, never a dead run
-                row["error"] = f"{type(exc).__name__}: {exc}"[:200]
+                # the message may name files of this machine: keep paths from site-packages on only
+                message = re.sub(r"\S*/site-packages/", "site-packages/", str(exc))
+                row["error"] = f"{type(exc).__name__}: {message}"[:200]
             results[model_name] = row
             if sink is not None:
                 sink.write(json.dumps(row) + "\n")
