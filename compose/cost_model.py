@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 import torch
 from opforge.compose.device_profiles import DeviceProfile
 from opforge.compose.graph import RECURRENT_GATES, OpGraph
-from torch.utils.flop_counter import FlopCounterMode
 
 
 @dataclass
@@ -56,7 +55,8 @@ def _nbytes(t: torch.Tensor) -> int:
 
 def graph_cost(graph: OpGraph, sizes: dict[str, int] | None = None) -> Cost:
     """FLOPs and bytes of one forward of ``graph`` at ``sizes`` (default: the graph's own)."""
-    vals = graph.run("meta", sizes)
+    counted: dict[str, float] = {}
+    vals = graph.run("meta", sizes, op_flops=counted)
     elem = torch.empty((), dtype=getattr(torch, graph.dtype)).element_size()
     op_flops, op_bytes = [], []
     for n in graph.ops():
@@ -66,10 +66,7 @@ def graph_cost(graph: OpGraph, sizes: dict[str, int] | None = None) -> Cost:
             h = init["hidden_size"]
             f = 2 * RECURRENT_GATES[label] * (init["input_size"] + h) * h * x.shape[0] * x.shape[1]
         else:
-            counter = FlopCounterMode(display=False)
-            with counter:
-                graph._call(n, [vals[a] for a in graph.args_of(n)], "meta")
-            f = counter.get_total_flops()
+            f = counted[n]
         op_flops.append(float(f))
         b = sum(_nbytes(vals[a]) for a in graph.args_of(n)) + _nbytes(vals[n])
         b += sum(math.prod(s) * elem for s, _, _ in graph.g.nodes[n]["params"].values())

@@ -19,6 +19,7 @@ import torch
 from opforge.seeds.probe import build_callable, first_tensor, resolve_qualname
 from opforge.seeds.seed_op import SeedOp, TensorSpec
 from opforge.seeds.tensors import make_tensor
+from torch.utils.flop_counter import FlopCounterMode
 
 
 @dataclass
@@ -84,14 +85,16 @@ class OpGraph:
 
     # ---- execution ----
     def run(self, device: str = "meta", sizes: dict[str, int] | None = None, generator=None,
-            flop_counter: bool | None = None) -> dict[str, torch.Tensor]:
+            op_flops: dict[str, float] | None = None) -> dict[str, torch.Tensor]:
         """Execute the graph on ``device`` (default ``meta``: shapes only). Returns node -> output tensor.
+        With ``op_flops`` given, every op runs under its own ``FlopCounterMode`` and its FLOPs land there
+        (node -> FLOPs; GEMM, conv and attention formulas).
 
         Raises whatever an op raises for incompatible shapes.
         """
         sizes = sizes or self.sizes
-        # meta results are cached per size assignment (a flop counter needs every op to run again)
-        cached = device == "meta" and flop_counter is None
+        # meta results are cached per size assignment (counting FLOPs needs every op to run again)
+        cached = device == "meta" and op_flops is None
         vals: dict[str, torch.Tensor] = self._meta.setdefault(tuple(sorted(sizes.items())), {}) if cached else {}
         for n in self.inputs():
             if n not in vals:
@@ -99,8 +102,15 @@ class OpGraph:
                 spec = TensorSpec(shape=[1], dtype=a["dtype"], values=a["values"])
                 vals[n] = self._cast(make_tensor(spec, self.input_shape(n, sizes), {}, device, generator))
         for n in self.ops():
-            if n not in vals:
+            if n in vals:
+                continue
+            if op_flops is None:
                 vals[n] = self._call(n, [vals[a] for a in self.args_of(n)], device)
+                continue
+            counter = FlopCounterMode(display=False)
+            with counter:
+                vals[n] = self._call(n, [vals[a] for a in self.args_of(n)], device)
+            op_flops[n] = float(counter.get_total_flops())
         return dict(vals)
 
     def _call(self, n: str, tensors: list[torch.Tensor], device: str) -> torch.Tensor:
