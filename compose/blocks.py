@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from opforge.compose import blocks_source as src
+from opforge.compose.render import literal, task_source
 
 DTYPES = ("float32", "bfloat16", "float16")
 NORM_SEED = 0  # seed of the generator that draws the norm parameters in every rendered block
@@ -502,10 +503,6 @@ def _t5_parts(spec: BlockSpec, p: _Parts, prefix: str):
     p.forward.append("return self.block(hidden_states)")
 
 
-def _literal(v) -> str:
-    return repr(float(v)) if isinstance(v, float) else repr(v)
-
-
 def render_block(spec: BlockSpec, batch: int, seq: int, dtype: str, docstring: str) -> str:
     """KernelBench source of the block ``spec`` on input (batch, seq, hidden) in ``dtype``.
 
@@ -557,41 +554,10 @@ def render_block(spec: BlockSpec, batch: int, seq: int, dtype: str, docstring: s
         init.append(f"self.to(torch.{dtype})  # parameters in the input dtype")
     uses_math = any("math." in h for h in p.helpers)
     dtype_arg = "" if dtype == "float32" else f", dtype=torch.{dtype}"
-    ind = "        "
-    lines = [
-        *(["import math", ""] if uses_math else []),
-        "import torch",
-        "import torch.nn as nn",
-        "import torch.nn.functional as F",
-        "",
-    ]
-    for block in [*p.helpers, *p.classes]:
-        lines += ["", block, ""]
-    lines += [
-        "",
-        "class Model(nn.Module):",
-        f'    """{docstring}"""',
-        "",
-        "    def __init__(self):",
-        "        super().__init__()",
-        *[ind + line for line in init],
-        "",
-        "    def forward(self, hidden_states):",
-        *[ind + line for line in p.forward],
-        "",
-        "",
-        f"batch_size = {batch}",
-        f"seq_len = {seq}",
-        f"hidden_size = {hidden}",
-        *[f"{k} = {_literal(v)}" for k, v in constants.items()],
-        "",
-        "",
-        "def get_inputs():",
-        f"    return [torch.randn(batch_size, seq_len, hidden_size{dtype_arg})]",
-        "",
-        "",
-        "def get_init_inputs():",
-        "    return []",
-        "",
-    ]
-    return "\n".join(lines)
+    return task_source(
+        header=["import math", ""] if uses_math else [], imports=["import torch.nn.functional as F"],
+        definitions=[*p.helpers, *p.classes], docstring=docstring, init_lines=init,
+        forward_args=["hidden_states"], forward_lines=p.forward,
+        constants=[f"batch_size = {batch}", f"seq_len = {seq}", f"hidden_size = {hidden}",
+                   *[f"{k} = {literal(v)}" for k, v in constants.items()]],
+        input_lines=[], returned=f"torch.randn(batch_size, seq_len, hidden_size{dtype_arg})")

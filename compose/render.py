@@ -1,25 +1,26 @@
-"""Render an ``OpGraph`` (or a transformers seed module) to KernelBench-format task source."""
+"""Render an ``OpGraph`` to KernelBench-format task source; ``task_source`` is the layout every rendered task
+shares (``compose.blocks`` renders transformers blocks with it)."""
 
 from __future__ import annotations
 
 import math
 
 from opforge.compose.graph import OpGraph
-from opforge.seeds.seed_op import SeedOp
 from opforge.task.op_names import snake
 
 _OPERATORS = {"+": "+", "-": "-", "*": "*", "/": "/"}
 _INPUT_NAMES = ("x", "y", "z", "w", "u", "v", "s", "t")
 
 
-def _literal(v) -> str:
+def literal(v) -> str:
+    """Python source of a constant (non-finite floats as ``float('inf')``)."""
     if isinstance(v, float):
         return repr(float(v)) if math.isfinite(v) else f"float('{v}')"
     return repr(v)
 
 
 def _kwargs(d: dict) -> str:
-    return ", ".join(f"{k}={_literal(v)}" for k, v in d.items())
+    return ", ".join(f"{k}={literal(v)}" for k, v in d.items())
 
 
 def _factory(shape: list, dtype: str, values: str, float_dtype: str = "float32") -> str:
@@ -116,7 +117,7 @@ def render_graph(graph: OpGraph, docstring: str) -> str:
     get_inputs = [f"{names[i]} = "
                   f"{_factory(g.nodes[i]['shape'], g.nodes[i]['dtype'], g.nodes[i]['values'], fdt)}"
                   for i in inputs]
-    return _task_source(
+    return task_source(
         imports=["import torch.nn.functional as F"], docstring=docstring, init_lines=init_lines,
         forward_args=[names[i] for i in inputs], forward_lines=fwd_lines,
         constants=[f"{s} = {graph.sizes[s]}" for s in used_sizes],
@@ -130,16 +131,22 @@ def _meta_module(graph: OpGraph, node: str):
     return _module(graph.seeds[node], graph.g.nodes[node]["init_args"], "meta")
 
 
-def _task_source(imports: list[str], docstring: str, init_lines: list[str], forward_args: list[str],
-                 forward_lines: list[str], constants: list[str], input_lines: list[str], returned: str) -> str:
-    """The KernelBench layout shared by every rendered task: imports, ``Model``, size constants,
-    ``get_inputs()`` returning ``[returned]`` and an empty ``get_init_inputs()``."""
+def task_source(imports: list[str], docstring: str, init_lines: list[str], forward_args: list[str],
+                forward_lines: list[str], constants: list[str], input_lines: list[str], returned: str,
+                definitions: list[str] = (), header: list[str] = ()) -> str:
+    """The KernelBench layout shared by every rendered task (fused graphs and transformers blocks):
+    ``header`` lines, the torch imports and ``imports``, top-level ``definitions`` (helper functions and
+    classes, each a source block), ``Model``, size constants, ``get_inputs()`` returning ``[returned]`` and an
+    empty ``get_init_inputs()``."""
     ind = "        "
+    defs = [line for block in definitions for line in ("", block, "")]
     return "\n".join([
+        *header,
         "import torch",
         "import torch.nn as nn",
         *imports,
         "",
+        *defs,
         "",
         "class Model(nn.Module):",
         f'    """{docstring}"""',
@@ -164,19 +171,3 @@ def _task_source(imports: list[str], docstring: str, init_lines: list[str], forw
         "    return []",
         "",
     ])
-
-
-def render_transformers(seed: SeedOp, batch_size: int, docstring: str) -> str:
-    """A standalone task wrapping one transformers building block built from its small config."""
-    mod, cls = seed.qualname.rsplit(".", 1)
-    cmod, ccls = seed.config_class.rsplit(".", 1)
-    spec = seed.inputs[0]
-    shape = ["batch_size" if d == "N" else d for d in spec.shape]
-    init = ", ".join(["config"] + [f"{k}={_literal(v)}" for k, v in seed.init_args.items()])
-    out = "out" if seed.output_index is None else f"out[{seed.output_index}]"
-    return _task_source(
-        imports=[f"from {cmod} import {ccls}", f"from {mod} import {cls}"], docstring=docstring,
-        init_lines=[f"config = {ccls}({_kwargs(seed.config or {})})", f"self.block = {cls}({init})"],
-        forward_args=["x"], forward_lines=["out = self.block(x)", f"return {out}"],
-        constants=[f"batch_size = {batch_size}"], input_lines=[],
-        returned=_factory(shape, spec.dtype, spec.values))
