@@ -21,26 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-TASK = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self, channels):
-        super().__init__()
-        self.scale = nn.Parameter(torch.randn(channels))
-
-    def forward(self, x):
-        return torch.relu(x * self.scale + 1.0)
-
-
-def get_inputs():
-    return [torch.randn(64, 256)]
-
-
-def get_init_inputs():
-    return [256]
-'''
+from ..harness_cases import TASK  # the task the harness tests grade
 
 # The task returns zeros: what a workspace-editing agent turns the task into before its all-zeros answer.
 ZERO_TASK = TASK.replace("return torch.relu(x * self.scale + 1.0)", "return torch.zeros_like(x)")
