@@ -15,7 +15,7 @@ from opforge.compose.cost_model import choose_batch, graph_cost
 from opforge.compose.device_profiles import get_profile
 from opforge.compose.render import render_graph
 from opforge.compose.sampler import FLOAT_DTYPES, Sampler, SamplingError, parse_op_mix
-from opforge.compose.sizing import SizingError, fit_sizes
+from opforge.compose.sizing import SizingError, fit_sizes, window_target
 from opforge.seeds.catalog import read_catalog
 from opforge.seeds.seed_op import SeedOp
 from opforge.task.identity import task_id_for
@@ -188,9 +188,7 @@ def _block_candidate(rng: random.Random, i: int, dtype: str) -> dict | None:
     else:
         seqs, batches = [8], [1, 2]
     seq = rng.choice(seqs)
-    lo, hi = profile.window_ms
-    ok_lo, ok_hi = lo * profile.window_margin, hi / profile.window_margin
-    target = (max(ok_lo, 1e-3) * ok_hi) ** 0.5
+    ok_lo, ok_hi, target = window_target(profile)
     for _ in range(6):
         per = _block_ms(render_block(spec, 1, seq, dtype, doc), profile, dtype)
         if per is None:

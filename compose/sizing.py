@@ -191,6 +191,14 @@ def _try_cost(graph: OpGraph, sizes: dict[str, int]) -> Cost | None:
         return None
 
 
+def window_target(profile: DeviceProfile) -> tuple[float, float, float]:
+    """(lowest, highest, target) predicted eager ms a sized task may take: the profile's window shrunk by
+    ``window_margin`` on both sides, and its log-midpoint."""
+    lo, hi = profile.window_ms
+    ok_lo, ok_hi = lo * profile.window_margin, hi / profile.window_margin
+    return ok_lo, ok_hi, math.sqrt(max(ok_lo, 1e-3) * ok_hi)
+
+
 def fit_sizes(graph: OpGraph, profile: DeviceProfile, batches: list[int], knobs: dict[str, list[int]],
               batch_name: str = "batch_size", max_steps: int = 8) -> tuple[dict[str, int], float]:
     """Sizes (``graph.sizes`` updated) whose predicted eager time lies in ``profile.window_ms`` shrunk by
@@ -201,10 +209,7 @@ def fit_sizes(graph: OpGraph, profile: DeviceProfile, batches: list[int], knobs:
 
     Raises SizingError when no values of ``batches`` and ``knobs`` fit.
     """
-    lo, hi = profile.window_ms
-    margin = profile.window_margin
-    ok_lo, ok_hi = lo * margin, hi / margin
-    target = math.sqrt(max(ok_lo, 1e-3) * ok_hi)
+    ok_lo, ok_hi, target = window_target(profile)
     sizes = dict(graph.sizes)
     batches = sorted(set(batches))
     for _ in range(max_steps):
