@@ -31,11 +31,15 @@ def seeds_harvest(
     from opforge.seeds.catalog import harvest, write_catalog, write_skip_report
     from opforge.seeds.probe_pool import PoolSettings
     from opforge.seeds.specs_loader import SPECS_DIR, SpecError
+    from opforge.seeds.vocabulary import start_vocabulary_harvest
 
+    vocab_path = out.with_name("shape_vocabulary.json")
+    executor, vocab = start_vocabulary_harvest(vocab_path)  # overlaps the probes
     try:
         pool = PoolSettings(workers=workers, timeout_s=probe_timeout_s, memory_gib=probe_memory_gib)
         res = harvest(specs or SPECS_DIR, with_transformers=not no_transformers, pool=pool)
     except (SpecError, ValueError) as exc:
+        executor.shutdown(wait=False, cancel_futures=True)
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     write_catalog(res.ops, out)
@@ -45,14 +49,24 @@ def seeds_harvest(
                f"{fams} transformers families; {sum(o.stochastic for o in res.ops)} stochastic) in {res.seconds:.1f} s")
     typer.echo(f"skip report: {skip_path} ({len(res.skips)} candidates; "
                + ", ".join(f"{k}: {v}" for k, v in Counter(s.reason.split(':')[0] for s in res.skips).most_common()) + ")")
-    _write_vocabulary(out.with_name("shape_vocabulary.json"), progress=False)
+    try:
+        vocab.result()
+    finally:
+        executor.shutdown(wait=False, cancel_futures=True)
+    _report_vocabulary(vocab_path)
 
 
 def _write_vocabulary(path: Path, progress: bool = True) -> None:
-    from opforge.seeds.vocabulary import AXES, harvest_vocabulary, write_vocabulary
+    from opforge.seeds.vocabulary import harvest_vocabulary, write_vocabulary
 
-    vocab = harvest_vocabulary(progress=progress)
-    write_vocabulary(vocab, path)
+    write_vocabulary(harvest_vocabulary(progress=progress), path)
+    _report_vocabulary(path)
+
+
+def _report_vocabulary(path: Path) -> None:
+    from opforge.seeds.vocabulary import AXES, load_vocabulary
+
+    vocab = load_vocabulary(path)
     typer.echo(f"shape vocabulary: {path} ({len(vocab.models)} model records; distinct values per axis: "
                + ", ".join(f"{a} {len(vocab.axes[a])}" for a in AXES) + ")")
 

@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,16 +75,26 @@ def _harvest(cfg: RunConfig, run_dir: Path, progress: bool = True) -> Path:
     from opforge.seeds.catalog import harvest, write_catalog, write_skip_report
     from opforge.seeds.probe_pool import PoolSettings
     from opforge.seeds.specs_loader import SPECS_DIR
+    from opforge.seeds.vocabulary import start_vocabulary_harvest
 
-    # CPU runs: ``workers`` processes; CUDA runs (``workers`` = sandboxes per GPU): all usable cores
-    pool = PoolSettings(workers=cfg.workers if cfg.device == "cpu" else None)
-    res = harvest(SPECS_DIR, progress=progress, pool=pool)
-    tmp = catalog.with_suffix(".tmp.parquet")
-    write_catalog(res.ops, tmp)
-    write_skip_report(res.skips, catalog.with_name("catalog_skipped.csv"))
-    from opforge.seeds.vocabulary import harvest_vocabulary, write_vocabulary
-
-    write_vocabulary(harvest_vocabulary(progress=False), catalog.with_name("shape_vocabulary.json"))
+    # the shape vocabulary (transformers configs, torchvision ladders) is read in a child meanwhile
+    vocab_path = catalog.with_name("shape_vocabulary.json")
+    executor, vocab = start_vocabulary_harvest(vocab_path)
+    try:
+        # CPU runs: ``workers`` processes; CUDA runs (``workers`` = sandboxes per GPU): all usable cores
+        pool = PoolSettings(workers=cfg.workers if cfg.device == "cpu" else None)
+        res = harvest(SPECS_DIR, progress=progress, pool=pool, with_transformers=cfg.harvest_transformers)
+        tmp = catalog.with_suffix(".tmp.parquet")
+        write_catalog(res.ops, tmp)
+        write_skip_report(res.skips, catalog.with_name("catalog_skipped.csv"))
+        try:
+            vocab.result()
+        except Exception as exc:  # noqa: BLE001 - any failure of the child: size with the packaged vocabulary
+            vocab_path.unlink(missing_ok=True)
+            warnings.warn(f"shape vocabulary harvest failed ({type(exc).__name__}: {exc}); sizing with the "
+                          "packaged vocabulary", stacklevel=2)
+    finally:
+        executor.shutdown(wait=False, cancel_futures=True)
     tmp.replace(catalog)  # the catalog appears only once complete
     return catalog
 

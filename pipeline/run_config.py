@@ -45,6 +45,10 @@ class RunConfig(BaseModel):
             --threshold``); ``compile_autotune`` adds ``compile.autotune``.
         kernelbench / kernelbench_levels: the contamination filter's reference.
         seeds_catalog: reuse this seed catalog instead of harvesting (copied into the run directory).
+        harvest_transformers: also probe the modules of every transformers family when harvesting. Off by
+            default: the composer draws seed ops from torch only and builds transformers tasks from the
+            self-contained block specs of ``compose.blocks``, so a run does not need them (``opforge seeds
+            harvest`` still harvests them for the full catalog).
         pretty_name / license / repo_id: the card's title, licence (Hub licence id) and the id in its
             loading example.
     """
@@ -87,6 +91,7 @@ class RunConfig(BaseModel):
     kernelbench: str | None = None
     kernelbench_levels: tuple[int, ...] = (1, 2, 3)
     seeds_catalog: Path | None = None
+    harvest_transformers: bool = False
     pretty_name: str = "opforge fused operator tasks"
     license: str = "apache-2.0"
     repo_id: str | None = None
@@ -109,7 +114,8 @@ class RunConfig(BaseModel):
 # field changed - target, budget, workers, timeouts - resumes the same run).
 IDENTITY_FIELDS = ("seed", "op_mix", "transformers_share", "device_profile", "device", "runtime_window_ms",
                    "round_size", "skip_filters", "kernelbench", "kernelbench_levels", "seeds_catalog", "dtype_mix",
-                   "op_weights", "vocabulary", "include_internal", "heavy_start")
+                   "op_weights", "vocabulary", "include_internal", "heavy_start",
+                   "harvest_transformers")
 
 
 def load_config(path: str | Path | None, overrides: dict[str, Any], thresholds: list[str] | None = None

@@ -6,7 +6,10 @@ Rules, in order:
    ``round(N * share)`` (largest remainders); a bucket with too few accepted tasks gives its shortfall to the
    others in proportion to their shares, and the report says so;
 2. near-identical op signatures are capped: at most ``max_per_signature`` tasks share one sorted set of op
-   labels (``ops``), so 40 ``nn.Conv2d -> nn.ReLU`` variants cannot crowd out rarer fusions;
+   labels (``ops``) and one ``dtype``, so 40 ``nn.Conv2d -> nn.ReLU`` variants cannot crowd out rarer fusions.
+   The dtype is part of the signature because the same fusion in bfloat16 / float16 is another kernel to
+   write than in float32 (tensor-core paths, accumulation precision, tolerance); rows without a ``dtype``
+   column count as float32;
 3. coverage: inside a bucket, tasks are taken round-robin over signatures, each round preferring
    signatures whose seed ops and categories have been picked least so far (ties broken by a seeded
    shuffle), so every seed op and category present in the pool appears before any repeats.
@@ -98,7 +101,7 @@ def _categories(row) -> list[str]:
 def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int = 0,
                  max_per_signature: int = 3) -> Selection:
     """Choose up to ``n`` rows of ``pool`` (columns ``task_id``, ``ops``, ``data_source``, optional
-    ``categories``) by the rules of the module docstring.
+    ``categories`` and ``dtype``) by the rules of the module docstring.
 
     Raises:
         ValueError: ``n`` < 0 or ``max_per_signature`` < 1.
@@ -110,7 +113,8 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
     order = list(range(len(pool)))
     rng.shuffle(order)
     rank = {i: r for r, i in enumerate(order)}
-    signature = [json.dumps(sorted(_seed_ops(r))) for r in pool.itertuples()]
+    dtypes = pool["dtype"].fillna("float32") if "dtype" in pool else pd.Series(["float32"] * len(pool))
+    signature = [json.dumps([sorted(_seed_ops(r)), d]) for r, d in zip(pool.itertuples(), dtypes, strict=True)]
     buckets: dict[str, dict[str, list[int]]] = {}
     for i in order:
         b = pool.at[i, "data_source"]
@@ -133,7 +137,7 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
         while got < want and any(groups.values()):
             # one round: every signature still holding tasks, least-covered seed ops / categories first
             live = [s for s, v in groups.items() if v]
-            live.sort(key=lambda s: (min((op_count[o] for o in json.loads(s)), default=0),
+            live.sort(key=lambda s: (min((op_count[o] for o in json.loads(s)[0]), default=0),
                                      min((cat_count[c] for c in _categories(pool.iloc[groups[s][0]])), default=0),
                                      rank[groups[s][0]]))
             for s in live:
@@ -142,7 +146,7 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
                 i = groups[s].pop(0)
                 chosen.append(i)
                 got += 1
-                op_count.update(json.loads(s))
+                op_count.update(json.loads(s)[0])
                 cat_count.update(_categories(pool.iloc[i]))
         picked[b] = got
     rows = pool.iloc[chosen].reset_index(drop=True)

@@ -666,3 +666,25 @@ def write_vocabulary(vocab: ShapeVocabulary, path) -> Path:
     tmp.write_text(vocab.to_json())
     tmp.replace(path)
     return path
+
+
+def _harvest_into(path: str) -> str:
+    """Child process: harvest the vocabulary and write it at ``path`` (returns ``path``)."""
+    import os
+
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # CPU and ``meta`` only: no CUDA context in the child
+    write_vocabulary(harvest_vocabulary(progress=False), path)
+    return path
+
+
+def start_vocabulary_harvest(path):
+    """Start ``harvest_vocabulary`` in a spawned child process that writes the vocabulary at ``path``, so it
+    overlaps the seed-op probes instead of following them. Returns ``(executor, future)``: the future's
+    result is ``path``; an exception raised in the child (or the child dying) is the future's exception.
+    Shut the executor down after the result is read. Callers guard their entry point
+    (``if __name__ == "__main__":``), as for any spawned child."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ex = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    return ex, ex.submit(_harvest_into, str(path))

@@ -261,3 +261,33 @@ def test_selection_quota_cap_and_coverage():
     assert select_tasks(pool, 10, shares, seed=1).rows["task_id"].tolist() == \
         select_tasks(pool, 10, shares, seed=1).rows["task_id"].tolist()
     assert RunConfig(target=10).resolved().candidate_budget == 200
+
+
+def test_selection_cap_counts_each_dtype_of_a_fusion_apart():
+    """The cap is per (op set, dtype): the bfloat16 twin of a capped float32 fusion is still selectable, and
+    rows without a dtype column count as float32."""
+    rows = [{"task_id": f"t{i}", "ops": json.dumps(["nn.Linear", "F.gelu"]), "data_source": "torch#2",
+             "dtype": ["float32", "bfloat16"][i % 2]} for i in range(8)]
+    pool = pd.DataFrame(rows)
+    shares = bucket_shares({2: 1.0}, 0.0)
+    sel = select_tasks(pool, 8, shares, seed=0, max_per_signature=2)
+    assert len(sel.rows) == 4 and sel.rows["dtype"].value_counts().to_dict() == {"float32": 2, "bfloat16": 2}
+    assert sel.shortfall == 4 and "4 accepted tasks left out" in sel.notes[-1]
+    assert len(select_tasks(pool.drop(columns="dtype"), 8, shares, max_per_signature=2).rows) == 2
+
+
+@pytest.mark.slow
+def test_vocabulary_harvest_runs_in_a_child_beside_the_probes(tmp_path):
+    """``start_vocabulary_harvest`` writes a loadable vocabulary from a spawned child (the run overlaps it with
+    the seed-op probes); the parent never imports the families' configs for it."""
+    from opforge.seeds.vocabulary import AXES, load_vocabulary, start_vocabulary_harvest
+
+    path = tmp_path / "shape_vocabulary.json"
+    executor, fut = start_vocabulary_harvest(path)
+    try:
+        assert fut.result(timeout=600) == str(path)
+    finally:
+        executor.shutdown()
+    vocab = load_vocabulary(path)
+    assert len(vocab.models) > 100 and all(vocab.values(a) for a in ("hidden", "seq", "heads", "channels"))
+    assert set(vocab.axes) == set(AXES)
