@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One lent-GPU call of the release run (device tool; carry .whl, runs/reference, runs/seeds_gpu and, when the
+# machine is not warm, runs/release6k):
+#   DEMO=1 LIMIT=420 bash benchmarks/device/release_run.sh
+# DEMO=1 first runs `opforge run --device cuda` from an empty run directory (harvest included, DEMO_TARGET
+# tasks) for the harvest's wall time and skip reasons. Then `opforge run --config benchmarks/device/release6k.yaml`
+# for at most LIMIT seconds (it resumes the run directory), BUDGET= caps the candidates (publishes what the
+# rounds so far give), RECHECK=N re-checks N published rows. The run's records (no logs) are tarred to $OUT.
+set -uo pipefail
+if [ -f benchmarks/device/device_setup.sh ]; then . benchmarks/device/device_setup.sh || exit 1; else . benchmarks/device_setup.sh || exit 1; fi
+OUT=${OUT:-/tmp/out}
+RUN=runs/release6k
+filt() { stdbuf -o0 tr "\r" "\n" | grep --line-buffered -v -E "(it|task|block|problem|unit|op)/s|distributed\."; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$OUT/gpu.txt"
+if [ "${DEMO:-0}" = 1 ]; then
+    rm -rf /tmp/demo; T0=$(date +%s)
+    timeout "${DEMO_LIMIT:-200}" python3 -m opforge.pipeline.cli run --device cuda --target "${DEMO_TARGET:-20}" \
+        --seed 5 --device-profile h200 --out /tmp/demo --timeout-s 60 --kernelbench runs/reference/kernelbench.jsonl \
+        2>&1 | filt | tee "$OUT/demo.log" | tail -4
+    echo "demo wall s: $(( $(date +%s) - T0 ))" | tee -a "$OUT/demo.log"
+    python3 - <<'PY' 2>&1 | tee -a "$OUT/demo.log"
+import json, collections, pandas as pd
+r = json.load(open("/tmp/demo/run.json")); print("run.json", json.dumps(r))
+s = pd.read_csv("/tmp/demo/seeds/catalog_skipped.csv"); print("skips", len(s), dict(collections.Counter(x.split(":")[0] for x in s.reason)))
+c = pd.read_parquet("/tmp/demo/seeds/catalog.parquet"); print("catalog", len(c), c.library.value_counts().to_dict())
+PY
+    cp /tmp/demo/seeds/catalog_skipped.csv "$OUT/demo_catalog_skipped.csv" 2>/dev/null
+fi
+T0=$(date +%s)
+EXTRA=""; [ -n "${BUDGET:-}" ] && EXTRA="--candidate-budget $BUDGET"
+timeout "${LIMIT:-540}" python3 -m opforge.pipeline.cli run --config benchmarks/device/release6k.yaml $EXTRA 2>&1 \
+    | filt | tee -a "$OUT/release.log" | tail -6
+echo "release call wall s: $(( $(date +%s) - T0 ))" | tee -a "$OUT/release.log"
+if [ -d "$RUN/hf" ] && [ -n "${RECHECK:-}" ]; then
+    timeout "${RECHECK_LIMIT:-150}" python3 -m opforge.pipeline.cli recheck "$RUN/hf" --device cuda --out "$RUN/recheck" \
+        --limit "$RECHECK" 2>&1 | filt | tail -30 | tee "$OUT/recheck.log"
+    timeout 90 python3 benchmarks/realism.py "$RUN/hf" --out "$RUN/realism_published.json" --workers 14 --cache '' \
+        > "$RUN/realism_published.txt" 2>&1
+fi
+tar czf "$OUT/release6k.tgz" --exclude='*/logs/*' --exclude='*.pkl' --exclude='*/sandboxes/*' "$RUN"
+ls -la "$OUT"; du -sh "$RUN"/* 2>/dev/null
+exit 0
