@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One lent-GPU call of the release run (device tool; carry .whl, runs/reference, runs/seeds_gpu and, when the
-# machine is not warm, runs/release6k):
+# One lent-GPU call of the release run (device tool; carry .whl, runs/reference, runs/seeds_gpu,
+# runs/release_rounds (rounds composed on the CPU machine since the last call) and, when the machine is not
+# warm, runs/release6k):
 #   DEMO=1 LIMIT=420 bash benchmarks/device/release_run.sh
 # DEMO=1 first runs `opforge run --device cuda` from an empty run directory (harvest included, DEMO_TARGET
 # tasks) for the harvest's wall time and skip reasons. Then `opforge run --config benchmarks/device/release6k.yaml`
@@ -25,6 +26,11 @@ s = pd.read_csv("/tmp/demo/seeds/catalog_skipped.csv"); print("skips", len(s), d
 c = pd.read_parquet("/tmp/demo/seeds/catalog.parquet"); print("catalog", len(c), c.library.value_counts().to_dict())
 PY
     cp /tmp/demo/seeds/catalog_skipped.csv "$OUT/demo_catalog_skipped.csv" 2>/dev/null
+fi
+# candidate rounds composed on the CPU machine since the last call (carried as runs/release_rounds)
+if [ -d runs/release_rounds ]; then
+    mkdir -p "$RUN/candidates"
+    for f in runs/release_rounds/round-*.parquet; do [ -e "$RUN/candidates/$(basename "$f")" ] || cp "$f" "$RUN/candidates/"; done
 fi
 T0=$(date +%s)
 EXTRA=""; [ -n "${BUDGET:-}" ] && EXTRA="--candidate-budget $BUDGET"
