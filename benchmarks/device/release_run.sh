@@ -27,6 +27,8 @@ c = pd.read_parquet("/tmp/demo/seeds/catalog.parquet"); print("catalog", len(c),
 PY
     cp /tmp/demo/seeds/catalog_skipped.csv "$OUT/demo_catalog_skipped.csv" 2>/dev/null
 fi
+# never start the release over by accident: its directory comes carried, or stays from the last call
+[ -f "$RUN/config.yaml" ] || { echo "no $RUN/config.yaml: carry runs/release6k (the machine was not warm)"; exit 3; }
 # candidate rounds composed on the CPU machine since the last call (carried as runs/release_rounds)
 if [ -d runs/release_rounds ]; then
     mkdir -p "$RUN/candidates"
