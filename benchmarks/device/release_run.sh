@@ -2,12 +2,13 @@
 # One lent-GPU call of the release run (device tool; carry .whl, runs/reference, runs/seeds_gpu,
 # runs/release_rounds (rounds composed on the CPU machine since the last call) and, when the machine is not
 # warm, runs/release6k):
-#   DEMO=1 LIMIT=420 bash benchmarks/device/release_run.sh
+#   DEMO=1 CALL_S=570 bash benchmarks/device/release_run.sh
 # DEMO=1 first runs `opforge run --device cuda` from an empty run directory (harvest included, DEMO_TARGET
 # tasks) for the harvest's wall time and skip reasons. Then `opforge run --config benchmarks/device/release6k.yaml`
 # for at most LIMIT seconds (it resumes the run directory), BUDGET= caps the candidates (publishes what the
 # rounds so far give), RECHECK=N re-checks N published rows. The run's records (no logs) are tarred to $OUT.
 set -uo pipefail
+START=$(date +%s)
 if [ -f benchmarks/device/device_setup.sh ]; then . benchmarks/device/device_setup.sh || exit 1; else . benchmarks/device_setup.sh || exit 1; fi
 OUT=${OUT:-/tmp/out}
 RUN=runs/release6k
@@ -35,6 +36,8 @@ if [ -d runs/release_rounds ]; then
     for f in runs/release_rounds/round-*.parquet; do [ -e "$RUN/candidates/$(basename "$f")" ] || cp "$f" "$RUN/candidates/"; done
 fi
 T0=$(date +%s)
+# CALL_S: the whole call's seconds; the release gets what the steps before left, less RESERVE for what follows
+[ -n "${CALL_S:-}" ] && LIMIT=$(( START + CALL_S - T0 - ${RESERVE:-30} ))
 EXTRA=""; [ -n "${BUDGET:-}" ] && EXTRA="--candidate-budget $BUDGET"
 timeout "${LIMIT:-540}" python3 -m opforge.pipeline.cli run --config benchmarks/device/release6k.yaml $EXTRA 2>&1 \
     | filt | tee -a "$OUT/release.log" | tail -6
