@@ -24,9 +24,14 @@ the verdict depends on:
   under-reports its hint is still charged its wall time less the reference's overhead. On CPU each call
   starts in a process that slept since its previous call (cold caches): a 64 x 256 elementwise task takes
   about 0.14 ms per call here against 0.01 ms in a hot loop, on both sides of the speed-up.
-* Device: the timed rounds hold the device's timing lock exclusively (``filters.gpu_locks.GpuLock``:
-  ``compute`` on the physical GPU, ``cpu.compute`` on CPU); every other round holds it shared, so two
-  evaluations never time at once and nothing else of theirs runs meanwhile.
+* Device: each timed round holds the device's timing lock exclusively (``filters.gpu_locks.GpuLock``:
+  ``compute`` on the physical GPU, ``cpu.compute`` on CPU), one hold per round; every other round holds it
+  shared, so two evaluations never time at once and nothing else of theirs runs meanwhile. A timed call
+  may take at most ``TIMED_CALL_FACTOR`` x the slowest untimed call of its kind (candidate, eager,
+  compile; at least ``TIMED_CALL_FLOOR_S``), else the evaluation ends ``timeout``: a candidate that stalls
+  only once timing starts cannot hold every other user of the device off for the whole evaluation
+  timeout. An untimed candidate call (held shared, which an exclusive waiter queues behind) may take at
+  most ``UNTIMED_CALL_FACTOR`` x the slowest eager call so far, at least ``UNTIMED_CALL_FLOOR_S``.
 * Quiet: between its calls the candidate's process group is stopped (``SIGSTOP`` / ``SIGCONT``), so
   no thread or child of it competes with the reference's timed calls.
 * Verdict: ``hacked`` for a guard violation, a changed setting, an output that is not a plain strided
@@ -49,6 +54,15 @@ import torch
 from opforge.harness.protocol import ProtocolError, pack_pair
 from opforge.harness.sandbox import ServerProcess
 from opforge.harness.slots import SlotSet, dtype_from
+
+# A timed call slower than this many times its kind's slowest untimed call (verification and warm-up calls
+# on the same inputs' shapes, the device shared) is a stall, not noise; the floor covers sub-ms calls.
+TIMED_CALL_FACTOR = 10.0
+TIMED_CALL_FLOOR_S = 2.0
+# An untimed candidate call may be far slower than eager (a naive but correct kernel still earns its
+# correctness), but not without bound: the floor covers a first call's lazy CUDA / library start-up.
+UNTIMED_CALL_FACTOR = 100.0
+UNTIMED_CALL_FLOOR_S = 30.0
 
 
 class Verdict(Exception):  # noqa: N818 - the end of an evaluation, carrying its status
@@ -142,13 +156,20 @@ class Grader:
             raise Verdict("timeout", f"timeout: evaluation ran past {self.cfg.eval_timeout_s:g} s")
         return left
 
-    def _ask(self, server: ServerProcess, msg: dict, blob: bytes | None = None) -> tuple[dict, bytes | None, float]:
-        """(reply, blob, wall ms). A dead, silent or garbled server becomes a ``Verdict``."""
+    def _ask(self, server: ServerProcess, msg: dict, blob: bytes | None = None,
+             limit_s: float | None = None) -> tuple[dict, bytes | None, float]:
+        """(reply, blob, wall ms). A dead, silent or garbled server becomes a ``Verdict``; so does a reply
+        slower than ``limit_s`` seconds (a timed call, see ``TIMED_CALL_FACTOR``)."""
         t0 = time.perf_counter()
+        left = self._left()
         try:
-            reply, out = server.request(msg, self._left(), blob)
+            reply, out = server.request(msg, left if limit_s is None else min(left, limit_s), blob)
         except ProtocolError as exc:
             text = str(exc)
+            if "no reply within" in text and limit_s is not None and limit_s < left:
+                raise Verdict("timeout", f"timeout: {msg.get('target', 'the')} call ran past its limit of "
+                                         f"{limit_s:.3g} s (see harness.grader: TIMED_CALL_FACTOR, "
+                                         "UNTIMED_CALL_FACTOR)") from None
             if "no reply within" in text:
                 raise Verdict("timeout", f"timeout: {text}") from None
             if server.trusted:
@@ -263,8 +284,17 @@ class Grader:
                     pending.append((values, lay))
             return pending.pop(0)
 
+        slowest: dict[str, float] = {}  # target -> slowest untimed call, ms
+
         def call(server: ServerProcess, target: str, slot: int, ins: list[list[int]], outs: list[list[int]],
                  sset: SlotSet, values: list[Any], lay: list[dict]) -> tuple[dict, float, list[torch.Tensor]]:
+            timed = self.lock.mode == "exclusive"
+            if timed:
+                limit = max(TIMED_CALL_FLOOR_S, TIMED_CALL_FACTOR * slowest.get(target, 0.0) / 1e3)
+            elif server is cand:
+                limit = max(UNTIMED_CALL_FLOOR_S, UNTIMED_CALL_FACTOR * slowest.get("eager", 0.0) / 1e3)
+            else:
+                limit = None
             tensors = iter(ins[slot])
             args, written = [], []
             for a, v in zip(lay, values, strict=True):
@@ -282,7 +312,10 @@ class Grader:
                 torch.cuda.synchronize()
             if server is cand:
                 cand.resume()
-            reply, _, wall = self._ask(server, {"op": "call", "target": target, "inputs": args, "outputs": outs[slot]})
+            reply, _, wall = self._ask(server, {"op": "call", "target": target, "inputs": args, "outputs": outs[slot]},
+                                       limit_s=limit)
+            if not timed:
+                slowest[target] = max(slowest.get(target, 0.0), wall)
             if server is cand:
                 cand.pause()  # nothing of the candidate runs while the reference is timed
             got = [sset.tensors[i].clone() for i in outs[slot]]
@@ -302,13 +335,14 @@ class Grader:
         while i < len(phases):
             phase = phases[i]
             if phase == "timing":
+                # one exclusive hold per round, each call bounded: the device's other users (filter sandboxes,
+                # other evaluations) run between rounds, and no candidate holds them off for long
                 t0 = time.perf_counter()
                 with self.lock.exclusive():
-                    while i < len(phases) and phases[i] == "timing":
-                        worst = max(worst, self._round(call, next_inputs, i % k, c_in, c_out, r_in, r_out,
-                                                       cset, rset, cand, ref, walls, hints, True))
-                        i += 1
+                    worst = max(worst, self._round(call, next_inputs, i % k, c_in, c_out, r_in, r_out,
+                                                   cset, rset, cand, ref, walls, hints, True))
                 t_profile += time.perf_counter() - t0
+                i += 1
                 continue
             t0 = time.perf_counter()
             with self.lock.shared():

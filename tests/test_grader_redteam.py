@@ -214,3 +214,24 @@ def test_same_reward_alone_and_in_a_batch(build_root):
                     for r in batch))
     print(detail)
     assert [r["reward"] for r in batch] == [alone.reward] * 4, detail
+
+
+STALL_HEAD = "import time\n"
+STALL_FORWARD = '''        self.calls = getattr(self, "calls", 0) + 1
+        if self.calls > @AFTER@:
+            time.sleep(@SLEEP@)
+        return opforge_kernels.fused_scale_relu(x, self.scale)
+'''
+
+
+@pytest.mark.parametrize("after, sleep, limit", [(6, 100, "2 s"), (1, 100, "30 s")],
+                         ids=["stalls_once_timing_starts", "stalls_in_verification"])
+def test_a_stalling_candidate_cannot_hold_the_device(after, sleep, limit, build_root):
+    """A candidate whose calls stall (only in the timed rounds: 5 verification calls and 1 warm-up come
+    first; or from its second call) ends ``timeout`` at the per-call bound (``TIMED_CALL_FLOOR_S``,
+    ``UNTIMED_CALL_FLOOR_S``), not at the evaluation timeout: while it stalls it holds the device's timing
+    lock, exclusively in a timed round, so every other evaluation and filter sandbox would wait."""
+    forward = STALL_FORWARD.replace("@AFTER@", str(after)).replace("@SLEEP@", str(sleep))
+    res = evaluate(ROW, Solution(honest(forward, STALL_HEAD)), config(eval_timeout_s=90.0), build_root=build_root)
+    assert res.status == "timeout" and res.reward == -1.0, _summary(res)
+    assert f"candidate call ran past its limit of {limit}" in (res.error or ""), _summary(res)
