@@ -108,10 +108,18 @@ class DuplicateFilter(Filter):
     def default_thresholds(cls) -> dict[str, Any]:
         return {"near_min": 0.9, "near": True}
 
-    def score_corpus(self, codes: Sequence[Any], progress: bool = False) -> list[dict[str, Any]]:
+    def score_corpus(self, codes: Sequence[Any], progress: bool = False,
+                     fingerprints: Sequence[Fingerprint | None] | None = None) -> list[dict[str, Any]]:
         """Metrics for every row of ``codes`` (input order): ``{}`` for a first occurrence,
         ``{"exact_of": row}`` or ``{"near_of": row, "jaccard": j}``. Non-string or unparsable code is
-        compared as text only (exact)."""
+        compared as text only (exact). ``fingerprints``: ``fingerprint(code)`` of every string row, computed
+        beforehand (e.g. in parallel); computed here when None.
+
+        Raises:
+            ValueError: ``fingerprints`` is not as long as ``codes``.
+        """
+        if fingerprints is not None and len(fingerprints) != len(codes):
+            raise ValueError(f"duplicate: {len(fingerprints)} fingerprints for {len(codes)} rows")
         from tqdm.auto import tqdm
 
         first: dict[str, int] = {}
@@ -121,7 +129,7 @@ class DuplicateFilter(Filter):
             if not isinstance(code, str):
                 out.append({})
                 continue
-            fp = fingerprint(code)
+            fp = fingerprint(code) if fingerprints is None else fingerprints[i]
             if fp.exact_key in first:
                 out.append({"exact_of": first[fp.exact_key]})
                 continue
@@ -146,6 +154,7 @@ class DuplicateFilter(Filter):
             return self.reject("duplicate:near", {"duplicate_of": m["near_of"], "jaccard": m["jaccard"]})
         return self.accept(m)
 
-    def run_corpus(self, codes: Sequence[Any], progress: bool = False) -> list[Verdict]:
-        """One verdict per row of ``codes`` (input order)."""
-        return [self.decide(m) for m in self.score_corpus(codes, progress)]
+    def run_corpus(self, codes: Sequence[Any], progress: bool = False,
+                   fingerprints: Sequence[Fingerprint | None] | None = None) -> list[Verdict]:
+        """One verdict per row of ``codes`` (input order); ``fingerprints`` as in ``score_corpus``."""
+        return [self.decide(m) for m in self.score_corpus(codes, progress, fingerprints)]
