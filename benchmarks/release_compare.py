@@ -255,12 +255,6 @@ def _init_worker() -> None:
 
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.set_verbosity_error()
-    except ImportError:
-        pass
 
 
 def fingerprint_chunk(codes: list[Any]) -> list[Any]:
@@ -460,20 +454,20 @@ def sample_measures(rows: list[dict[str, Any]], sample: list[int], recs: list[di
         "transformers": {"n": len(tf_f), "module_present": _share(sum(f["module_present"] for f in tf_f),
                                                                   len(tf_f))},
         "n_untraced": len(untraced),
-        "untraced_reasons": Counter(reason_kind(reason) for _, reason in untraced).most_common(10),
-        "untraced_rows": untraced[:20],
+        "untraced_reasons": [list(kv) for kv in Counter(reason_kind(r) for _, r in untraced).most_common(10)],
+        "untraced_rows": [list(u) for u in untraced[:20]],
         "mismatch_examples": mismatches[:10],
     }
     kb = [r["kernelbench"] for r in recs]
     scored = [k for k in kb if "error" not in k]
-    hits = [(sample[i], k["signature_matches"]) for i, k in enumerate(kb) if k.get("signature_hit")]
+    hits = [[sample[i], k["signature_matches"]] for i, k in enumerate(kb) if k.get("signature_hit")]
     kernelbench = {
         "n_sampled": len(kb), "n_scored": len(scored), "signature_hits": len(hits),
         "signature_hit_share": _share(len(hits), len(scored)),
         "signature_source": dict(Counter(k["signature_source"] for k in scored)),
         "verdicts": dict(Counter(k["verdict"] for k in scored).most_common()),
         "hit_examples": hits[:10],
-        "errors": Counter(reason_kind(k["error"]) for k in kb if "error" in k).most_common(5),
+        "errors": [list(kv) for kv in Counter(reason_kind(k["error"]) for k in kb if "error" in k).most_common(5)],
     }
     records = [r["realism"] for r in recs]
     dtypes = Counter(row_dtype(r) for r in records)
