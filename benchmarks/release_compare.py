@@ -8,8 +8,8 @@ Usage::
 
 ``--ours`` is a Hugging Face dataset folder written by ``opforge run`` (``RUN_DIR/hf``, rows in
 ``data/*.parquet``) or a Parquet file with the same columns (``opforge compose`` output); ``--ops6k``
-defaults to ``runs/reference/cuda_agent_ops_6k.parquet`` of the main checkout, else
-``../shared/reference/cuda_agent_ops_6k.parquet``. Only ``code`` is required; ``ops``, ``data_source``,
+defaults to ``runs/reference/cuda_agent_ops_6k.parquet`` of this checkout, else
+``../shared/reference/cuda_agent_ops_6k.parquet`` beside it. Only ``code`` is required; ``ops``, ``data_source``,
 ``task_id`` and ``dtype`` are used when present. Writes one JSON result (``--out``) and prints a markdown
 table (measure | opforge | Ops-6K).
 
@@ -93,7 +93,6 @@ import realism  # noqa: E402
 
 MEASURE_VERSION = 1
 OPS6K_CANDIDATES = (ROOT / "runs" / "reference" / "cuda_agent_ops_6k.parquet",
-                    Path("/work/main/runs/reference/cuda_agent_ops_6k.parquet"),
                     ROOT.parent / "shared" / "reference" / "cuda_agent_ops_6k.parquet")
 FINGERPRINT_CHUNK = 250  # rows per fingerprint job
 _OPS6K_SUFFIX = re.compile(r"_\d+$")  # Ops-6K spells a transformers module ``Name_k``
