@@ -79,6 +79,7 @@ import random
 import re
 import shlex
 import socket
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -476,16 +477,37 @@ def sample_measures(rows: list[dict[str, Any]], sample: list[int], recs: list[di
             "realism": figures, "realism_targets": realism.check_targets(figures)}
 
 
+def _git(*args: str) -> str | None:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True,
+                              timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def _describe(argv: list[str] | None) -> dict[str, Any]:
-    """What produced the result: commit, date, command line, machine, versions."""
+    """What produced the result: commit (``-dirty`` with uncommitted changes to tracked files), date,
+    command line, machine (hostname, CPU count, platform) and versions (python, torch, transformers)."""
+    import torch
+
+    try:
+        import transformers
+
+        tf_version = transformers.__version__
+    except ImportError:
+        tf_version = None
+    commit = _git("rev-parse", "HEAD")
+    if commit and _git("status", "--porcelain", "--untracked-files=no"):
+        commit += "-dirty"
     return {
-        "commit": realism._git_commit(),
+        "commit": commit,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": shlex.join([Path(sys.executable).name, *sys.argv]) if argv is None
-        else shlex.join(["release_compare.py", *argv]),
+        "command": shlex.join(["python", *sys.argv]) if argv is None
+        else shlex.join(["python", "benchmarks/release_compare.py", *argv]),
         "machine": {"hostname": socket.gethostname(), "cpu_count": os.cpu_count(),
                     "platform": platform.platform()},
-        "versions": {**realism._versions(), "python": platform.python_version()},
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "transformers": tf_version},
     }
 
 
@@ -511,6 +533,15 @@ def _num(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:,.0f}" if v == int(v) else f"{v:,.1f}"
     return f"{v:,}" if isinstance(v, int) else str(v)
+
+
+def _figure(key: str, v: Any) -> str:
+    """A realism figure as the table shows it: shares in %, bytes in MB (10^6), other numbers plain."""
+    if key.endswith("_share"):
+        return _pct(v)
+    if key.startswith("input_bytes") and v is not None:
+        return f"{v / 1e6:,.1f} MB"
+    return _num(v)
 
 
 def table_rows(result: dict[str, Any]) -> list[list[str]]:
@@ -567,7 +598,7 @@ def table_rows(result: dict[str, Any]) -> list[list[str]]:
                 "low_precision_share", "non_multiple_of_8_share", "distinct_non_batch_dims_500",
                 "input_bytes_p50", "input_bytes_p95"):
         rows.append([f"realism: {key} (sample)",
-                     *both(lambda d, key=key: realism._fmt(key, d["sample"]["realism"].get(key)))])
+                     *both(lambda d, key=key: _figure(key, d["sample"]["realism"].get(key)))])
     return rows
 
 
