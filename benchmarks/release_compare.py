@@ -537,7 +537,7 @@ def _num(v: Any) -> str:
 
 def _figure(key: str, v: Any) -> str:
     """A realism figure as the table shows it: shares in %, bytes in MB (10^6), other numbers plain."""
-    if key.endswith("_share"):
+    if "_share" in key:
         return _pct(v)
     if key.startswith("input_bytes") and v is not None:
         return f"{v / 1e6:,.1f} MB"
