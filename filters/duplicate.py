@@ -15,6 +15,7 @@ A corpus filter: it scores all input rows at once, on the client, before any tas
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from opforge.filters.verdict import Cost, Filter, Verdict
@@ -22,6 +23,71 @@ from opforge.filters.verdict import Cost, Filter, Verdict
 LSH_THRESHOLD = 0.7  # candidate generation; near_min below this needs a re-score
 NUM_PERM = 128
 SHINGLE = 5
+
+
+@dataclass
+class Fingerprint:
+    """What the duplicate rule compares for one source.
+
+    Attributes:
+        exact_key: ``task.identity.source_hash`` of the source (equal for exact duplicates).
+        minhash: MinHash (``NUM_PERM`` permutations, seed 1) of the ``SHINGLE``-token shingles of the
+            structure tokens with constants kept; None when the source does not parse.
+        signature: the op signature read from the source (``task.structure.static_op_signature``); None when
+            the source does not parse.
+    """
+
+    exact_key: str
+    minhash: Any = None
+    signature: frozenset[str] | None = None
+
+
+def fingerprint(code: str) -> Fingerprint:
+    """The ``Fingerprint`` of one task source (a string; unparsable sources get only ``exact_key``)."""
+    from datasketch import MinHash
+    from opforge.task.identity import source_hash
+    from opforge.task.structure import module_tokens, parse_task, shingles, static_op_signature
+
+    key = source_hash(code)
+    tree = parse_task(code)
+    if tree is None:
+        return Fingerprint(key)
+    mh = MinHash(num_perm=NUM_PERM, seed=1)
+    mh.update_batch(sorted(shingles(module_tokens(tree, constants=True), SHINGLE)))
+    return Fingerprint(key, mh, static_op_signature(tree))
+
+
+class NearIndex:
+    """MinHash LSH (``LSH_THRESHOLD``) over fingerprints, answering "which indexed source is the nearest
+    same-signature neighbour of this one"."""
+
+    def __init__(self):
+        from datasketch import MinHashLSH
+
+        self._lsh = MinHashLSH(threshold=LSH_THRESHOLD, num_perm=NUM_PERM)
+        self._kept: dict[Any, Fingerprint] = {}
+
+    def insert(self, key: Any, fp: Fingerprint) -> None:
+        """Index ``fp`` under ``key`` (a hashable, unique per insert); a fingerprint without MinHash is
+        ignored."""
+        if fp.minhash is None:
+            return
+        self._lsh.insert(key, fp.minhash)
+        self._kept[key] = fp
+
+    def nearest(self, fp: Fingerprint) -> tuple[Any, float]:
+        """(key, Jaccard estimate) of the LSH candidate with the same op signature and the highest Jaccard
+        estimate (ties: the smallest key), or (None, 0.0) when there is none."""
+        best, best_j = None, 0.0
+        if fp.minhash is None:
+            return best, best_j
+        for j in self._lsh.query(fp.minhash):
+            other = self._kept[j]
+            jac = fp.minhash.jaccard(other.minhash)
+            if other.signature == fp.signature and (jac > best_j or (jac == best_j and best is not None
+                                                                     and j < best)):
+                best, best_j = j, jac
+        return best, best_j
 
 
 class DuplicateFilter(Filter):
@@ -42,49 +108,43 @@ class DuplicateFilter(Filter):
     def default_thresholds(cls) -> dict[str, Any]:
         return {"near_min": 0.9, "near": True}
 
-    def score_corpus(self, codes: Sequence[Any], progress: bool = False) -> list[dict[str, Any]]:
+    def score_corpus(self, codes: Sequence[Any], progress: bool = False,
+                     fingerprints: Sequence[Fingerprint | None] | None = None) -> list[dict[str, Any]]:
         """Metrics for every row of ``codes`` (input order): ``{}`` for a first occurrence,
         ``{"exact_of": row}`` or ``{"near_of": row, "jaccard": j}``. Non-string or unparsable code is
-        compared as text only (exact)."""
-        from datasketch import MinHash, MinHashLSH
-        from opforge.task.identity import source_hash
-        from opforge.task.structure import module_tokens, parse_task, shingles, static_op_signature
+        compared as text only (exact). ``fingerprints``: ``fingerprint(code)`` of every string row, computed
+        beforehand (e.g. in parallel); computed here when None.
+
+        Raises:
+            ValueError: ``fingerprints`` is not as long as ``codes``.
+        """
+        if fingerprints is not None and len(fingerprints) != len(codes):
+            raise ValueError(f"duplicate: {len(fingerprints)} fingerprints for {len(codes)} rows")
         from tqdm.auto import tqdm
 
         first: dict[str, int] = {}
-        lsh = MinHashLSH(threshold=LSH_THRESHOLD, num_perm=NUM_PERM)
-        kept: dict[int, tuple[Any, frozenset[str]]] = {}
+        index = NearIndex()
         out: list[dict[str, Any]] = []
         for i, code in enumerate(tqdm(codes, desc="duplicate", unit="task", disable=not progress)):
             if not isinstance(code, str):
                 out.append({})
                 continue
-            key = source_hash(code)
-            if key in first:
-                out.append({"exact_of": first[key]})
+            fp = fingerprint(code) if fingerprints is None else fingerprints[i]
+            if fp.exact_key in first:
+                out.append({"exact_of": first[fp.exact_key]})
                 continue
-            first[key] = i
-            tree = parse_task(code)
-            if tree is None:
+            first[fp.exact_key] = i
+            if fp.minhash is None:
                 out.append({})
                 continue
-            mh = MinHash(num_perm=NUM_PERM, seed=1)
-            mh.update_batch(sorted(shingles(module_tokens(tree, constants=True), SHINGLE)))
-            sig = static_op_signature(tree)
-            best, best_j = None, 0.0
-            for j in lsh.query(mh):
-                other, other_sig = kept[j]
-                jac = mh.jaccard(other)
-                if other_sig == sig and (jac > best_j or (jac == best_j and best is not None and j < best)):
-                    best, best_j = j, jac
+            best, best_j = index.nearest(fp)
             if best is not None:
                 out.append({"near_of": best, "jaccard": round(best_j, 4)})
                 if best_j >= self.thresholds["near_min"] and self.thresholds["near"]:
                     continue  # a duplicate never becomes the representative of others
             else:
                 out.append({})
-            lsh.insert(i, mh)
-            kept[i] = (mh, sig)
+            index.insert(i, fp)
         return out
 
     def decide(self, m: dict[str, Any]) -> Verdict:
@@ -94,6 +154,7 @@ class DuplicateFilter(Filter):
             return self.reject("duplicate:near", {"duplicate_of": m["near_of"], "jaccard": m["jaccard"]})
         return self.accept(m)
 
-    def run_corpus(self, codes: Sequence[Any], progress: bool = False) -> list[Verdict]:
-        """One verdict per row of ``codes`` (input order)."""
-        return [self.decide(m) for m in self.score_corpus(codes, progress)]
+    def run_corpus(self, codes: Sequence[Any], progress: bool = False,
+                   fingerprints: Sequence[Fingerprint | None] | None = None) -> list[Verdict]:
+        """One verdict per row of ``codes`` (input order); ``fingerprints`` as in ``score_corpus``."""
+        return [self.decide(m) for m in self.score_corpus(codes, progress, fingerprints)]
