@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -144,6 +145,32 @@ class FakeHfApi:
 
     def create_tag(self, repo_id, **kw):
         self.calls.append(("create_tag", repo_id, kw))
+
+
+def test_published_folder_holds_no_path_of_the_building_machine(finished_run, catalog_path):
+    """The run was given absolute paths (--out, --seeds-catalog under pytest's temporary folder): no file of
+    the Hub folder (card, provenance, shards, plots) names the run directory, the repository, the home folder
+    or the temporary folder, and the provenance identifies the catalog by name and hash instead."""
+    hf = finished_run / "hf"
+    repo = Path(__file__).resolve().parents[1]
+    needles = {str(finished_run.resolve()), str(finished_run), str(repo), str(Path.home()),
+               str(Path(catalog_path).resolve().parent)}
+    files = [p for p in hf.rglob("*") if p.is_file()]
+    assert {p.suffix for p in files} >= {".md", ".json", ".parquet", ".png"}
+    for path in files:
+        blob = path.read_bytes()
+        for needle in needles:
+            assert needle.encode() not in blob, (path.relative_to(hf), needle)
+    config = json.loads((hf / "opforge_run.json").read_text())["config"]
+    assert config["out"] == "."
+    assert re.fullmatch(r"catalog\.parquet \(sha256 [0-9a-f]{16}\)", config["seeds_catalog"]), config["seeds_catalog"]
+    assert config["kernelbench"] is None  # the packaged default; the funnel names it
+    status = subprocess.run([sys.executable, "-m", "opforge.pipeline.cli", "status", str(finished_run), "--json"],
+                            capture_output=True, text=True, timeout=120)
+    s = json.loads(status.stdout)
+    assert s["stage"] == "finished" and s["result"]["selected"] == TARGET and s["hub_folder"] == str(hf)
+    run = json.loads((finished_run / "run.json").read_text())
+    assert s["candidates"]["rows"] == run["candidates"] and s["ledger"]["accepted"] == run["accepted"]
 
 
 def test_publish_uploads_exactly_the_validated_folder(finished_run):
