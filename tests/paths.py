@@ -1,4 +1,4 @@
-"""Reference data the tests read (DESIGN.md §6): ``../shared/reference`` beside the checkout."""
+"""Reference data the tests read (docs/DESIGN.md §6): ``../shared/reference`` beside the checkout."""
 
 from pathlib import Path
 

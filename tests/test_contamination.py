@@ -148,7 +148,7 @@ def test_ops6k_exact_duplicates_are_all_found():
             byte_identical.append(i)
         seen.add(c)
     exact = {i for i, v in enumerate(verdicts) if v.reason == "duplicate:exact"}
-    assert len(byte_identical) == 352  # DESIGN.md §6
+    assert len(byte_identical) == 352  # docs/DESIGN.md §6
     assert set(byte_identical) <= exact  # and more: copies differing only in comments or layout
     counts = collections.Counter(v.reason for v in verdicts)
     assert counts["duplicate:exact"] == len(exact) > 352
