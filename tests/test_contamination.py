@@ -25,17 +25,17 @@ from opforge.task.structure import class_tokens, parse_task, static_op_signature
 
 from .disguises import DISGUISES, changed
 from .new_fusions import NEW_FUSIONS
-from .paths import KERNELBENCH, OPS6K
+from .paths import KERNELBENCH, OPS6K, needs_shared
 
 
 @pytest.fixture(scope="module")
 def problems():
-    return load_problems(KERNELBENCH)
+    return load_problems()  # the packaged copy (levels 1-3), the same problems as ../shared/reference
 
 
 @pytest.fixture(scope="module")
 def contamination(problems):
-    return ContaminationFilter(build_index(KERNELBENCH))
+    return ContaminationFilter(build_index())
 
 
 def test_every_kernelbench_problem_is_contaminated_with_itself_nearest(problems, contamination):
@@ -139,6 +139,7 @@ def test_duplicate_filter_keeps_first_of_exact_and_near_copies():
     assert [v.reason for v in DuplicateFilter(near=False).run_corpus(rows)][1] is None
 
 
+@needs_shared
 def test_ops6k_exact_duplicates_are_all_found():
     codes = list(pd.read_parquet(OPS6K, columns=["code"])["code"])
     verdicts = DuplicateFilter(near=False).run_corpus(codes)
@@ -154,6 +155,7 @@ def test_ops6k_exact_duplicates_are_all_found():
     assert counts["duplicate:exact"] == len(exact) > 352
 
 
+@needs_shared
 def test_packaged_reference_is_kernelbench_at_its_commit(problems):
     """The copy shipped as package data is the reference file's problems (same commit), levels 1-4."""
     packaged = load_problems(levels=(1, 2, 3, 4))

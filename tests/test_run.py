@@ -21,7 +21,7 @@ from opforge.pipeline.select import bucket_shares, plan_quotas, select_tasks
 from opforge.task.source import load_task
 from opforge.task.trace import trace_task
 
-from .paths import OPS6K
+from .paths import OPS6K, needs_shared
 
 TARGET = 6
 MEASURED = ["eager_ms", "compile_ms"]  # timings: measured again by every run, so never compared
@@ -69,12 +69,18 @@ def test_run_builds_a_loadable_dataset(finished_run):
     assert len(first) == 2 and all(r["start_s"] == 0.0 for r in first.values()), first
     assert f"{run['candidates']} candidates composed" in card  # the card states what the run measured
     assert validate_folder(hf)["rows"] == TARGET
-    # the Ops-6K loader works unchanged, on the reference and on ours
-    ref = ops6k_style_loader("parquet", data_files=str(OPS6K))
     ours = ops6k_style_loader(str(hf))
-    assert len(ref) == 6000 and len(ours) == TARGET
+    assert len(ours) == TARGET
     assert all(isinstance(ops, list) and ops and src.startswith(("torch#", "transformers")) for ops, src, _ in ours)
     assert all(isinstance(json.loads(o), list) for o in ds["ops"])  # ours is JSON in every row
+
+
+@needs_shared
+def test_an_ops6k_loader_reads_the_reference_and_ours_alike(finished_run):
+    ref = ops6k_style_loader("parquet", data_files=str(OPS6K))
+    ours = ops6k_style_loader(str(finished_run / "hf"))
+    assert len(ref) == 6000 and len(ours) == TARGET
+    assert {type(ops) for ops, _, _ in ref} == {type(ops) for ops, _, _ in ours} == {list}
 
 
 def test_every_published_row_passes_an_independent_recheck(finished_run):
@@ -91,6 +97,7 @@ def test_every_published_row_passes_an_independent_recheck(finished_run):
         assert r.gpu == "cpu" and r.torch_version == torch.__version__ and r.num_ops == len(json.loads(r.ops))
 
 
+@needs_shared
 def test_no_published_row_copies_an_ops6k_row(finished_run):
     ref = list(pd.read_parquet(OPS6K, columns=["code"])["code"])
     ours = list(pd.read_parquet(finished_run / "hf" / "data")["code"])
