@@ -112,7 +112,7 @@ def _round_path(run_dir: Path, k: int) -> Path:
     return run_dir / "candidates" / f"round-{k:04d}.parquet"
 
 
-def _compose_round(cfg: RunConfig, catalog: Path, k: int, run_dir: Path) -> Path:
+def _compose_round(cfg: RunConfig, catalog: Path, k: int, run_dir: Path, progress: bool = True) -> Path:
     from opforge.compose.composer import ComposeConfig, compose
     from opforge.seeds.catalog import read_catalog
 
@@ -127,7 +127,7 @@ def _compose_round(cfg: RunConfig, catalog: Path, k: int, run_dir: Path) -> Path
                          include_internal=cfg.include_internal, heavy_start=cfg.heavy_start)
     # the sandboxes wait for candidates meanwhile: compose on every core (output does not depend on it)
     workers = cfg.compose_workers or max(1, min(len(os.sched_getaffinity(0)), cfg.round_size // 50))
-    df = compose(read_catalog(catalog), ccfg, workers=workers)
+    df = compose(read_catalog(catalog), ccfg, workers=workers, progress=progress)
     tmp = path.with_suffix(".tmp.parquet")
     df.to_parquet(tmp, index=False)
     tmp.replace(path)
@@ -208,7 +208,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
                     warming = warm_sandboxes(handle, settings, run_dir / "filter")
                 seconds["cluster_start"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            rounds.append(_compose_round(cfg, catalog, k, run_dir))
+            rounds.append(_compose_round(cfg, catalog, k, run_dir, progress))
             candidates = pd.concat([pd.read_parquet(p) for p in rounds], ignore_index=True)
             candidates.to_parquet(run_dir / "candidates.parquet", index=False)
             seconds["compose"] += time.perf_counter() - t0
