@@ -1,7 +1,7 @@
 """Composer benchmark: time to compose 10,000 candidates, label fidelity, diversity vs Ops-6K, CPU sizing.
 
 Usage: python benchmarks/compose_bench.py --catalog runs/seeds/catalog.parquet [--n 10000] [--workers 2]
-Writes benchmarks/results/compose_bench.json and prints a summary.
+Writes benchmarks/results/<machine>/compose.json (``record.write``) and prints a summary.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import record
 from opforge.compose.composer import ComposeConfig, compose
 from opforge.compose.labels import labels_match
 from opforge.filters.runtime import measure_eager_ms
@@ -40,7 +41,7 @@ def main():
     ap.add_argument("--catalog", default="runs/seeds/catalog.parquet")
     ap.add_argument("--n", type=int, default=10000)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", default="benchmarks/results/compose_bench.json")
+    ap.add_argument("--out", help="write here instead of benchmarks/results/<machine>/NAME.json")
     args = ap.parse_args()
     cat = read_catalog(Path(args.catalog))
     t0 = time.perf_counter()
@@ -67,9 +68,9 @@ def main():
     res["cpu_sizing"] = {"n": len(s), "inside_1_100ms": float(((s >= 1) & (s <= 100)).mean()),
                          "median_ms": float(s.median()), "errors": int(s.isna().sum()),
                          "median_measured_over_predicted": float((s / cpu.predicted_ms).median())}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(res, indent=2))
+    path = record.write_file(args.out, res) if args.out else record.write("compose", res)
     print(json.dumps(res, indent=2))
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Contamination / duplicate benchmark: KernelBench self-check, disguise suite, false positives, speed.
 
-    python benchmarks/contamination_bench.py [--n 10000] [--workers 2] [--out benchmarks/results/contamination_bench.json]
+    python benchmarks/contamination_bench.py [--n 10000] [--workers 2] [--out FILE]  (default: benchmarks/results/<machine>/contamination.json)
 
 1. builds the KernelBench L1–3 index from ../shared/reference/kernelbench.jsonl (fresh cache: timed);
 2. feeds the 250 problems as tasks (each must be contaminated, nearest = itself);
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import platform
 import sys
@@ -28,6 +27,8 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the disguise suite and new fusions live with the tests
+
+import record  # noqa: E402 - benchmarks/record.py, beside this script
 
 from tests.disguises import DISGUISES, changed, extra_op  # noqa: E402
 from tests.new_fusions import NEW_FUSIONS  # noqa: E402
@@ -44,7 +45,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--catalog", default="runs/seeds/catalog.parquet")
     p.add_argument("--work", default="runs/bench/contamination")
-    p.add_argument("--out", default="benchmarks/results/contamination_bench.json")
+    p.add_argument("--out", help="write here instead of benchmarks/results/<machine>/NAME.json")
     args = p.parse_args()
     os.environ["OPFORGE_CACHE"] = tempfile.mkdtemp(prefix="opforge-cache-")  # time a cold index build
 
@@ -126,8 +127,8 @@ def main() -> None:
                     "contamination_seconds_mean": fc["by_filter"]["contamination"]["seconds_mean"],
                     "by_reason_detail": fc["by_reason_detail"]}
     print("speed:", res["speed"], flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(res, indent=2))
+    path = record.write_file(args.out, res) if args.out else record.write("contamination", res)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import shutil
 import time
 from pathlib import Path
 
+import record  # noqa: E402 - benchmarks/record.py, beside this script
 from opforge.compose.composer import ComposeConfig, compose
 from opforge.filters.chain import FilterSettings
 from opforge.filters.runtime import resolve_window
@@ -38,7 +39,7 @@ def main():
     p.add_argument("--tasks", default="runs/bench/filter_tasks.parquet")
     p.add_argument("--work", default="runs/bench/filter")
     p.add_argument("--timeout-s", type=float, default=120.0)
-    p.add_argument("--out", default="benchmarks/results/filter_bench.json")
+    p.add_argument("--out", help="write here instead of benchmarks/results/<machine>/NAME.json")
     p.add_argument("--warm-cache", action="store_true",
                    help="keep Inductor's on-disk cache between configurations (default: a fresh one each)")
     args = p.parse_args()
@@ -71,8 +72,8 @@ def main():
                "environment": f["environment"]}
         results["runs"].append(row)
         print(json.dumps(row, indent=2), flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2))
+    path = record.write_file(args.out, results) if args.out else record.write("filter", results)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Where a task's GPU time goes in the filter chain: per filter, the wall seconds and the summed duration
 of the GPU kernels it launched (CUPTI, through ``torch.profiler``), one process, one task at a time.
 
-Run on the lent GPU machine (after ``. benchmarks/device_setup.sh``):
-    python3 benchmarks/gpu_cost_profile.py CANDIDATES.parquet --limit 40 --out cost.json [--no-autotune-pointwise]
+Run on the lent GPU machine (after ``. benchmarks/device/device_setup.sh``):
+    python3 benchmarks/gpu_cost_profile.py CANDIDATES.parquet --limit 40 [--out cost.json] [--no-autotune-pointwise]   # default: results/<gpu>/cost_profile.json
 
 The chain is eager, runtime_screen, determinism, degenerate, compile, runtime with the default CUDA window,
 in-process (no sandbox, no neighbours), so the kernel sums are each filter's own GPU work. Profiling adds
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
 
 import pyarrow.parquet as pq
+import record  # noqa: E402 - benchmarks/record.py, beside this script
 import torch
 from torch.profiler import ProfilerActivity, profile
 
@@ -36,7 +36,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("candidates")
     ap.add_argument("--limit", type=int, default=40)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", help="write here instead of benchmarks/results/<machine>/cost_profile.json")
     ap.add_argument("--device", default="cuda", help="cuda, or cpu to check the script")
     ap.add_argument("--no-autotune-pointwise", action="store_true",
                     help="torch._inductor.config.triton.autotune_pointwise = False")
@@ -97,10 +97,7 @@ def _write(args, chain, rows: list[dict]) -> dict:
                                "kernels_median": statistics.median(g["kernels"] for g in got)}
     out = {"autotune_pointwise": not args.no_autotune_pointwise, "tasks": len(rows), "summary": summary,
            "rows": rows, "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu", "torch": torch.__version__}
-    tmp = f"{args.out}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump(out, fh, indent=1)
-    os.replace(tmp, args.out)
+    record.write_file(args.out, out) if args.out else record.write("cost_profile", out)
     return summary
 
 

@@ -1,14 +1,15 @@
-"""Harness on the lent GPU (issue #8): hand-written CUDA solutions and reward throughput.
+"""Harness on a GPU: hand-written CUDA solutions and reward throughput; on CPU, the batch and the grader.
 
-    python benchmarks/harness_bench.py --out harness_bench.json [--batch 64] [--workers 8]
-    python benchmarks/harness_bench.py --device cpu --out harness_bench_cpu.json --workers 2
+    python benchmarks/harness_bench.py [--batch 64] [--workers 8]          # -> results/<gpu>/harness_solutions.json
+    python benchmarks/harness_bench.py --skip-solutions --batch 64 --workers 16   # -> results/<gpu>/harness_batch.json
+    python benchmarks/harness_bench.py --device cpu --workers 2            # -> results/cpu-<N>core/harness_batch.json
 
 With ``--device cpu`` the task and solutions are those of ``tests/harness_cases.py`` (a small task with a
 C++ extension and cheats of the same kinds), so the batch measurement runs on any machine. Two CPU
 measurements of the grader itself:
 
-    python benchmarks/harness_bench.py --device cpu --overhead 5 --out overhead.json
-    python benchmarks/harness_bench.py --device cpu --consistency 5 --batch 16 --out consistency.json
+    python benchmarks/harness_bench.py --device cpu --overhead 5          # -> harness_overhead.json
+    python benchmarks/harness_bench.py --device cpu --consistency 5 --batch 16   # -> harness_consistency.json
 
 ``--overhead N``: the honest solution evaluated N times in a row (build cached): wall seconds per
 evaluation and the verify / profile parts (run it once per code version for a before / after).
@@ -33,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import record
 from opforge.harness.dataset import get_task, load_tasks
 from opforge.harness.evaluate import EvalConfig, evaluate
 from opforge.harness.solution import Solution, format_completion
@@ -54,7 +56,9 @@ def _cheat(body: str) -> dict[str, str]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="harness_bench.json")
+    p.add_argument("--name", help="result name, benchmarks/results/<machine>/NAME.json (default by mode: "
+                                   "harness_solutions, harness_batch, harness_overhead, harness_consistency)")
+    p.add_argument("--out", help="write the result JSON here instead")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
@@ -62,6 +66,9 @@ def main() -> None:
     p.add_argument("--overhead", type=int, default=0, help="CPU: evaluations of the honest solution in a row")
     p.add_argument("--consistency", type=int, default=0, help="CPU: repeats of alone vs batch (opforge eval)")
     args = p.parse_args()
+    args.name = args.name or ("harness_overhead" if args.device == "cpu" and args.overhead else
+                              "harness_consistency" if args.device == "cpu" and args.consistency else
+                              "harness_batch" if args.device == "cpu" or args.skip_solutions else "harness_solutions")
     if args.device == "cpu" and args.overhead:
         return cpu_overhead(args)
     if args.device == "cpu" and args.consistency:
@@ -80,7 +87,7 @@ def main() -> None:
             "speedup_eager", "speedup_compile", "build_s", "verify_s", "profile_s", "eval_s")},
             "ops": tasks.loc[tid, "ops"], "wall_s": time.perf_counter() - t0}
         print(tid, json.dumps(out["solutions"][tid]), flush=True)
-        Path(args.out).write_text(json.dumps(out, indent=1, default=str))  # kept if the batch is cut off
+        _save(args, out)  # kept if the batch is cut off
 
     kinds = ["honest", *CHEAT_BODIES]
     completions, ids, expect = [], [], []
@@ -91,7 +98,12 @@ def main() -> None:
         ids.append(tid)
         expect.append(kind)
     out["batch"] = score_batch(ROOT / "tasks.jsonl", completions, ids, expect, config, "cuda", args.workers)
-    Path(args.out).write_text(json.dumps(out, indent=1, default=str))
+    _save(args, out)
+
+
+def _save(args, payload: dict) -> Path:
+    """The result so far, through ``record`` (rewritten as the run goes, so a cut-off run keeps its part)."""
+    return record.write_file(args.out, payload) if args.out else record.write(args.name, payload)
 
 
 def score_batch(dataset, completions, ids, expect, config, device: str, workers: int) -> dict:
@@ -143,7 +155,7 @@ def cpu_batch(args) -> None:
     config = EvalConfig(device="cpu", timing_trials=10)
     batch = score_batch(work / "tasks.jsonl", completions, ["scale_relu"] * args.batch, expect, config, "cpu",
                         args.workers)
-    Path(args.out).write_text(json.dumps({"batch": batch}, indent=1, default=str))
+    _save(args, {"batch": batch})
 
 
 def _cases():
@@ -172,7 +184,7 @@ def cpu_overhead(args) -> None:
     cached = runs[1:]
     out = {"runs": runs, "median_wall_s_cached": sorted(r["wall_s"] for r in cached)[len(cached) // 2],
            "config": config.model_dump(mode="json")}
-    Path(args.out).write_text(json.dumps(out, indent=1, default=str))
+    _save(args, out)
 
 
 def cpu_consistency(args) -> None:
@@ -195,8 +207,8 @@ def cpu_consistency(args) -> None:
             report = work / f"report_{name}_{rep}"
             shutil.rmtree(report, ignore_errors=True)
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "opforge.pipeline.cli", "eval", "--dataset", str(work / "tasks.jsonl"),
-                            "--solutions", str(work / name), "--out", str(report), "--no-compile"], check=True,
+            subprocess.run([sys.executable, "-m", "opforge.pipeline.cli", "harness", "eval", str(work / "tasks.jsonl"),
+                            str(work / name), str(report), "--no-compile", "--quiet"], check=True,
                            capture_output=True)
             res = [json.loads(line) for line in (report / "results.jsonl").read_text().splitlines()]
             out[name].append({"wall_s": time.perf_counter() - t0, "rewards": [r["reward"] for r in res],
@@ -204,10 +216,10 @@ def cpu_consistency(args) -> None:
                               "eager_ms": [r.get("eager_ms") for r in res],
                               "status": sorted({r["status"] for r in res})})
             print(name, rep, json.dumps(out[name][-1]), flush=True)
-            Path(args.out).write_text(json.dumps(out, indent=1, default=str))
+            _save(args, out)
     rewards = [x for name in ("alone", "batch") for r in out[name] for x in r["rewards"]]
     out["reward_range"] = [min(rewards), max(rewards)]
-    Path(args.out).write_text(json.dumps(out, indent=1, default=str))
+    _save(args, out)
 
 
 if __name__ == "__main__":

@@ -23,9 +23,9 @@ import json
 import multiprocessing
 import statistics
 import time
-from pathlib import Path
 
 import pandas as pd
+import record  # noqa: E402 - benchmarks/record.py, beside this script
 import torch
 
 
@@ -129,7 +129,7 @@ def main() -> None:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--task-timeout-s", type=int, default=60)
     p.add_argument("--max-seconds", type=float, default=None, help="start no task after this many seconds")
-    p.add_argument("--out", default="naive_baseline.json")
+    p.add_argument("--out", help="write here instead of benchmarks/results/<machine>/naive_baseline.json")
     args = p.parse_args()
     df = pd.read_parquet(args.tasks).head(args.limit)
     per_task, failed = [], 0
@@ -175,7 +175,7 @@ def _write(args, per_task: list, failed: int, wall: float) -> dict:
            "median_s": round(statistics.median(secs), 3), "mean_s": round(statistics.mean(secs), 3),
            "seconds_by_phase": phase_total, "device": args.device, "task_timeout_s": args.task_timeout_s,
            "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None, "per_task": per_task}
-    Path(args.out).write_text(json.dumps(out, indent=2))
+    print(f"wrote {record.write_file(args.out, out) if args.out else record.write('naive_baseline', out)}")
     return out
 
 

@@ -5,7 +5,7 @@ folder or CUDA-Agent-Ops-6K, so that they can be compared with the issue's targe
 
 Usage::
 
-    python benchmarks/realism.py INPUT [--out benchmarks/results/realism_X.json] [--workers 2]
+    python benchmarks/realism.py INPUT [--name realism_X] [--workers 2]   # -> benchmarks/results/<machine>/realism_X.json
         [--timeout-s 60] [--limit N] [--cache runs/realism_cache.jsonl]
     python benchmarks/realism.py --compare A.json B.json
 
@@ -67,18 +67,17 @@ import json
 import math
 import multiprocessing
 import os
-import platform
 import random
 import re
 import shlex
-import subprocess
 import sys
 import time
 from collections import Counter
-from datetime import UTC, datetime
 from multiprocessing.connection import wait as wait_ready
 from pathlib import Path
 from typing import Any
+
+import record
 
 MEASURE_VERSION = 2
 ROOT = Path(__file__).resolve().parents[1]
@@ -629,17 +628,6 @@ def measure_with_cache(rows: list[dict[str, Any]], cache: Path | None,
     return records, len(rows) - len(missing)
 
 
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-        return out + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
 def _fmt(key: str, v: Any) -> str:
     if v is None:
         return "-"
@@ -686,7 +674,8 @@ def print_table(results: list[dict[str, Any]]) -> None:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("input", nargs="?", help="Parquet file or dataset folder with data/*.parquet")
-    ap.add_argument("--out", help="result JSON (default benchmarks/results/realism_<input stem>.json)")
+    ap.add_argument("--name", help="result name: benchmarks/results/<machine>/NAME.json (default realism_<input stem>)")
+    ap.add_argument("--out", help="write the result JSON here instead")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--timeout-s", type=float, default=60.0, help="per-row limit (seconds)")
     ap.add_argument("--memory-gib", type=float, default=4.0, help="address-space margin per worker (GiB)")
@@ -709,12 +698,7 @@ def main(argv: list[str] | None = None) -> None:
                                  timeout_s=args.timeout_s, memory_gib=args.memory_gib)
     figures = summarise(records)
     result = {
-        "benchmark": "realism", "measure_version": MEASURE_VERSION, "commit": _git_commit(),
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": shlex.join([Path(sys.executable).name, *sys.argv]) if argv is None
-        else shlex.join(["realism.py", *argv]),
-        "machine": {"platform": platform.platform(), "processor": platform.machine(), "cpu_count": os.cpu_count()},
-        "versions": {**_versions(), "python": platform.python_version()},
+        "benchmark": "realism", "measure_version": MEASURE_VERSION,
         "input": {"path": str(path), "rows": len(rows),
                   "sha256": hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None},
         "settings": {"workers": args.workers, "timeout_s": args.timeout_s, "memory_gib": args.memory_gib,
@@ -724,9 +708,9 @@ def main(argv: list[str] | None = None) -> None:
         "targets": check_targets(figures),
         "by_source": {name: summarise(part) for name, part in _by_source(records).items()},
     }
-    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"realism_{path.stem}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    if argv is not None:  # called from Python: the command is this call, not the process's
+        result["provenance"] = {"command": shlex.join(["python", "benchmarks/realism.py", *argv])}
+    out = record.write_file(args.out, result) if args.out else record.write(args.name or f"realism_{path.stem}", result)
     print_table([result])
     print(f"\nwrote {out}")
 

@@ -10,7 +10,8 @@ change its shares), and prints / writes:
 * ``--sample`` random accepted tasks (seeded) with their op lists (the ``ops`` column and the traced ops),
   to read as a kernel engineer would.
 
-The JSON result names its commit, date, command, machine and torch version.
+The result (``record.write``: benchmarks/results/<machine>/trivial.json) names its commit, date, command,
+machine, GPU and library versions.
 
 Usage:
     python benchmarks/trivial_bench.py --catalog runs/seeds/catalog.parquet --n 200
@@ -21,40 +22,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import random
-import subprocess
-import sys
 import time
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 
+import record  # noqa: E402 - benchmarks/record.py, beside this script
 from opforge.compose.composer import ComposeConfig, compose
 from opforge.filters.chain import FilterSettings
 from opforge.filters.runtime import resolve_window
 from opforge.pipeline.filter_run import run_filter
 from opforge.seeds.catalog import read_catalog
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=Path(__file__).parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def _machine() -> dict:
-    import os
-
-    import torch
-
-    info = {"platform": platform.platform(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
-            "torch": torch.__version__}
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-    return info
 
 
 def _records(run_dir: Path) -> list[dict]:
@@ -119,7 +97,8 @@ def main():
     p.add_argument("--sample", type=int, default=25)
     p.add_argument("--timeout-s", type=float, default=120.0)
     p.add_argument("--work", default="runs/bench/trivial")
-    p.add_argument("--out", default="benchmarks/results/trivial_bench.json")
+    p.add_argument("--name", default="trivial", help="result name (benchmarks/results/<machine>/NAME.json)")
+    p.add_argument("--out", help="write here instead of benchmarks/results/<machine>/NAME.json")
     args = p.parse_args()
 
     work = Path(args.work)
@@ -142,15 +121,13 @@ def main():
     wall = time.perf_counter() - t0
     summary = summarise(_records(run_dir), tasks, args.sample, args.seed)
     result = {
-        "commit": _commit(), "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": " ".join([Path(sys.executable).name, *sys.argv]), "machine": _machine(),
         "n": args.n, "seed": args.seed, "profile": args.profile, "device": args.device, "skip": skip,
         "wall_s": round(wall, 1), "seconds_by_filter": {k: v["seconds_total"] for k, v in
                                                         res.funnel["by_filter"].items()},
         **summary,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2, default=str))
+    path = record.write_file(args.out, result) if args.out else record.write(args.name, result)
+    print(f"wrote {path}")
     printable = {k: v for k, v in result.items() if k != "accepted_sample"}
     print(json.dumps(printable, indent=2, default=str))
     for ex in result["accepted_sample"]:

@@ -1,1 +1,36 @@
-"""opforge stage."""
+"""Operator graphs -> fused KernelBench-format tasks.
+
+``compose(catalog, ComposeConfig(...))`` samples graphs of 1-5 seed ops, sizes them with a roofline cost
+model for a ``DeviceProfile`` (``PROFILES``: ``h100``, ``h200``, ``cpu``, ``test``) and renders each to a
+task source whose ``ops`` are exactly the ops it calls; the same seed gives byte-identical output.
+"""
+
+from __future__ import annotations
+
+# public name -> module that defines it
+_EXPORTS = {
+    "ComposeConfig": "opforge.compose.composer",
+    "compose": "opforge.compose.composer",
+    "compose_to_parquet": "opforge.compose.composer",
+    "parse_dtype_mix": "opforge.compose.composer",
+    "DeviceProfile": "opforge.compose.device_profiles",
+    "PROFILES": "opforge.compose.device_profiles",
+    "get_profile": "opforge.compose.device_profiles",
+    "parse_op_mix": "opforge.compose.sampler",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    """Import the public API lazily (PEP 562): ``import opforge.compose.X`` stays as cheap as X itself."""
+    if name in _EXPORTS:
+        import importlib
+
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

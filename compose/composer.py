@@ -285,8 +285,10 @@ def compose(catalog: list[SeedOp], cfg: ComposeConfig, workers: int = 1, progres
     return pd.DataFrame([r for r in rows if r is not None], columns=COLUMNS)
 
 
-def compose_to_parquet(catalog_path: Path, out: Path, cfg: ComposeConfig, workers: int = 1) -> pd.DataFrame:
-    df = compose(read_catalog(catalog_path), cfg, workers)
+def compose_to_parquet(catalog_path: Path, out: Path, cfg: ComposeConfig, workers: int = 1,
+                       progress: bool = True) -> pd.DataFrame:
+    """``compose`` the catalog at ``catalog_path`` and write the candidates to the Parquet file ``out``."""
+    df = compose(read_catalog(catalog_path), cfg, workers, progress=progress)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     df.to_parquet(out, index=False)

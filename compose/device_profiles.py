@@ -3,7 +3,7 @@
 Peak numbers are datasheet values (NVIDIA H100 SXM5 and H200 SXM datasheets: FP32 non-tensor 67 TFLOP/s,
 BF16 / FP16 dense tensor-core 989 TFLOP/s, HBM3 3.35 TB/s and HBM3e 4.8 TB/s). Eager PyTorch reaches only part
 of them; the ``*_efficiency`` factors and ``launch_overhead_ms`` are calibrated loosely against measured eager
-times (benchmarks/README.md, cost-model section). The ``cpu`` profile describes one 2-core CI machine (measured
+times (benchmarks/results/h200/filter_run.json: predicted / measured eager time). The ``cpu`` profile describes one 2-core CI machine (measured
 loosely: ~20 GFLOP/s fp32 GEMM, ~5 GB/s effective elementwise bandwidth).
 
 Sizing: a ``realistic`` profile takes every non-batch size from the shape vocabulary of real model configs

@@ -44,7 +44,7 @@ VARIADIC_OUTPUT = re.compile(r"(^|\.)(split|unbind|tensor_split|hsplit|vsplit|ds
 # Category weights of op choice unless the caller sets them (``opforge compose --categories``), on top of 1
 # per category. ``linalg`` (matrix decompositions: torch.svd, torch.qr, torch.pinverse, torch.nuclear_norm...)
 # is off: on one H200, none of the 22 of 1,100 candidates holding one was accepted, in either of two runs
-# (sessions 11-12, benchmarks/results/gpu_verdicts_h200_s11.csv and _s12.csv): 14-15 ran a batched cuSOLVER
+# (docs/benchmark-log.md, 2026-11-22 (686e08c)): 14-15 ran a batched cuSOLVER
 # call past the 1.6 s GPU step limit (the cost model's FLOP counter sees no FLOPs in them, so it picks
 # huge batches), the others gave degenerate or too slow outputs. CUDA-Agent-Ops-6K has no such op either.
 DEFAULT_CATEGORY_WEIGHTS = {"linalg": 0.0}

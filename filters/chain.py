@@ -61,16 +61,15 @@ class FilterSettings(BaseModel):
             come).
         gpu_step_limit_s: most seconds one GPU step of a task (a forward call, a comparison, a compiled
             model's first call with Inductor's autotuning, a timing section) may hold the GPU's lock; a longer
-            one ends the task with reason ``timeout:gpu_step`` (metrics ``gpu_step_s``). While a step runs,
-            every neighbour that wants to time waits for it, so one 60 s forward stalled a whole GPU for 60 s
-            (H200, 14 sandboxes): every sandbox soon waits to time its own task, and the GPU runs that one
-            step. On an H200 each step that ran into a 5 s limit (batched SVDs, 4 of 600 tasks) cut the GPU's
-            verdicts for those 5 s to about a third; with 2.5 s the same 600 tasks finished ~10 % sooner
-            (session 11, benchmarks/README.md). Default (None): ``STEP_LIMIT_SANDBOXES`` x the window's upper
-            edge, i.e. 1.6 s for 1-100 ms: a forward inside the window, time-sliced with that many sandboxes,
-            still ends within it, so a step cut there is certainly too slow (the longest step of the 898
-            accepted tasks of that H200 run took 0.58 s); without a window ``STEP_LIMIT_NO_WINDOW_S``. Results
-            carry ``gpu_step_max_s``, the task's longest step. 0: no limit.
+            one ends the task with reason ``timeout:gpu_step`` (metrics ``gpu_step_s``). The rule: while a
+            step runs, every neighbour that wants to time its task waits for it, so a long step idles the
+            other sandboxes of its GPU; a step is cut as soon as it is certainly too slow. Default (None):
+            ``STEP_LIMIT_SANDBOXES`` x the window's upper edge, i.e. 1.6 s for 1-100 ms: a forward inside
+            the window, time-sliced with that many sandboxes, still ends within it (measured on an H200 with
+            14 sandboxes: the longest step of an accepted task took 0.58 s, and a 2.5 s limit finished 600
+            tasks ~10 % sooner than 5 s; docs/benchmark-log.md, 2026-11-22 (2fefd48)); without a window
+            ``STEP_LIMIT_NO_WINDOW_S``. Results carry ``gpu_step_max_s``, the task's longest step. 0: no
+            limit.
         gpu_share_limit_s: most seconds of GPU time one forward call of a task (after its first, which carries
             one-time costs) may have had, bounded from below by its time divided by the processes sharing the
             GPU meanwhile (``filters.sandbox.GpuStepWatch``); a longer one ends the task with reason

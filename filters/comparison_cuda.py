@@ -4,7 +4,7 @@ The torch formulation of a tolerance comparison (``execution._chunk_stats``) mak
 over both tensors (isnan, isinf, differences, divisions, where, max, each a kernel and a temporary); on a
 GPU shared by many sandboxes those comparisons cost more GPU time than the forward calls they check
 (measured on an H200, kernel time per task: determinism 57 ms with torch comparisons, 28 with this
-kernel; degenerate 39 and 16; ``benchmarks/results/gpu_cost_profile_h200.json``). This kernel reads each element of
+kernel; degenerate 39 and 16; docs/benchmark-log.md, 2026-11-21 (bcca845)). This kernel reads each element of
 both tensors once, in their own dtype (half, bfloat16, float32 computed in float32; float64 in float64),
 and writes one maximum and one count per block; a second, tiny reduction and one host read finish it.
 

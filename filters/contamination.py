@@ -5,7 +5,7 @@ Tiers (each tier's score is stored in the metrics, so thresholds can be re-decid
 0. ``exact``: the normalised source (comments, docstrings, layout removed) equals a problem's.
 1. ``op_signature``: the *set* of canonical ops the ``Model`` calls equals a problem's (multiplicity and
    spelling ignored: ``torch.relu`` = ``F.relu`` = ``x.relu()`` = ``nn.ReLU``). A Linear→ReLU chain poses
-   the same fusion problem as KernelBench's MLP whatever the sizes (DESIGN.md §3). Traced on ``meta``;
+   the same fusion problem as KernelBench's MLP whatever the sizes (docs/DESIGN.md §3). Traced on ``meta``;
    the source-read signature is the fallback when a task cannot run there.
 2. ``structure``: similarity of the classes' structure tokens (``task.structure.class_tokens``:
    identifiers, constants, spellings normalised), Indel similarity 2·LCS/(|a|+|b|), the measure of
@@ -99,7 +99,7 @@ def compare(index: KernelBenchIndex, f: TaskFeatures) -> dict[str, Any]:
 class ContaminationFilter(Filter):
     """Reject tasks matching a KernelBench problem by any enabled tier (see the module docstring).
 
-    Thresholds (defaults chosen on the disguise suite and Ops-6K, see ``benchmarks/README.md``):
+    Thresholds (defaults chosen on the disguise suite and Ops-6K: ``benchmarks/results/cpu-2core/contamination.json``, ``benchmarks/README.md``):
         structure_min: tier-2 similarity at or above which a task is a copy (0.9, CUDA-Agent's value).
         minhash_min: tier-3 Jaccard estimate at or above which a task is a copy.
         overlap_min: op-signature Jaccard similarity a tier-2/3 match must reach.

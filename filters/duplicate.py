@@ -97,7 +97,7 @@ class DuplicateFilter(Filter):
 
     Thresholds:
         near_min: Jaccard estimate at or above which two same-signature sources are near-duplicates (0.9:
-            on Ops-6K it pairs renamed / respelt copies with different comments; see benchmarks/README.md).
+            on Ops-6K it pairs renamed / respelt copies with different comments; see benchmarks/results/cpu-2core/contamination.json).
         near: whether near-duplicates are rejected at all (exact duplicates always are).
     """
 

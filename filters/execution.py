@@ -309,8 +309,8 @@ def failure_metrics(exc: BaseException, limit: int = 300) -> dict[str, Any]:
 # Messages of CUDA libraries that failed for want of GPU memory. Creating a cuSOLVER / cuBLAS handle
 # allocates device memory, and when that fails torch reports an *internal* error of the create call, e.g.
 # "cusolver error: CUSOLVER_STATUS_INTERNAL_ERROR, when calling `cusolverDnCreate(handle)`": seen on an
-# H200 (session 10) for a task that creates its first cuSOLVER handle next to 13 busy sandboxes, and the
-# usual cause reported for it (e.g. github.com/nerdyrodent/VQGAN-CLIP/issues/143).
+# H200 for a task that creates its first cuSOLVER handle next to 13 busy sandboxes, and the usual cause
+# reported for it (e.g. github.com/nerdyrodent/VQGAN-CLIP/issues/143).
 OOM_MESSAGES = ("can't allocate memory", "out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUFFT_ALLOC_FAILED",
                 "CUSOLVER_STATUS_ALLOC_FAILED", "when calling `cusolverDnCreate(handle)`",
                 "when calling `cublasCreate(handle)`")

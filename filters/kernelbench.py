@@ -1,9 +1,11 @@
 """The KernelBench reference index the ``contamination`` filter compares every task with.
 
 Source of the problems: KernelBench (Ouyang et al., 2025, arXiv 2502.10517), levels 1–3 by default
-(250 problems; level 4 optional). Loaded from a local ``.jsonl`` / ``.parquet`` with the columns
-``level, problem_id, name, code`` (the layout of ``../shared/reference/kernelbench.jsonl``) or from the
-Hugging Face Hub dataset ``ScalingIntelligence/KernelBench`` at a pinned revision.
+(250 problems; level 4 optional). By default the copy packaged with opforge (``PACKAGED_SOURCE``:
+``filters/data/kernelbench/``, levels 1–4 of github.com/ScalingIntelligence/KernelBench at commit
+``PACKAGED_COMMIT``, MIT, licence and provenance beside it), so decontamination works offline; otherwise a
+local ``.jsonl`` (optionally gzipped) / ``.parquet`` with the columns ``level, problem_id, name, code``, or
+the Hugging Face Hub dataset ``ScalingIntelligence/KernelBench`` at a pinned revision (``hub:REPO@REV``).
 
 The index holds, per problem, what each contamination tier compares (``ProblemFeatures``), and is built
 once per run by the client (``build_index``), written to the run directory and loaded by every sandbox
@@ -23,10 +25,14 @@ from pathlib import Path
 import numpy as np
 
 # Hub source and the revision we pin (the dataset's "Upload dataset" commit of 2025-01-10; override with
-# ``hub:ScalingIntelligence/KernelBench@<revision>``). Not reachable from CI; tests use the local file.
+# ``hub:ScalingIntelligence/KernelBench@<revision>``). Needs the network.
 HUB_REPO = "ScalingIntelligence/KernelBench"
 HUB_REVISION = "16b08a8"
 DEFAULT_LEVELS = (1, 2, 3)
+# The packaged copy (built by scripts/package_kernelbench.py from the GitHub repository at this commit).
+PACKAGED_DIR = Path(__file__).resolve().parent / "data" / "kernelbench"
+PACKAGED_COMMIT = "423217d9fda91e0c2d67e4a43bf62f96f6d104f1"
+PACKAGED_SOURCE = f"packaged:kernelbench@{PACKAGED_COMMIT[:8]}"
 # Bump when the features or their normalisation change: a cached index of another version is rebuilt.
 INDEX_VERSION = 1
 NUM_PERM = 128  # MinHash permutations: Jaccard estimate std. error <= 1/sqrt(128) ~ 0.044
@@ -51,15 +57,9 @@ class KernelBenchProblem:
 
 
 def default_reference() -> str:
-    """Where the reference comes from when none is given: ``$OPFORGE_KERNELBENCH``, else the shared
-    reference file beside this checkout (``../shared/reference/kernelbench.jsonl``), else the Hub."""
-    env = os.environ.get("OPFORGE_KERNELBENCH")
-    if env:
-        return env
-    shared = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "kernelbench.jsonl"
-    if shared.exists():
-        return str(shared)
-    return f"hub:{HUB_REPO}@{HUB_REVISION}"
+    """Where the reference comes from when none is given: ``$OPFORGE_KERNELBENCH``, else the packaged copy
+    (``PACKAGED_SOURCE``)."""
+    return os.environ.get("OPFORGE_KERNELBENCH") or PACKAGED_SOURCE
 
 
 def load_problems(source: str | Path | None = None, levels: tuple[int, ...] = DEFAULT_LEVELS
@@ -74,6 +74,8 @@ def load_problems(source: str | Path | None = None, levels: tuple[int, ...] = DE
     source = str(source or default_reference())
     if source.startswith("hub:"):
         rows = _hub_rows(source[4:])
+    elif source.startswith("packaged:"):
+        rows = _packaged_rows(source)
     else:
         path = Path(source)
         if not path.exists():
@@ -82,17 +84,10 @@ def load_problems(source: str | Path | None = None, levels: tuple[int, ...] = DE
         if path.suffix == ".parquet":
             import pyarrow.parquet as pq
             rows = pq.read_table(path).to_pylist()
-        elif path.suffix in (".jsonl", ".json"):
-            rows = []
-            with open(path, encoding="utf-8") as fh:
-                for n, line in enumerate(fh, 1):
-                    if line.strip():
-                        try:
-                            rows.append(json.loads(line))
-                        except json.JSONDecodeError as exc:
-                            raise ReferenceLoadError(f"{path}:{n}: not JSON ({exc.msg})") from None
+        elif path.name.endswith((".jsonl", ".json", ".jsonl.gz")):
+            rows = _jsonl_rows(path)
         else:
-            raise ReferenceLoadError(f"{path}: expected .jsonl or .parquet")
+            raise ReferenceLoadError(f"{path}: expected .jsonl, .jsonl.gz or .parquet")
     problems = []
     for n, r in enumerate(rows):
         missing = [k for k in ("level", "problem_id", "name", "code") if k not in r]
@@ -104,6 +99,31 @@ def load_problems(source: str | Path | None = None, levels: tuple[int, ...] = DE
     if not problems:
         raise ReferenceLoadError(f"{source}: no problem at levels {list(levels)}")
     return sorted(problems, key=lambda p: (p.level, p.problem_id))
+
+
+def _jsonl_rows(path: Path) -> list[dict]:
+    import gzip
+
+    rows = []
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ReferenceLoadError(f"{path}:{n}: not JSON ({exc.msg})") from None
+    return rows
+
+
+def _packaged_rows(source: str) -> list[dict]:
+    """Rows of the packaged copy; ``source`` must be ``PACKAGED_SOURCE`` (or ``packaged:kernelbench``)."""
+    if source not in (PACKAGED_SOURCE, "packaged:kernelbench"):
+        raise ReferenceLoadError(f"{source}: unknown packaged reference; this opforge ships {PACKAGED_SOURCE}")
+    path = PACKAGED_DIR / "problems.jsonl.gz"
+    if not path.is_file():
+        raise ReferenceLoadError(f"{path}: the packaged KernelBench copy is missing from this installation")
+    return _jsonl_rows(path)
 
 
 def _hub_rows(spec: str) -> list[dict]:

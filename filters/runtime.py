@@ -1,6 +1,6 @@
 """``runtime_screen`` and ``runtime`` filters: the eager forward's median time lies inside the runtime window.
 
-Default window 1-100 ms on CUDA (the default named in opforge issue #4 and ../shared/DESIGN.md).
+Default window 1-100 ms on CUDA (docs/DESIGN.md §2: the eager runtime lies in the window on the GPU named).
 On CPU the window is off by default and the time is recorded as a flag (``in_window``): CPU times say
 little about GPU times. Timing method: ``filters.timing.time_calls``.
 
@@ -20,14 +20,15 @@ the GPU waits meanwhile), so each task gets exactly one such exclusive section, 
   that call exceeds ``stop_above`` x the upper edge. The default 1.2 leaves room for a call's noise
   against the ``runtime`` filter's median of >= 3 (well under 20 % for a forward of 100 ms on an idle
   GPU), so a 150 ms forward is dropped here instead of running through determinism, degenerate and
-  compile first (12 such tasks of 1,095 on an H200 in session 9, ~1.2 s of GPU time each). A first call
+  compile first (about 1 % of composed tasks on an H200, ~1.2 s of GPU time each). A first call
   alone that lands between ``stop_above`` and ``confirm_below`` x the edge gets a second one, and the
   faster of the two decides: a single call can carry one-time costs (its outputs are allocated next to
-  the kept unseeded ones, which may map new memory), and on an H200 one task with a ~94 ms median took
-  129 ms alone (session 11); of 32 tasks dropped here in that run, 3 were in that band. A first call
+  the kept unseeded ones, which may map new memory; on an H200 a task with a ~94 ms median took 129 ms
+  on one call alone). A first call
   alone more than ``recheck_above`` (1.2) x the task's own shared call also gets a second one, wherever
   it lands: sharing the GPU only lengthens a call, so such a call carried a one-time cost (an ``nn.RNN``
-  task with a 4 GiB output and a ~60 ms median took 115 ms shared and 233 ms alone on an H200, session 12).
+  task with a 4 GiB output and a ~60 ms median took 115 ms shared and 233 ms alone on an H200). Measurements:
+  docs/benchmark-log.md, 2026-11-22 (2fefd48, d75484c).
 * ``runtime`` (order 60, after ``compile``): the exclusive measurement. Eager and, when the ``compile``
   filter left a compiled model (``TaskRun.compiled``), the compiled model are timed interleaved in one
   exclusive section; the window is decided on the eager median. A first eager call longer than
@@ -157,7 +158,8 @@ class RuntimeFilter(Filter):
         # 0.02 s per timed model: a 6 ms task (the accepted median on an H200) gets 3 timed calls, a 1 ms
         # task 20, a 0.4 ms task 50; the window's edges are a factor 100 apart, so a median of
         # >= 3 decides in or out. Every second of timing is exclusive GPU time, which every other sandbox on
-        # the GPU waits for (0.05 s made timing a quarter of a task's GPU time on an H200, session 6).
+        # the GPU waits for (0.05 s made timing a quarter of a task's GPU time on an H200:
+        # benchmarks/results/h200/cost_profile.json).
         # warmup 0: eager, runtime_screen, determinism and degenerate called the model four times and the
         # compile filter ran the compiled one (autotuning included), so the first timed call is a trial.
         return {"window_ms": None, "budget_s": 0.02, "warmup": 0, "max_trials": 50, "stop_above": 2.0,

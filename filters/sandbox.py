@@ -105,7 +105,7 @@ class Sandbox:
 
     # a child that fails to start is tried again after these pauses (seconds): on a GPU shared by many
     # sandboxes a replacement child can find the memory momentarily full, so that its CUDA context does
-    # not fit (one of 1,095 tasks was lost that way on two H200s with 14 sandboxes each, session 7)
+    # not fit (one of 1,095 tasks was lost that way on two H200s with 14 sandboxes each)
     START_RETRY_S = (2.0, 5.0)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -316,7 +316,7 @@ class GpuStepWatch:
     call of the task after its first, ``TaskRun.call``), ``share_limit`` seconds of GPU time. A task's first
     call ("first_forward") carries one-time costs (cuDNN plans for its shapes, kernels loaded on first use:
     an ``nn.LSTM`` or ``nn.MultiheadAttention`` task with a 35-42 ms forward had more than 0.2 s on its first
-    call on an H200, session 12), so only the step limit applies to it.
+    call on an H200: docs/benchmark-log.md, 2026-11-22 (d75484c)), so only the step limit applies to it.
 
     The GPU time of a forward step is bounded from below by ``sum(dt / holders)``: over each interval the
     GPU time-slices between the processes with work, all of which hold the lock shared

@@ -56,7 +56,7 @@ def _apply(settings: dict) -> dict:
         info["gpu"] = torch.cuda.get_device_name(0)
         info["visible"] = os.environ.get("CUDA_VISIBLE_DEVICES")
         info["alloc_conf"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
-        # pinned precision (DESIGN.md §4): no TF32 unless the run says otherwise
+        # pinned precision (docs/DESIGN.md §4): no TF32 unless the run says otherwise
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     info["rss"] = _status_bytes("VmRSS")
@@ -90,10 +90,9 @@ def main() -> None:
         raise SystemExit(f"sandbox child: expected the settings message first, got {kind!r}")
     if settings["device"] == "cuda":
         # several sandboxes share the GPU: expandable segments keep each one's cached memory unfragmented
-        # (allocator peak 1.06x the tensors' peak, against 1.24x with the default allocator, whose tasks
-        # ran out of memory next to each other 3x as often). A/B on an H200, 14 sandboxes, 700 tasks to
-        # the last verdict (session 10, benchmarks/README.md): 191.1 s against 201.5 s with admission by a
-        # fixed start reservation, 174.5 s against 177.9 s with admission by the predicted peak.
+        # (allocator peak 1.06x the tensors' peak against 1.24x with the default allocator, and fewer tasks
+        # out of memory next to each other; 700 tasks, 14 sandboxes on one H200: docs/benchmark-log.md,
+        # 2026-11-22 (baa7831)).
         os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     info = _apply(settings)
 

@@ -14,13 +14,13 @@ for a compile. Output comparison holds it shared.
 Inductor's runtime autotuning (on CUDA, at a kernel's first launch when it has several candidate configs:
 pointwise kernels 2-3, reductions up to 3; default mode) benchmarks each config for up to
 ``max_benchmark_duration`` = 25 ms after 100 L2-flushing memsets (``InductorBenchmarker.benchmark_gpu``,
-torch 2.6+). Measured on an H200 (session 6, ``benchmarks/results/gpu_cost_profile_h200.json``) that was
-over half of all GPU time a task costs the filter stage (compile 175 of ~330 kernel-ms per task). The
+torch 2.6+). On an H200 that was over half of all GPU time a task costs the filter stage (compile 175 of
+~330 kernel-ms per task; docs/benchmark-log.md, 2026-11-21 (bcca845)). The
 check caps it (threshold ``autotune_bench_ms``, default 1 ms, 10 warm-up memsets, 1 estimation call):
 Inductor still picks among the same configs by measurement; only configs within a timing noise of each
 other can be picked differently, which changes ``compile_ms`` by that noise and never the output checked.
-With the cap the compile filter's kernels took 46 instead of 175 ms per task (same 12 tasks, H200, session 7,
-``benchmarks/results/gpu_cost_profile_h200_s7.json``).
+With the cap the compile filter's kernels took 46 instead of 175 ms per task (same 12 tasks, H200:
+``benchmarks/results/h200/cost_profile.json``).
 
 By default (threshold ``autotune`` False) the check does not autotune at all: on CUDA, with the default
 Inductor backend and mode, the compilation and first call run under ``inductor_heuristic_configs``:

@@ -1,4 +1,4 @@
-"""The filter contract (DESIGN.md §3): a filter scores a task (metrics) and a separate decision turns the
+"""The filter contract (docs/DESIGN.md §3): a filter scores a task (metrics) and a separate decision turns the
 metrics into a ``Verdict`` with a reason code, so thresholds can be re-tuned from stored metrics."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
-# Rejection reason codes, prefix-stable (a ``:detail`` suffix is allowed). Source: DESIGN.md §3.
+# Rejection reason codes, prefix-stable (a ``:detail`` suffix is allowed). Source: docs/DESIGN.md §3.
 REASONS = (
     "invalid_task", "stochastic", "eager_error", "compile_error", "compile_mismatch", "nondeterministic",
     "degenerate_output", "non_finite", "runtime_out_of_window", "timeout", "crash", "oom", "duplicate",

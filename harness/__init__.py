@@ -1,2 +1,45 @@
 """Evaluation / RL environment over opforge tasks: workspaces, sandboxed build and evaluation of candidate
-kernels, anti-hacking checks, rewards and reports (``opforge harness init``, ``opforge eval``)."""
+kernels, anti-hacking checks, rewards and reports (``opforge harness init``, ``opforge harness eval``).
+
+``evaluate(task, solution, EvalConfig(...))`` grades one candidate and returns an ``EvalResult`` (status,
+reward, speed-ups); ``KernelReward(dataset)`` is a batch reward function for TRL's ``GRPOTrainer`` or any
+trainer; ``evaluate_many`` runs a batch on Dask workers; ``init_workspace`` writes an agent's workspace;
+``opforge.harness.report.report`` summarises results (pass rate, faster-than rates, geomean speed-ups).
+"""
+
+from __future__ import annotations
+
+# ``evaluate`` is both a submodule and its main function: importing it here makes ``opforge.harness.evaluate``
+# the function (a later ``import opforge.harness.evaluate`` does not rebind the name).
+from opforge.harness.evaluate import EvalConfig, EvalResult, evaluate  # noqa: F401 - public API
+
+# public name -> module that defines it (imported on first use)
+_EXPORTS = {
+    "KernelReward": "opforge.harness.rl",
+    "evaluate_many": "opforge.harness.batch",
+    "Solution": "opforge.harness.solution",
+    "SolutionError": "opforge.harness.solution",
+    "extract_solution": "opforge.harness.solution",
+    "format_completion": "opforge.harness.solution",
+    "DatasetError": "opforge.harness.dataset",
+    "get_task": "opforge.harness.dataset",
+    "load_tasks": "opforge.harness.dataset",
+    "WorkspaceError": "opforge.harness.workspace",
+    "init_workspace": "opforge.harness.workspace",
+}
+__all__ = sorted([*_EXPORTS, "EvalConfig", "EvalResult", "evaluate"])
+
+
+def __getattr__(name: str):
+    """Import the public API lazily (PEP 562): ``import opforge.harness.X`` stays as cheap as X itself."""
+    if name in _EXPORTS:
+        import importlib
+
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

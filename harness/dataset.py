@@ -1,4 +1,4 @@
-"""Tasks for the harness: an opforge dataset as published (DESIGN.md §2 columns), from a Hub folder,
+"""Tasks for the harness: an opforge dataset as published (docs/DESIGN.md §2 columns), from a Hub folder,
 a Parquet / JSONL file, or a Hub dataset id.
 
 Only ``task_id``, ``code`` and (when present) ``data_source`` / ``ops`` are used. A dataset without

@@ -1,19 +1,120 @@
-"""The ``opforge`` command line (typer)."""
+"""The ``opforge`` command line (typer).
+
+Conventions: what a command cannot run without is a positional argument (``opforge filter INPUT OUT``);
+options with fixed choices are enums, so ``--help`` lists them and a bad value stops the command with the
+choices named (exit code 2); every error is one ``error: ...`` line on stderr and exit code 2; progress
+bars go to stderr, only when it is a terminal and ``--quiet`` is not given. The options that only tune how
+sandboxes share a GPU are grouped under their own help panel.
+"""
 
 from __future__ import annotations
 
+import enum
+import json
+import sys
 from collections import Counter
 from pathlib import Path
 
 import typer
+from opforge.compose.device_profiles import PROFILES
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="opforge: build KernelBench-format fused-op datasets.")
-seeds_app = typer.Typer(no_args_is_help=True, help="Seed-operator catalog: harvest and list.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="markdown",
+                  help="opforge: build, filter and publish KernelBench-format fused-operator datasets, and score "
+                       "kernels against them.")
+seeds_app = typer.Typer(no_args_is_help=True, rich_markup_mode="markdown", help="Seed-operator catalog: harvest, list, vocabulary, relevance.")
 app.add_typer(seeds_app, name="seeds")
-harness_app = typer.Typer(no_args_is_help=True, help="Evaluation environment: task workspaces for agents.")
+harness_app = typer.Typer(no_args_is_help=True, rich_markup_mode="markdown", help="Evaluation environment: task workspaces and batch "
+                                                     "evaluation of candidate kernels.")
 app.add_typer(harness_app, name="harness")
 
 DEFAULT_CATALOG = Path("runs/seeds/catalog.parquet")
+GPU_PANEL = "GPU sharing (CUDA only; defaults suit one task per sandbox, see docs/gpu-sharing.md)"
+KB_PANEL = "KernelBench contamination"
+
+
+class Device(enum.StrEnum):
+    """Where tasks run."""
+
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class Reward(enum.StrEnum):
+    """``milestone``: -1 / 1 / 2 / 3 (CUDA-Agent's scheme); ``speedup``: the speed-up itself."""
+
+    milestone = "milestone"
+    speedup = "speedup"
+
+
+# The composer's registered device profiles (compose.device_profiles.PROFILES), as choices.
+DeviceProfileName = enum.StrEnum("DeviceProfileName", {name: name for name in PROFILES})
+
+
+def _value(choice):
+    """An enum choice's string (None stays None)."""
+    return choice.value if isinstance(choice, enum.Enum) else choice
+
+
+def _check_op_mix(value: str | None) -> str | None:
+    """``--op-mix`` callback: ``ops6k``, ``uniform`` or ``1:0.2,2:0.3,...`` (op counts 1-5)."""
+    if value is None:
+        return value
+    from opforge.compose.sampler import parse_op_mix
+
+    try:
+        parse_op_mix(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc).replace("bad --op-mix ", "")) from None
+    return value
+
+
+def _check_dtype_mix(value: str | None) -> str | None:
+    """``--dtype-mix`` callback: ``float32:0.7,bfloat16:0.18,float16:0.12`` style shares."""
+    if value is None:
+        return value
+    from opforge.compose.composer import parse_dtype_mix
+
+    try:
+        parse_dtype_mix(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return value
+
+
+def _progress(quiet: bool) -> bool:
+    """Progress bars: only on a terminal, and not with ``--quiet``."""
+    return not quiet and sys.stderr.isatty()
+
+
+def _fail(message: str, code: int = 2):
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _given(arg, alias, what: str):
+    """A required input given as an argument, or as its older option spelling (kept as a hidden alias)."""
+    if arg is not None and alias is not None and str(arg) != str(alias):
+        _fail(f"{what} given twice ({arg} and {alias})")
+    if arg is None and alias is None:
+        _fail(f"missing argument {what}")
+    return arg if arg is not None else alias
+
+
+QUIET_HELP = "No progress bars (they are off anyway when stderr is not a terminal)."
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"opforge {version('opforge')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
+                                      help="Print opforge's version and exit.")) -> None:
+    """opforge: build, filter and publish KernelBench-format fused-operator datasets, and score kernels."""
 
 
 @seeds_app.command("harvest")
@@ -25,6 +126,7 @@ def seeds_harvest(
                                            "depend on it)."),
     probe_timeout_s: float = typer.Option(180.0, help="Per-probe limit, seconds: a longer one is a `timeout` skip."),
     probe_memory_gib: float = typer.Option(4.0, help="Per-probe memory bound, GiB: past it, an `oom` skip."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ):
     """Introspect the installed torch and transformers, probe every candidate in sandboxed child processes
     (a crash, hang or memory blow-up is a skip record), write the catalog."""
@@ -37,7 +139,8 @@ def seeds_harvest(
     executor, vocab = start_vocabulary_harvest(vocab_path)  # overlaps the probes
     try:
         pool = PoolSettings(workers=workers, timeout_s=probe_timeout_s, memory_gib=probe_memory_gib)
-        res = harvest(specs or SPECS_DIR, with_transformers=not no_transformers, pool=pool)
+        res = harvest(specs or SPECS_DIR, with_transformers=not no_transformers, pool=pool,
+                      progress=_progress(quiet))
     except (SpecError, ValueError) as exc:
         executor.shutdown(wait=False, cancel_futures=True)
         typer.echo(f"error: {exc}", err=True)
@@ -129,14 +232,16 @@ def compose_cmd(
     n: int = typer.Option(1000, help="Number of candidates."),
     seed: int = typer.Option(0, help="Generator seed; the same seed gives byte-identical output."),
     out: Path = typer.Option(Path("runs/candidates.parquet"), help="Candidates Parquet to write."),
-    op_mix: str = typer.Option("ops6k", help="ops6k | uniform | '1:0.2,2:0.3,...' (share of 1..5-op tasks)."),
-    device_profile: str = typer.Option("h100", help="Cost-model profile for sizing: h100, h200, cpu, test."),
+    op_mix: str = typer.Option("ops6k", callback=_check_op_mix,
+                               help="ops6k | uniform | '1:0.2,2:0.3,...' (share of 1..5-op tasks)."),
+    device_profile: DeviceProfileName = typer.Option("h100", case_sensitive=False,
+                                                     help="Cost-model profile for sizing."),
     transformers_share: float = typer.Option(0.04, help="Share of self-contained transformers block tasks."),
     categories: str = typer.Option(None, help="Category weights multiplying the op weights, e.g. "
                                               "'conv:2,gemm:2,loss:0' (default 1 each, linalg 0)."),
     op_weights: Path = typer.Option(None, help="YAML / JSON file of label: weight replacing the default "
                                                "(relevance-based) weight of each op it lists."),
-    dtype_mix: str = typer.Option("float32:0.7,bfloat16:0.18,float16:0.12",
+    dtype_mix: str = typer.Option("float32:0.7,bfloat16:0.18,float16:0.12", callback=_check_dtype_mix,
                                   help="Share of tasks per dtype (float32, bfloat16, float16)."),
     vocabulary: Path = typer.Option(None, help="Shape vocabulary JSON (default: the packaged one; "
                                                "`opforge seeds vocabulary` writes one)."),
@@ -145,6 +250,7 @@ def compose_cmd(
     heavy_start: float = typer.Option(None, help="Probability that a task starts with a GEMM / conv / "
                                                  "attention / RNN op (default 0.5)."),
     workers: int = typer.Option(1, help="Processes (output does not depend on it)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ):
     """Compose candidate fused tasks (KernelBench format) from the seed catalog."""
     import time
@@ -160,7 +266,7 @@ def compose_cmd(
             raise typer.Exit(2) from None
     try:
         overrides = _op_weights(op_weights)
-        cfg = ComposeConfig(n=n, seed=seed, op_mix=op_mix, device_profile=device_profile,
+        cfg = ComposeConfig(n=n, seed=seed, op_mix=op_mix, device_profile=_value(device_profile),
                             transformers_share=transformers_share, category_weights=weights,
                             op_weights=overrides, dtype_mix=dtype_mix,
                             vocabulary=str(vocabulary) if vocabulary else None,
@@ -170,7 +276,7 @@ def compose_cmd(
         raise typer.Exit(2) from None
     t0 = time.perf_counter()
     try:
-        df = compose_to_parquet(seeds, out, cfg, workers)
+        df = compose_to_parquet(seeds, out, cfg, workers, progress=_progress(quiet))
     except (ValueError, FileNotFoundError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -178,7 +284,6 @@ def compose_cmd(
     typer.echo(f"wrote {len(df)} candidates to {out} in {time.perf_counter() - t0:.1f} s; "
                f"op counts: " + ", ".join(f"{k}: {v:.1%}" for k, v in mix.items())
                + f"; DAG share: {(~df.pattern.isin(['chain', 'transformers'])).mean():.1%}")
-
 
 
 def _op_weights(path: Path | None) -> dict[str, float] | None:
@@ -201,10 +306,12 @@ THRESHOLD_HELP = ("FILTER.KEY=VALUE, repeatable: one filter threshold (VALUE as 
 
 @app.command("filter")
 def filter_cmd(
-    input: Path = typer.Argument(..., help="Tasks: JSONL or Parquet with a `code` column (optional task_id, ops, "
+    input: Path = typer.Argument(..., metavar="INPUT", help="Tasks: JSONL or Parquet with a `code` column (optional task_id, ops, "
                                            "data_source)."),
-    out: Path = typer.Option(..., "--out", help="Run directory: ledger.jsonl, verdicts.parquet, funnel.json."),
-    device: str = typer.Option("cpu", help="cpu | cuda."),
+    out: Path = typer.Argument(None, metavar="OUT", show_default=False,
+                               help="Filter directory: ledger.jsonl, verdicts.parquet, funnel.json. [required]"),
+    out_option: Path = typer.Option(None, "--out", hidden=True),
+    device: Device = typer.Option(Device.cpu, case_sensitive=False, help="Where tasks run."),
     workers: int = typer.Option(None, help="CPU: worker processes (default: cores). CUDA: sandboxes per GPU "
                                            "(default: cores per GPU - 2)."),
     scheduler: str = typer.Option(None, help="Address of an existing Dask scheduler to use instead."),
@@ -218,42 +325,52 @@ def filter_cmd(
     timeout_s: float = typer.Option(300.0, help="Per-task wall-clock limit in its sandbox, seconds."),
     memory_gib: float = typer.Option(8.0, help="Per-sandbox memory guard, GiB."),
     limit: int = typer.Option(None, help="Only the first N input rows."),
-    kernelbench: str = typer.Option(None, help="KernelBench problems for the contamination filter: a .jsonl/"
-                                               ".parquet path or hub:REPO@REVISION (default: "
-                                               "$OPFORGE_KERNELBENCH, ../shared/reference, the Hub)."),
-    kernelbench_levels: str = typer.Option("1,2,3", help="KernelBench levels to compare with, e.g. 1,2,3,4."),
-    gpu_step_limit_s: float = typer.Option(None, help="CUDA: most seconds one GPU step of a task may hold the "
-                                                      "GPU's lock before the task ends as timeout:gpu_step "
-                                                      "(default: 16 x the window's top, 1.6 s for 1-100 ms; 5 s "
-                                                      "without a window; 0 = no limit)."),
-    gpu_share_limit_s: float = typer.Option(None, help="CUDA: most seconds of GPU time one forward call (after "
-                                                       "the task's first) may have had (its time / the "
-                                                       "processes sharing the GPU) before the task ends as "
-                                                       "timeout:gpu_share (default: 2 x the window's top; off "
-                                                       "without a window; 0 = off)."),
-    gpu_admit_gib: float = typer.Option(None, help="CUDA: GiB a task reserves before it starts when its "
-                                                   "peak cannot be predicted (default 4)."),
-    gpu_admit_predicted: float = typer.Option(None, help="CUDA: a task reserves this x its predicted eager "
-                                                         "peak (fake tensors) before it starts; 0 = always "
-                                                         "--gpu-admit-gib (default 1.5)."),
-    gpu_growth: float = typer.Option(None, help="CUDA: reservation = this x the memory held so far, after "
-                                                "each GPU step and before each filter (default 1.25)."),
-    gpu_memory_fraction: float = typer.Option(None, help="CUDA: share of GPU memory tasks may reserve "
-                                                         "together (default 0.9)."),
-    gpu_concurrency: int = typer.Option(None, help="CUDA: most sandboxes running GPU steps on one GPU at "
-                                                   "once; 0 = no cap (default 0)."),
+    kernelbench: str = typer.Option(None, rich_help_panel=KB_PANEL,
+                                    help="KernelBench problems for the contamination filter: a .jsonl[.gz] / "
+                                         ".parquet path or hub:REPO@REVISION (default: $OPFORGE_KERNELBENCH, "
+                                         "else the copy packaged with opforge)."),
+    kernelbench_levels: str = typer.Option("1,2,3", rich_help_panel=KB_PANEL,
+                                           help="KernelBench levels to compare with, e.g. 1,2,3,4."),
+    gpu_step_limit_s: float = typer.Option(None, rich_help_panel=GPU_PANEL,
+                                           help="Most seconds one GPU step of a task may hold the GPU's lock "
+                                                "before the task ends as timeout:gpu_step (default: 16 x the "
+                                                "window's top, 1.6 s for 1-100 ms; 5 s without a window; "
+                                                "0 = no limit)."),
+    gpu_share_limit_s: float = typer.Option(None, rich_help_panel=GPU_PANEL,
+                                            help="Most seconds of GPU time one forward call (after the task's "
+                                                 "first) may have had (its time / the processes sharing the GPU) "
+                                                 "before the task ends as timeout:gpu_share (default: 2 x the "
+                                                 "window's top; off without a window; 0 = off)."),
+    gpu_admit_gib: float = typer.Option(None, rich_help_panel=GPU_PANEL,
+                                        help="GiB a task reserves before it starts when its peak cannot be "
+                                             "predicted (default 4)."),
+    gpu_admit_predicted: float = typer.Option(None, rich_help_panel=GPU_PANEL,
+                                              help="A task reserves this x its predicted eager peak (fake "
+                                                   "tensors) before it starts; 0 = always --gpu-admit-gib "
+                                                   "(default 1.5)."),
+    gpu_growth: float = typer.Option(None, rich_help_panel=GPU_PANEL,
+                                     help="Reservation = this x the memory held so far, after each GPU step and "
+                                          "before each filter (default 1.25)."),
+    gpu_memory_fraction: float = typer.Option(None, rich_help_panel=GPU_PANEL,
+                                              help="Share of GPU memory tasks may reserve together (default 0.9)."),
+    gpu_concurrency: int = typer.Option(None, rich_help_panel=GPU_PANEL,
+                                        help="Most sandboxes running GPU steps on one GPU at once; 0 = no cap "
+                                             "(default 0)."),
     compile_threads: int = typer.Option(None, help="Inductor compile_threads per sandbox (default 1)."),
     compile_autotune: bool = typer.Option(False, "--compile-autotune", help="CUDA: let Inductor autotune in "
                                           "the compile check (default: its heuristic configs, no autotuning)."),
     threshold: list[str] = typer.Option(None, "--threshold", help=THRESHOLD_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ):
-    """Verdict every input task with the filter chain; resumes from RUN_DIR's ledger when re-run."""
+    """Verdict every input task with the filter chain; a re-run resumes from OUT's ledger."""
     options = dict(locals())  # the command's options by name, before any other local is bound
     from opforge.filters.chain import FILTER_NAMES, GPU_SHARING_OPTIONS, FilterSettings, merge_thresholds
     from opforge.filters.kernelbench import ReferenceLoadError
     from opforge.filters.runtime import resolve_window
     from opforge.pipeline.filter_run import InputError, format_funnel, run_filter
 
+    out = Path(_given(out, out_option, "OUT"))
+    device = _value(device)
     given = tuple(runtime_window_ms) if runtime_window_ms and runtime_window_ms[0] is not None else None
     window = resolve_window(device, given, no_window)
     try:
@@ -266,16 +383,14 @@ def filter_cmd(
                                   **{k: v for k, v in gpu.items() if v is not None})
         settings.names()
     except ValueError as exc:
-        typer.echo(f"error: {exc} (filters: {', '.join(FILTER_NAMES)})", err=True)
-        raise typer.Exit(2) from None
+        _fail(f"{exc} (filters: {', '.join(FILTER_NAMES)})")
     try:
-        res = run_filter(input, out, settings, workers=workers, scheduler=scheduler, limit=limit)
+        res = run_filter(input, out, settings, workers=workers, scheduler=scheduler, limit=limit,
+                         progress=_progress(quiet))
     except ReferenceLoadError as exc:
-        typer.echo(f"error: {exc} (or leave the contamination filter out: --skip contamination)", err=True)
-        raise typer.Exit(2) from None
+        _fail(f"{exc} (or leave the contamination filter out: --skip contamination)")
     except (InputError, RuntimeError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        _fail(str(exc))
     typer.echo(format_funnel(res.funnel))
     typer.echo(f"verdicts: {out / 'verdicts.parquet'}  funnel: {out / 'funnel.json'}  ledger: {out / 'ledger.jsonl'}")
     if res.failures:
@@ -286,17 +401,20 @@ def filter_cmd(
 def run_cmd(
     target: int = typer.Option(None, help="Tasks to publish (N). Default 100."),
     out: Path = typer.Option(None, "--out", help="Run directory (default runs/default)."),
-    device: str = typer.Option(None, help="cpu | cuda (default cpu)."),
+    device: Device = typer.Option(None, case_sensitive=False, help="Where the filters run (default cpu)."),
     workers: int = typer.Option(None, help="CPU: worker processes (default: cores). CUDA: sandboxes per GPU "
                                            "(default: cores per GPU - 2)."),
     scheduler: str = typer.Option(None, help="Address of an existing Dask scheduler."),
     seed: int = typer.Option(None, help="Run seed (composition and selection). Default 0."),
-    op_mix: str = typer.Option(None, help="ops6k | uniform | '1:0.2,2:0.3,...' (composition and selection quota)."),
+    op_mix: str = typer.Option(None, callback=_check_op_mix,
+                               help="ops6k | uniform | '1:0.2,2:0.3,...' (composition and selection quota)."),
     runtime_window_ms: tuple[float, float] = typer.Option(None, help="LO HI eager window in ms (default: 1 100 "
                                                           "on cuda, off on cpu)."),
     no_window: bool = typer.Option(None, "--no-window", help="Record runtimes only."),
-    device_profile: str = typer.Option(None, help="Composer cost-model profile (default: cpu / h100)."),
-    dtype_mix: str = typer.Option(None, help="Share of tasks per dtype (default "
+    device_profile: DeviceProfileName = typer.Option(None, case_sensitive=False,
+                                                     help="Composer cost-model profile (default: cpu on cpu, "
+                                                          "h100 on cuda)."),
+    dtype_mix: str = typer.Option(None, callback=_check_dtype_mix, help="Share of tasks per dtype (default "
                                              "'float32:0.7,bfloat16:0.18,float16:0.12')."),
     op_weights: Path = typer.Option(None, help="YAML / JSON label: weight file replacing the composer's "
                                                "default weight of each op it lists."),
@@ -304,13 +422,15 @@ def run_cmd(
     candidate_budget: int = typer.Option(None, help="Most candidates in all (default 20 x target)."),
     skip: str = typer.Option(None, help="Comma-separated filters to leave out (e.g. compile)."),
     timeout_s: float = typer.Option(None, help="Per-task limit in its sandbox, seconds (default 300)."),
-    kernelbench: str = typer.Option(None, help="KernelBench reference (path or hub:REPO@REVISION)."),
+    kernelbench: str = typer.Option(None, help="KernelBench reference (path or hub:REPO@REVISION; default: "
+                                               "$OPFORGE_KERNELBENCH, else the copy packaged with opforge)."),
     seeds_catalog: Path = typer.Option(None, help="Reuse this seed catalog instead of harvesting."),
     repo_id: str = typer.Option(None, help="Hub id shown in the card's loading example."),
     threshold: list[str] = typer.Option(None, "--threshold", help=THRESHOLD_HELP + " On top of the config "
                                                                   "file's `thresholds`."),
-    config: Path = typer.Option(None, "--config", help="YAML file with any of these options (the command "
-                                                       "line wins)."),
+    config: Path = typer.Option(None, "--config", help="YAML file with any of these options, and the GPU "
+                                                       "sharing keys of `opforge filter` (the command line wins)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ):
     """Harvest -> compose -> filter -> select -> Hub folder (RUN_DIR/hf), resumable at every stage."""
     from opforge.filters.kernelbench import ReferenceLoadError
@@ -319,23 +439,22 @@ def run_cmd(
     from opforge.pipeline.run_config import ConfigError, load_config
 
     window = tuple(runtime_window_ms) if runtime_window_ms and runtime_window_ms[0] is not None else None
-    overrides = {"target": target, "out": out, "device": device, "workers": workers, "scheduler": scheduler,
-                 "seed": seed, "op_mix": op_mix, "runtime_window_ms": window, "no_window": no_window,
-                 "device_profile": device_profile, "round_size": round_size, "candidate_budget": candidate_budget,
+    overrides = {"target": target, "out": out, "device": _value(device), "workers": workers,
+                 "scheduler": scheduler, "seed": seed, "op_mix": op_mix, "runtime_window_ms": window,
+                 "no_window": no_window, "device_profile": _value(device_profile), "round_size": round_size, "candidate_budget": candidate_budget,
                  "skip_filters": _names(skip), "timeout_s": timeout_s, "kernelbench": kernelbench,
                  "seeds_catalog": seeds_catalog, "repo_id": repo_id, "dtype_mix": dtype_mix}
     try:
         overrides["op_weights"] = _op_weights(op_weights)
         cfg = load_config(config, overrides, thresholds=threshold)
-        res = run_pipeline(cfg)
+        res = run_pipeline(cfg, progress=_progress(quiet))
     except (ConfigError, InputError, ReferenceLoadError, ValueError, RuntimeError, OSError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        _fail(str(exc))
     typer.echo(f"{res.stop_reason}; {res.accepted} of {res.candidates} candidates accepted "
                f"({res.accepted / max(1, res.candidates):.1%} yield); {res.selected} selected")
     typer.echo("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in res.seconds.items()))
     typer.echo(f"Hub folder: {res.hf_dir}  (load: datasets.load_dataset('{res.hf_dir}', split='train'); "
-               f"upload: opforge publish {res.run_dir} --repo-id ORG/NAME)")
+               f"upload: opforge publish {res.run_dir} ORG/NAME; status: opforge status {res.run_dir})")
     if res.selected < cfg.target:
         raise typer.Exit(1)
 
@@ -343,8 +462,10 @@ def run_cmd(
 @app.command("recheck")
 def recheck_cmd(
     source: Path = typer.Argument(..., help="Published rows: an opforge Hub folder (hf/) or a .parquet / .jsonl."),
-    out: Path = typer.Option(..., "--out", help="Report directory: recheck.json and filter/ (its ledger resumes)."),
-    device: str = typer.Option("cuda", help="cpu | cuda."),
+    out: Path = typer.Argument(None, metavar="OUT", show_default=False,
+                               help="Report directory: recheck.json and filter/ (its ledger resumes). [required]"),
+    out_option: Path = typer.Option(None, "--out", hidden=True),
+    device: Device = typer.Option(Device.cuda, case_sensitive=False, help="Where the rows run."),
     workers: int = typer.Option(None, help="As for `opforge filter`."),
     runtime_window_ms: tuple[float, float] = typer.Option(None, help="LO HI eager window in ms (default: 1 100 "
                                                           "on cuda, off on cpu)."),
@@ -352,20 +473,22 @@ def recheck_cmd(
     skip: str = typer.Option(None, help="Comma-separated filters to leave out (e.g. compile)."),
     timeout_s: float = typer.Option(300.0, help="Per-task limit in its sandbox, seconds."),
     limit: int = typer.Option(None, help="Only the first N rows."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ):
-    """Re-run every published row's rules in fresh sandboxes; report the pass rate per rule and the
-    measured / published eager time (OUT/recheck.json and a table)."""
+    """Re-run every published row's rules in fresh sandboxes; report the pass rate per rule and the measured /
+    published eager time (OUT/recheck.json and a table)."""
     from opforge.filters.runtime import resolve_window
     from opforge.pipeline.filter_run import InputError
     from opforge.pipeline.recheck import format_report, recheck, recheck_settings
 
+    out = Path(_given(out, out_option, "OUT"))
+    device = _value(device)
     given = tuple(runtime_window_ms) if runtime_window_ms and runtime_window_ms[0] is not None else None
     try:
         settings = recheck_settings(device, resolve_window(device, given, no_window), _names(skip), timeout_s)
-        rep = recheck(source, out, settings, workers=workers, limit=limit)
+        rep = recheck(source, out, settings, workers=workers, limit=limit, progress=_progress(quiet))
     except (InputError, RuntimeError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        _fail(str(exc))
     typer.echo(format_report(rep))
     typer.echo(f"report: {out / 'recheck.json'}")
 
@@ -373,7 +496,9 @@ def recheck_cmd(
 @app.command("publish")
 def publish_cmd(
     run_dir: Path = typer.Argument(..., help="Run directory holding hf/ (from `opforge run`)."),
-    repo_id: str = typer.Option(..., "--repo-id", help="Dataset repo on the Hub, ORG/NAME."),
+    repo_id: str = typer.Argument(None, metavar="REPO_ID", show_default=False,
+                                  help="Dataset repo on the Hub, ORG/NAME. [required]"),
+    repo_id_option: str = typer.Option(None, "--repo-id", hidden=True),
     private: bool = typer.Option(False, "--private", help="Create the repo private."),
     revision: str = typer.Option(None, help="Branch to commit to (default main)."),
     tag: str = typer.Option(None, help="Tag to create on the commit, e.g. v1.0."),
@@ -381,55 +506,71 @@ def publish_cmd(
     """Validate RUN_DIR/hf with `datasets` and upload it to the Hub in one commit (token from HF_TOKEN / login)."""
     from opforge.pipeline.publish import PublishError, publish
 
+    repo_id = _given(repo_id, repo_id_option, "REPO_ID")
     try:
         res = publish(run_dir, repo_id, private=private, revision=revision, tag=tag)
     except PublishError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        _fail(str(exc))
     typer.echo(f"published {res.files} files to {res.repo_id} (commit {res.commit}"
                + (f", tag {res.tag}" if res.tag else "") + f"): {res.url}")
 
 
+DATASET_HELP = "Dataset: an opforge hf/ folder, a .parquet / .jsonl file or a Hub id."
+
+
 @harness_app.command("init")
 def harness_init_cmd(
-    dataset: str = typer.Option(..., help="Dataset: an opforge hf/ folder, a .parquet / .jsonl file or a Hub id."),
-    task: str = typer.Option(..., "--task", help="task_id of the task to materialise."),
-    out: Path = typer.Option(..., help="Workspace directory to create."),
+    dataset: str = typer.Argument(None, metavar="DATASET", show_default=False, help=DATASET_HELP + " [required]"),
+    task: str = typer.Argument(None, metavar="TASK_ID", show_default=False,
+                               help="task_id of the task to materialise. [required]"),
+    out: Path = typer.Argument(None, metavar="OUT", show_default=False,
+                               help="Workspace directory to create. [required]"),
+    dataset_option: str = typer.Option(None, "--dataset", hidden=True),
+    task_option: str = typer.Option(None, "--task", hidden=True),
+    out_option: Path = typer.Option(None, "--out", hidden=True),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty OUT."),
     registry: Path = typer.Option(None, help="Where the workspace's record (task row, protected-file hashes) is "
                                              "kept, outside OUT (default: $OPFORGE_CACHE/workspaces)."),
 ):
-    """Write a task workspace: model.py, model_new.py, kernels/ (fixed binding), RULES.md, tools/; record the task
-    and the protected files' hashes outside it (the tools evaluate against that record)."""
+    """Write a task workspace: model.py, model_new.py, kernels/ (fixed binding), RULES.md, tools/; record the
+    task and the protected files' hashes outside it (the tools evaluate against that record)."""
     from opforge.harness.dataset import DatasetError
     from opforge.harness.workspace import WorkspaceError, init_workspace
 
+    dataset = _given(dataset, dataset_option, "DATASET")
+    task = _given(task, task_option, "TASK_ID")
+    out = Path(_given(out, out_option, "OUT"))
     try:
         path = init_workspace(dataset, task, out, force=force, registry=registry)
     except (DatasetError, WorkspaceError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        _fail(str(exc))
     typer.echo(f"workspace for {task} in {path}: edit model_new.py and kernels/, then python tools/profile.py")
 
 
-@app.command("eval")
-def eval_cmd(
-    dataset: str = typer.Option(..., help="Dataset: an opforge hf/ folder, a .parquet / .jsonl file or a Hub id."),
-    solutions: Path = typer.Option(..., help="Directory with one subfolder per task_id (model_new.py, kernels/)."),
-    out: Path = typer.Option(..., help="Report directory: results.jsonl (resumable) and report.json."),
-    device: str = typer.Option("cpu", help="cpu | cuda."),
+@harness_app.command("eval")
+def harness_eval_cmd(
+    dataset: str = typer.Argument(None, metavar="DATASET", show_default=False, help=DATASET_HELP + " [required]"),
+    solutions: Path = typer.Argument(None, metavar="SOLUTIONS", show_default=False,
+                                     help="Directory with one subfolder per task_id (model_new.py, kernels/). "
+                                          "[required]"),
+    out: Path = typer.Argument(None, metavar="OUT", show_default=False,
+                               help="Report directory: results.jsonl (resumable) and report.json. [required]"),
+    dataset_option: str = typer.Option(None, "--dataset", hidden=True),
+    solutions_option: Path = typer.Option(None, "--solutions", hidden=True),
+    out_option: Path = typer.Option(None, "--out", hidden=True),
+    device: Device = typer.Option(Device.cpu, case_sensitive=False, help="Where solutions run."),
     workers: int = typer.Option(None, help="Evaluations at once (CPU: processes, default cores; CUDA: per GPU, default 4)."),
-    reward: str = typer.Option("milestone", help="milestone | speedup."),
+    reward: Reward = typer.Option(Reward.milestone, case_sensitive=False,
+                                  help="milestone: -1 / 1 / 2 / 3 (CUDA-Agent's scheme); speedup: the speed-up."),
     no_compile: bool = typer.Option(False, "--no-compile", help="Do not profile torch.compile."),
     atol: float = typer.Option(None, help="Absolute tolerance (default: by output dtype, 1e-2 for float32)."),
     rtol: float = typer.Option(None, help="Relative tolerance (default: by output dtype, 1e-2 for float32)."),
     threads: int = typer.Option(None, help="Intra-op threads of the reference and candidate servers (default: "
                                            "the cores a worker may use); timings take the device one at a time."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ):
-    """Evaluate every solution against its task on Dask workers; write per-solution results and the
-    pass rate / faster-than rates / geomean speed-ups, overall and per data_source."""
-    import json
-
+    """Evaluate every solution against its task on Dask workers; write per-solution results and the pass rate
+    / faster-than rates / geomean speed-ups, overall and per data_source."""
     from opforge.harness.batch import evaluate_many
     from opforge.harness.dataset import DatasetError, get_task, load_tasks
     from opforge.harness.evaluate import EvalConfig
@@ -437,9 +578,12 @@ def eval_cmd(
     from opforge.harness.solution import Solution, SolutionError
     from pydantic import ValidationError
 
+    dataset = _given(dataset, dataset_option, "DATASET")
+    solutions = Path(_given(solutions, solutions_option, "SOLUTIONS"))
+    out = Path(_given(out, out_option, "OUT"))
     try:
-        config = EvalConfig(device=device, reward=reward, profile_compile=not no_compile, atol=atol, rtol=rtol,
-                            threads=threads)
+        config = EvalConfig(device=_value(device), reward=_value(reward), profile_compile=not no_compile,
+                            atol=atol, rtol=rtol, threads=threads)
         tasks = load_tasks(dataset)
         if not solutions.is_dir():
             raise DatasetError(f"{solutions}: not a directory")
@@ -450,12 +594,12 @@ def eval_cmd(
             except (DatasetError, SolutionError) as exc:
                 skipped.append(f"{sub.name}: {exc}")
     except (DatasetError, ValidationError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        _fail(str(exc))
     for line in skipped:
         typer.echo(f"skipped {line}", err=True)
     out.mkdir(parents=True, exist_ok=True)
-    results = evaluate_many(pairs, config, results_path=out / "results.jsonl", workers=workers)
+    results = evaluate_many(pairs, config, results_path=out / "results.jsonl", workers=workers,
+                            progress=_progress(quiet))
     rep = {**report(results), "config": config.model_dump(mode="json"), "skipped": skipped,
            "dataset": str(dataset), "solutions": str(solutions)}
     (out / "report.json").write_text(json.dumps(rep, indent=1))
@@ -463,6 +607,37 @@ def eval_cmd(
     typer.echo(f"{o['n']} solutions: pass {o.get('pass_rate', 0):.1%}, faster than eager "
                f"{o.get('faster_than_eager_rate', 0):.1%}, faster than compile {o.get('faster_than_compile_rate', 0):.1%}"
                f"; report: {out / 'report.json'}")
+
+
+# `opforge eval`: the same command as `opforge harness eval`, kept under its first name.
+app.command("eval", hidden=True)(harness_eval_cmd)
+
+
+@app.command("env")
+def env_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of lines.")):
+    """Print what a bug report needs: versions (opforge, Python, torch and its CUDA build, transformers, dask,
+    triton...), GPUs (name, memory, driver) and the cache folders."""
+    from opforge.pipeline.env_report import collect, format_env
+
+    info = collect()
+    typer.echo(json.dumps(info, indent=1) if as_json else format_env(info))
+
+
+@app.command("status")
+def status_cmd(
+    run_dir: Path = typer.Argument(..., help="A run directory (`opforge run`) or filter directory (`opforge filter`)."),
+    failures: int = typer.Option(5, help="How many of the last broken tasks (crash, timeout, oom, errors) to list."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of lines."),
+):
+    """Where a run stands, from its files (safe while it runs): stage, candidates, ledger progress, funnel so
+    far, last failures."""
+    from opforge.pipeline.status import StatusError, format_status, run_status
+
+    try:
+        s = run_status(run_dir, failures=failures)
+    except StatusError as exc:
+        _fail(str(exc))
+    typer.echo(json.dumps(s, indent=1, default=str) if as_json else format_status(s))
 
 
 if __name__ == "__main__":

@@ -38,9 +38,9 @@ class ClusterHandle:
 
 
 # CUDA sandboxes per GPU leave this many of the GPU's share of cores to the client, the scheduler and the
-# Dask worker: 14 sandboxes on one H200 with 16 cores is the setting of every GPU measurement since session 5
-# (benchmarks/README.md: 236 verdicts/min, GPU 83-92 % busy); 18 and 22 were not faster in the one
-# comparison made. A single sandbox leaves the GPU idle while it compiles.
+# Dask worker: 14 sandboxes on one H200 with 16 cores is the setting of the GPU measurements
+# (benchmarks/results/h200/filter_throughput.json: 305 verdicts/min, GPU 81-83 % busy); 18 and 22 were not
+# faster in the one comparison made. A single sandbox leaves the GPU idle while it compiles.
 CORES_KEPT_PER_GPU = 2
 
 

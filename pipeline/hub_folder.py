@@ -25,7 +25,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-# Published columns (DESIGN.md §2): name, Arrow type, datasets dtype, meaning. The first three are
+# Published columns (docs/DESIGN.md §2): name, Arrow type, datasets dtype, meaning. The first three are
 # CUDA-Agent-Ops-6K's columns with the same meaning.
 COLUMNS: list[tuple[str, pa.DataType, str, str]] = [
     ("ops", pa.string(), "string", "JSON list of op labels the code calls (`nn.Conv2d`, `F.gelu`, `torch.cumsum`; a "

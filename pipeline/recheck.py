@@ -58,7 +58,7 @@ class Rule:
         return not self.reasons or any(reason.startswith(r) for r in self.reasons)
 
 
-# The rules of DESIGN.md §2 a published row satisfies; ``eager`` fails on anything the eager filter rejects
+# The rules of docs/DESIGN.md §2 a published row satisfies; ``eager`` fails on anything the eager filter rejects
 # except non-finite outputs, which is the ``finite`` rule.
 RULES = (
     Rule("eager", ("eager",), exclude=("non_finite",)),

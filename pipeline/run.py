@@ -112,7 +112,7 @@ def _round_path(run_dir: Path, k: int) -> Path:
     return run_dir / "candidates" / f"round-{k:04d}.parquet"
 
 
-def _compose_round(cfg: RunConfig, catalog: Path, k: int, run_dir: Path) -> Path:
+def _compose_round(cfg: RunConfig, catalog: Path, k: int, run_dir: Path, progress: bool = True) -> Path:
     from opforge.compose.composer import ComposeConfig, compose
     from opforge.seeds.catalog import read_catalog
 
@@ -127,7 +127,7 @@ def _compose_round(cfg: RunConfig, catalog: Path, k: int, run_dir: Path) -> Path
                          include_internal=cfg.include_internal, heavy_start=cfg.heavy_start)
     # the sandboxes wait for candidates meanwhile: compose on every core (output does not depend on it)
     workers = cfg.compose_workers or max(1, min(len(os.sched_getaffinity(0)), cfg.round_size // 50))
-    df = compose(read_catalog(catalog), ccfg, workers=workers)
+    df = compose(read_catalog(catalog), ccfg, workers=workers, progress=progress)
     tmp = path.with_suffix(".tmp.parquet")
     df.to_parquet(tmp, index=False)
     tmp.replace(path)
@@ -208,7 +208,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
                     warming = warm_sandboxes(handle, settings, run_dir / "filter")
                 seconds["cluster_start"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            rounds.append(_compose_round(cfg, catalog, k, run_dir))
+            rounds.append(_compose_round(cfg, catalog, k, run_dir, progress))
             candidates = pd.concat([pd.read_parquet(p) for p in rounds], ignore_index=True)
             candidates.to_parquet(run_dir / "candidates.parquet", index=False)
             seconds["compose"] += time.perf_counter() - t0
@@ -236,7 +236,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     rows = _published_rows(selection.rows, res.funnel, cfg)
     funnel = _funnel_summary(candidates, res, len(rounds), stop_reason, settings)
     context = _card_context(cfg, rows, funnel, selection, res.funnel["environment"])
-    provenance = {"config": cfg.model_dump(mode="json"), "funnel": funnel, "environment": res.funnel["environment"],
+    provenance = {"config": public_config(cfg, run_dir), "funnel": funnel, "environment": res.funnel["environment"],
                   "selection": _selection_json(selection)}
     from opforge.pipeline.hub_folder import build_hub_folder
 
@@ -250,6 +250,31 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
         "rounds": len(rounds), "stop_reason": stop_reason, "seconds": result.seconds, "sandbox_warm_up": warm_up,
         "yield": round(result.accepted / max(1, result.candidates), 4)}, indent=2))
     return result
+
+
+def public_config(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
+    """The resolved config as the Hub folder publishes it (``hf/opforge_run.json``), with no path of the
+    building machine: ``out`` is ``.`` (the run directory), and each file option (``seeds_catalog``,
+    ``vocabulary``, a ``kernelbench`` file) becomes its path relative to the run directory when it lies inside
+    it, else ``NAME (sha256 HEX16)`` (the file's name and the first 16 hex digits of its SHA-256; just its
+    name when it no longer exists). ``hub:`` and ``packaged:`` references are kept as they are."""
+    import hashlib
+
+    data = cfg.model_dump(mode="json")
+    data["out"] = "."
+    root = Path(run_dir).resolve()
+    for key in ("seeds_catalog", "vocabulary", "kernelbench"):
+        value = data.get(key)
+        if not value or str(value).startswith(("hub:", "packaged:")):
+            continue
+        path = Path(value).resolve()
+        if path.is_relative_to(root):
+            data[key] = str(path.relative_to(root))
+        elif path.is_file():
+            data[key] = f"{path.name} (sha256 {hashlib.sha256(path.read_bytes()).hexdigest()[:16]})"
+        else:
+            data[key] = path.name
+    return data
 
 
 def _shape_stats(rows: pd.DataFrame) -> dict[str, Any]:

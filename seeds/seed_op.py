@@ -1,4 +1,4 @@
-"""The ``SeedOp`` record: one validated operator the composer may draw from (DESIGN.md §3)."""
+"""The ``SeedOp`` record: one validated operator the composer may draw from (docs/DESIGN.md §3)."""
 
 from __future__ import annotations
 

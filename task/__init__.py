@@ -1,4 +1,4 @@
-"""The KernelBench task format every opforge stage shares (DESIGN.md §2).
+"""The KernelBench task format every opforge stage shares (docs/DESIGN.md §2).
 
 A task is one self-contained Python source defining ``Model`` (an ``nn.Module``), ``get_inputs()`` and
 ``get_init_inputs()``. This package loads such sources safely, names them by content (``task_id``) and

@@ -37,5 +37,5 @@ def source_hash(code: str) -> str:
 
 
 def task_id_for(code: str) -> str:
-    """``task_id``: the first 16 hex digits of ``source_hash`` (DESIGN.md §2)."""
+    """``task_id``: the first 16 hex digits of ``source_hash`` (docs/DESIGN.md §2)."""
     return source_hash(code)[:16]

@@ -3,7 +3,7 @@
 *Label*: how CUDA-Agent-Ops-6K spells an op: ``nn.Conv2d`` for a module class, ``F.gelu`` for a
 ``torch.nn.functional`` function, ``torch.cumsum`` for a ``torch`` function, ``Tensor.relu`` for a method.
 *Canonical name*: one name per operation whatever its spelling, so ``torch.relu``, ``F.relu``,
-``x.relu()`` and ``nn.ReLU`` are all ``relu`` (DESIGN.md §3, contamination tier 1).
+``x.relu()`` and ``nn.ReLU`` are all ``relu`` (docs/DESIGN.md §3, contamination tier 1).
 """
 
 from __future__ import annotations

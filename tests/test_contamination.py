@@ -2,6 +2,7 @@
 
 import collections
 import json
+import os
 import re
 import subprocess
 import sys
@@ -10,23 +11,31 @@ import pandas as pd
 import pytest
 from opforge.filters.contamination import ContaminationFilter
 from opforge.filters.duplicate import DuplicateFilter
-from opforge.filters.kernelbench import build_index, load_problems
+from opforge.filters.kernelbench import (
+    PACKAGED_COMMIT,
+    PACKAGED_DIR,
+    PACKAGED_SOURCE,
+    ReferenceLoadError,
+    build_index,
+    default_reference,
+    load_problems,
+)
 from opforge.filters.verdict import TaskInput
 from opforge.task.structure import class_tokens, parse_task, static_op_signature
 
 from .disguises import DISGUISES, changed
 from .new_fusions import NEW_FUSIONS
-from .paths import KERNELBENCH, OPS6K
+from .paths import KERNELBENCH, OPS6K, needs_shared
 
 
 @pytest.fixture(scope="module")
 def problems():
-    return load_problems(KERNELBENCH)
+    return load_problems()  # the packaged copy (levels 1-3), the same problems as ../shared/reference
 
 
 @pytest.fixture(scope="module")
 def contamination(problems):
-    return ContaminationFilter(build_index(KERNELBENCH))
+    return ContaminationFilter(build_index())
 
 
 def test_every_kernelbench_problem_is_contaminated_with_itself_nearest(problems, contamination):
@@ -130,6 +139,7 @@ def test_duplicate_filter_keeps_first_of_exact_and_near_copies():
     assert [v.reason for v in DuplicateFilter(near=False).run_corpus(rows)][1] is None
 
 
+@needs_shared
 def test_ops6k_exact_duplicates_are_all_found():
     codes = list(pd.read_parquet(OPS6K, columns=["code"])["code"])
     verdicts = DuplicateFilter(near=False).run_corpus(codes)
@@ -139,25 +149,59 @@ def test_ops6k_exact_duplicates_are_all_found():
             byte_identical.append(i)
         seen.add(c)
     exact = {i for i, v in enumerate(verdicts) if v.reason == "duplicate:exact"}
-    assert len(byte_identical) == 352  # DESIGN.md §6
+    assert len(byte_identical) == 352  # docs/DESIGN.md §6
     assert set(byte_identical) <= exact  # and more: copies differing only in comments or layout
     counts = collections.Counter(v.reason for v in verdicts)
     assert counts["duplicate:exact"] == len(exact) > 352
 
 
-def test_filter_command_runs_contamination_and_duplicate_alone(tmp_path, problems):
-    relu = next(p for p in problems if p.key == "L1/19_ReLU")
+@needs_shared
+def test_packaged_reference_is_kernelbench_at_its_commit(problems):
+    """The copy shipped as package data is the reference file's problems (same commit), levels 1-4."""
+    packaged = load_problems(levels=(1, 2, 3, 4))
+    assert default_reference() == PACKAGED_SOURCE  # tests run with OPFORGE_KERNELBENCH unset
+    assert len(packaged) == 270
+    assert [(p.key, p.code) for p in packaged] == [(p.key, p.code) for p in load_problems(KERNELBENCH, (1, 2, 3, 4))]
+    prov = json.loads((PACKAGED_DIR / "PROVENANCE.json").read_text())
+    assert prov["commit"] == PACKAGED_COMMIT and prov["problems_per_level"] == {"1": 100, "2": 100, "3": 50, "4": 20}
+    assert "MIT License" in (PACKAGED_DIR / "LICENSE").read_text()
+
+
+def test_filter_command_decontaminates_with_the_packaged_reference_offline(tmp_path, problems):
+    """No --kernelbench, no $OPFORGE_KERNELBENCH, an empty index cache, no network: the packaged copy is used."""
+    by_key = {p.key: p for p in problems}
+    relu = by_key["L1/19_ReLU"]
     rows = [{"code": NEW_FUSIONS["cumsum_exp_mean"]}, {"code": DISGUISES["combined"](relu.code)},
-            {"code": NEW_FUSIONS["cumsum_exp_mean"]}, {"code": NEW_FUSIONS["atan2_remainder"]}]
+            {"code": NEW_FUSIONS["cumsum_exp_mean"]}, {"code": NEW_FUSIONS["atan2_remainder"]},
+            {"code": by_key["L2/1_Conv2D_ReLU_BiasAdd"].code}, {"code": by_key["L3/1_MLP"].code}]
     src = tmp_path / "t.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    out = subprocess.run([sys.executable, "-m", "opforge.pipeline.cli", "filter", str(src), "--out",
-                          str(tmp_path / "run"), "--only", "contamination,duplicate", "--workers", "1",
-                          "--kernelbench", str(KERNELBENCH)], capture_output=True, text=True, timeout=600)
+    env = {k: v for k, v in os.environ.items() if k != "OPFORGE_KERNELBENCH"}
+    env.update(OPFORGE_CACHE=str(tmp_path / "cache"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    out = subprocess.run([sys.executable, "-m", "opforge.pipeline.cli", "filter", str(src), str(tmp_path / "run"),
+                          "--only", "contamination,duplicate", "--workers", "1", "--quiet"],
+                         capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     v = pd.read_parquet(tmp_path / "run" / "verdicts.parquet").set_index("row")
-    assert v["reason"].fillna("ok").tolist() == ["ok", "contaminated:op_signature", "duplicate:exact", "ok"]
+    assert v["reason"].fillna("ok").tolist() == ["ok", "contaminated:op_signature", "duplicate:exact", "ok",
+                                                 "contaminated:exact", "contaminated:exact"]
     assert v.loc[1, "kernelbench_nearest"] == "L1/19_ReLU" and v.loc[0, "kernelbench_similarity"] < 0.9
+    assert v.loc[4, "kernelbench_nearest"] == "L2/1_Conv2D_ReLU_BiasAdd" and v.loc[5, "kernelbench_nearest"] == "L3/1_MLP"
     funnel = json.loads((tmp_path / "run" / "funnel.json").read_text())
-    assert funnel["by_filter"]["eager"]["ran"] == 0 and funnel["by_filter"]["duplicate"]["ran"] == 4
+    assert funnel["settings"]["kernelbench_identity"]["source"] == PACKAGED_SOURCE
+    assert funnel["by_filter"]["eager"]["ran"] == 0 and funnel["by_filter"]["duplicate"]["ran"] == 6
     assert (tmp_path / "run" / "kernelbench_index.pkl").exists()
+    assert list((tmp_path / "cache" / "kernelbench").glob("index-*.pkl"))  # built here, from the package
+
+
+def test_an_explicit_reference_overrides_the_packaged_one(tmp_path, problems):
+    """--kernelbench (here: a file of level 1 only) replaces the default reference."""
+    src = tmp_path / "kb.jsonl"
+    src.write_text("".join(json.dumps({"level": p.level, "problem_id": p.problem_id, "name": p.name, "code": p.code})
+                           + "\n" for p in problems if p.key in ("L1/19_ReLU", "L1/23_Softmax")))
+    index = build_index(src, levels=(1,))
+    assert index.problems == ["L1/19_ReLU", "L1/23_Softmax"] and index.identity()["source"] == str(src)
+    with pytest.raises(ReferenceLoadError, match="no problem at levels"):
+        load_problems(src, levels=(2,))
+    with pytest.raises(ReferenceLoadError, match="unknown packaged reference"):
+        load_problems("packaged:kernelbench@00000000")

@@ -134,9 +134,9 @@ def test_opforge_eval_reports_the_metrics_of_its_results(dataset, tmp_path, buil
     assert rep["overall"] == json.loads(json.dumps(metrics(results)))
     assert rep["overall"]["pass_rate"] == 0.5 and rep["overall"]["hacked_rate"] == 0.5
     assert set(rep["by_data_source"]) == {"torch#2", "torch#3"}
-    # a second run resumes: nothing is evaluated again
-    proc = subprocess.run([sys.executable, "-m", "opforge.pipeline.cli", "eval", "--dataset", str(dataset),
-                           "--solutions", str(sols), "--out", str(out), "--no-compile"],
+    # a second run resumes: nothing is evaluated again (`harness eval` with positional inputs: the same command)
+    proc = subprocess.run([sys.executable, "-m", "opforge.pipeline.cli", "harness", "eval", str(dataset), str(sols),
+                           str(out), "--no-compile", "--quiet"],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0 and len((out / "results.jsonl").read_text().splitlines()) == 2
 

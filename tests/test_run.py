@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from opforge.pipeline.select import bucket_shares, plan_quotas, select_tasks
 from opforge.task.source import load_task
 from opforge.task.trace import trace_task
 
-from .paths import OPS6K
+from .paths import OPS6K, needs_shared
 
 TARGET = 6
 MEASURED = ["eager_ms", "compile_ms"]  # timings: measured again by every run, so never compared
@@ -68,12 +69,18 @@ def test_run_builds_a_loadable_dataset(finished_run):
     assert len(first) == 2 and all(r["start_s"] == 0.0 for r in first.values()), first
     assert f"{run['candidates']} candidates composed" in card  # the card states what the run measured
     assert validate_folder(hf)["rows"] == TARGET
-    # the Ops-6K loader works unchanged, on the reference and on ours
-    ref = ops6k_style_loader("parquet", data_files=str(OPS6K))
     ours = ops6k_style_loader(str(hf))
-    assert len(ref) == 6000 and len(ours) == TARGET
+    assert len(ours) == TARGET
     assert all(isinstance(ops, list) and ops and src.startswith(("torch#", "transformers")) for ops, src, _ in ours)
     assert all(isinstance(json.loads(o), list) for o in ds["ops"])  # ours is JSON in every row
+
+
+@needs_shared
+def test_an_ops6k_loader_reads_the_reference_and_ours_alike(finished_run):
+    ref = ops6k_style_loader("parquet", data_files=str(OPS6K))
+    ours = ops6k_style_loader(str(finished_run / "hf"))
+    assert len(ref) == 6000 and len(ours) == TARGET
+    assert {type(ops) for ops, _, _ in ref} == {type(ops) for ops, _, _ in ours} == {list}
 
 
 def test_every_published_row_passes_an_independent_recheck(finished_run):
@@ -90,6 +97,7 @@ def test_every_published_row_passes_an_independent_recheck(finished_run):
         assert r.gpu == "cpu" and r.torch_version == torch.__version__ and r.num_ops == len(json.loads(r.ops))
 
 
+@needs_shared
 def test_no_published_row_copies_an_ops6k_row(finished_run):
     ref = list(pd.read_parquet(OPS6K, columns=["code"])["code"])
     ours = list(pd.read_parquet(finished_run / "hf" / "data")["code"])
@@ -144,6 +152,32 @@ class FakeHfApi:
 
     def create_tag(self, repo_id, **kw):
         self.calls.append(("create_tag", repo_id, kw))
+
+
+def test_published_folder_holds_no_path_of_the_building_machine(finished_run, catalog_path):
+    """The run was given absolute paths (--out, --seeds-catalog under pytest's temporary folder): no file of
+    the Hub folder (card, provenance, shards, plots) names the run directory, the repository, the home folder
+    or the temporary folder, and the provenance identifies the catalog by name and hash instead."""
+    hf = finished_run / "hf"
+    repo = Path(__file__).resolve().parents[1]
+    needles = {str(finished_run.resolve()), str(finished_run), str(repo), str(Path.home()),
+               str(Path(catalog_path).resolve().parent)}
+    files = [p for p in hf.rglob("*") if p.is_file()]
+    assert {p.suffix for p in files} >= {".md", ".json", ".parquet", ".png"}
+    for path in files:
+        blob = path.read_bytes()
+        for needle in needles:
+            assert needle.encode() not in blob, (path.relative_to(hf), needle)
+    config = json.loads((hf / "opforge_run.json").read_text())["config"]
+    assert config["out"] == "."
+    assert re.fullmatch(r"catalog\.parquet \(sha256 [0-9a-f]{16}\)", config["seeds_catalog"]), config["seeds_catalog"]
+    assert config["kernelbench"] is None  # the packaged default; the funnel names it
+    status = subprocess.run([sys.executable, "-m", "opforge.pipeline.cli", "status", str(finished_run), "--json"],
+                            capture_output=True, text=True, timeout=120)
+    s = json.loads(status.stdout)
+    assert s["stage"] == "finished" and s["result"]["selected"] == TARGET and s["hub_folder"] == str(hf)
+    run = json.loads((finished_run / "run.json").read_text())
+    assert s["candidates"]["rows"] == run["candidates"] and s["ledger"]["accepted"] == run["accepted"]
 
 
 def test_publish_uploads_exactly_the_validated_folder(finished_run):

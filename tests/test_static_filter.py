@@ -3,7 +3,7 @@ import pytest
 from opforge.filters.static import StaticFilter
 from opforge.filters.verdict import Verdict
 
-from .conftest import REFERENCE
+from .paths import OPS6K, needs_shared
 
 GOOD = """
 import torch
@@ -77,11 +77,12 @@ def test_verdict_rejects_unknown_reason():
         Verdict(False, "x", "because")
 
 
+@needs_shared
 def test_ops6k_rows_with_random_forward_are_caught():
-    df = pd.read_parquet(REFERENCE / "cuda_agent_ops_6k.parquet")
+    df = pd.read_parquet(OPS6K)
     f = StaticFilter()
     flagged = [i for i, c in enumerate(df.code) if (v := f(c, str(i))).reason and v.reason.startswith("stochastic")]
-    # DESIGN.md §6: about 9 rows call random functions inside forward
+    # docs/DESIGN.md §6: about 9 rows call random functions inside forward
     assert 5 <= len(flagged) <= 60
     assert all("rand" in df.code[i] or "dropout" in df.code[i] or "bernoulli" in df.code[i]
                or "normal" in df.code[i] or "empty" in df.code[i] or "multinomial" in df.code[i]
