@@ -43,8 +43,22 @@ def render_card(context: dict[str, Any]) -> str:
     Raises:
         jinja2.UndefinedError: a name the template needs is missing from ``context``.
     """
+    return _environment().from_string(TEMPLATE.read_text(encoding="utf-8")).render(**context)
+
+
+def render_section(name: str, context: dict[str, Any]) -> str:
+    """One section template of this package (``shape_variants.md.j2``), as the card includes it, rendered
+    alone (``opforge variants`` adds it to a card that predates it).
+
+    Raises:
+        jinja2.UndefinedError: a name the template needs is missing from ``context``.
+    """
+    return _environment().get_template(name).render(**context)
+
+
+def _environment():
     import jinja2
 
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             trim_blocks=False, lstrip_blocks=False)
-    return env.from_string(TEMPLATE.read_text(encoding="utf-8")).render(**context)
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATE.parent)),
+                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                              trim_blocks=False, lstrip_blocks=False)

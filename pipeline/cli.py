@@ -515,6 +515,32 @@ def publish_cmd(
                + (f", tag {res.tag}" if res.tag else "") + f"): {res.url}")
 
 
+@app.command("variants")
+def variants_cmd(
+    source: Path = typer.Argument(..., help="A dataset folder (README.md + data/*.parquet, e.g. RUN_DIR/hf) or a "
+                                            ".parquet file of published rows."),
+    out: Path = typer.Option(None, help="Write a copy here (a folder for a folder, a .parquet for a file); "
+                                        "default: in place."),
+    seed: int = typer.Option(0, help="Seed mixed with each task_id (the default is what `opforge run` uses)."),
+    count: int = typer.Option(2, min=1, help="Variants wanted per task."),
+    workers: int = typer.Option(None, help="Worker processes (default: the usable cores)."),
+):
+    """Add the hidden `shape_variants` column (extra input shapes the grader checks) to published rows; the
+    card of a folder gets the column and its section. Deterministic: the same rows and seed give the same files."""
+    import json
+
+    from opforge.compose.variants import VariantError, VariantSettings
+    from opforge.pipeline.variants_column import add_variants
+
+    try:
+        rep = add_variants(source, out, VariantSettings(seed=seed, count=count), workers=workers)
+    except (FileNotFoundError, ValueError, VariantError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"{rep['with_count']} of {rep['tasks']} tasks have {count} variants or more "
+               f"(per count: {json.dumps(rep['per_count'])}; fewer: {json.dumps(rep['reasons'])}); {rep['output']}")
+
+
 DATASET_HELP = "Dataset: an opforge hf/ folder, a .parquet / .jsonl file or a Hub id."
 
 

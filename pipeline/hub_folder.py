@@ -53,6 +53,9 @@ COLUMNS: list[tuple[str, pa.DataType, str, str]] = [
     ("generator", pa.string(), "string", "generator name and version"),
     ("generator_seed", pa.int64(), "int64", "the run seed"),
     ("opforge_version", pa.string(), "string", "opforge version that built the row"),
+    ("shape_variants", pa.string(), "string", "JSON list of hidden extra input shapes the grader also checks "
+                                              "(`{\"sizes\": {constant: value}, \"input_shapes\", \"work_ratio\"}`; "
+                                              "see Hidden shape variants)"),
 ]
 SCHEMA = pa.schema([(name, typ) for name, typ, _, _ in COLUMNS])
 ROWS_PER_SHARD = 2000

@@ -234,8 +234,16 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
 
     t0 = time.perf_counter()
     rows = _published_rows(selection.rows, res.funnel, cfg)
+    # hidden shape variants (compose.variants), with the default settings `opforge variants` uses, so adding them
+    # to a published folder later gives the same column; cached in the run directory
+    from opforge.compose.variants import VariantSettings, summary
+    from opforge.pipeline.variants_column import variants_column
+
+    rows["shape_variants"], variant_results = variants_column(rows, VariantSettings(), cfg.compose_workers,
+                                                              run_dir / "variants.jsonl", progress)
     funnel = _funnel_summary(candidates, res, len(rounds), stop_reason, settings)
     context = _card_context(cfg, rows, funnel, selection, res.funnel["environment"])
+    context["variants"] = summary(variant_results)
     provenance = {"config": public_config(cfg, run_dir), "funnel": funnel, "environment": res.funnel["environment"],
                   "selection": _selection_json(selection)}
     from opforge.pipeline.hub_folder import build_hub_folder
