@@ -61,6 +61,9 @@ class EvalConfig(BaseModel):
     namespaces: tuple[str, ...] = ("opforge_kernels",)
     threads: int | None = Field(None, ge=1)
     input_sets: int = Field(4, ge=2)
+    # hidden shape variants of the task row (its ``shape_variants``, compose.variants): checked in the final rounds
+    shape_variants: bool = True
+    variant_trials: int = Field(2, ge=1)
     # GPU memory admission shared with the filter stage (filters.gpu_locks.MemoryBudget): evaluations on
     # one GPU start only while their reservations fit, so a batch never runs out of memory by crowding
     gpu_memory_fraction: float = Field(ADMIT_FRACTION, gt=0, le=1)
@@ -94,6 +97,7 @@ class EvalResult(BaseModel):
     precision: dict[str, Any] = {}
     timing: dict[str, Any] = {}  # per function: median / min / max / wall / hint median ms, trials
     overhead_ms: float | None = None  # median wall - hint of the reference's eager calls (harness.grader)
+    variants_checked: int = 0  # hidden shape variants the candidate answered correctly (harness.grader)
     device: str = "cpu"
     logs: dict[str, str] = {}
 
@@ -126,17 +130,23 @@ def evaluate(task: dict[str, Any], solution: Solution, config: EvalConfig | None
     Status ``oom``: out of GPU memory; with ``alone`` that is the candidate's (or task's) own need,
     otherwise it may be the neighbours' (``harness.batch`` re-runs those alone).
 
+    With ``config.shape_variants`` (default) the row's hidden ``shape_variants`` (``compose.variants``) are checked
+    too, ``config.variant_trials`` rounds each, in the final rounds; the workspace tools leave them out.
+
     Raises:
-        ValueError: ``task`` lacks ``task_id`` or ``code``.
+        ValueError: ``task`` lacks ``task_id`` or ``code``, or its ``shape_variants`` is malformed.
         WorkspaceError: ``workspace`` has no record (not made by ``opforge harness init``).
     """
     from opforge.harness.grader import Grader, timing_lock
     from opforge.harness.policy import policy_violations
     from opforge.harness.symbols import audit_extension
+    from opforge.task.sizes import parse_variants
 
     config = config or EvalConfig()
     if not isinstance(task.get("code"), str) or not task.get("task_id"):
         raise ValueError("evaluate: task needs 'task_id' and 'code' (a row of an opforge dataset)")
+    variants = [v["sizes"] for v in parse_variants(task.get("shape_variants"), f"task {task['task_id']}: "
+                                                   "shape_variants")] if config.shape_variants else []
     t0 = time.perf_counter()
     protected = protected_files()
     before = file_hashes(protected)
@@ -178,7 +188,7 @@ def evaluate(task: dict[str, Any], solution: Solution, config: EvalConfig | None
                                   error="the extension reaches torch compute or steps around the guard"),
                        protected, before, config, ws_check, t0)
     tmp = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="opforge-eval-"))
-    fields = Grader(task, solution.model_new, build.module_path, config, tmp, alone=alone).run()
+    fields = Grader(task, solution.model_new, build.module_path, config, tmp, alone=alone, variants=variants).run()
     logs.update(fields.pop("logs", {}))
     timing = fields.get("timing") or {}
     if fields.get("status") == "correct":

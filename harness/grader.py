@@ -16,6 +16,12 @@ the verdict depends on:
   work is done is caught by the comparison); inputs are compared byte for byte with the grader's copy after
   every call. On CUDA the grader zeroes a buffer twice the L2 size before each call (the method of
   ``triton.testing.do_bench``), outside the measured time.
+* Hidden shape variants (``variants``: size-constant values per variant, ``compose.variants``): the reference
+  draws their inputs from the task source with those values and runs the same ``Model`` on them. Their slots
+  are allocated with the public ones (the candidate's setup lists every slot), their rounds are verify rounds
+  (candidate, then eager; never timed) shuffled in secret order among the final re-verify rounds, and a call is
+  the same ``call`` message whatever the shape. A wrong answer on one is ``incorrect``, its message naming the
+  variant but not its shapes; a variant the reference cannot run is dropped (flag ``variant_skipped:<j>``).
 * Time: per target ``max(median hint, median wall - overhead)``, at most ``median wall``: ``wall`` is this
   process's ``time.perf_counter`` around each timed request (the candidate cannot touch it), ``hint`` the
   server's own time of the call (untrusted from the candidate), ``overhead`` the median of
@@ -138,8 +144,9 @@ class Grader:
     """
 
     def __init__(self, task: dict[str, Any], model_new: str, module_path: str | None, config, work_dir: Path,
-                 alone: bool = False):
+                 alone: bool = False, variants: list[dict[str, int]] | None = None):
         self.task, self.model_new, self.module_path = task, model_new, module_path
+        self.variants = list(variants or [])
         self.cfg, self.work_dir, self.alone = config, Path(work_dir), alone
         self.device = config.device
         self.cuda = self.device == "cuda"
@@ -229,7 +236,7 @@ class Grader:
             info, payload, _ = self._ask(ref, {
                 "op": "setup", "task_code": self.task["code"], "task_id": str(self.task["task_id"]),
                 "seed": secrets.randbits(62), "gpu_memory_fraction": cfg.gpu_memory_fraction,
-                "gpu_admit_gib": cfg.gpu_admit_gib, "alone": self.alone, **common})
+                "gpu_admit_gib": cfg.gpu_admit_gib, "alone": self.alone, "variants": self.variants, **common})
             if not info.get("ok"):
                 raise Verdict("load_error", f"reference: {info.get('error')}\n{ref.log_tail()}")
         result: dict[str, Any] = {"precision": info.get("config", {})}
@@ -237,14 +244,26 @@ class Grader:
         k = max(2, cfg.input_sets)
         cset, rset = SlotSet(self.device), SlotSet(self.device)
         slot_sets += [cset, rset]
+        # hidden shape variants the reference could run; each gets two rotating slot sets of its own, allocated
+        # with the public ones, so the candidate's setup and call messages look alike for every shape
+        shapes = {None: (layout, out_layout, k)}
+        for j, v in enumerate(info.get("variants") or []):
+            if "error" in v:
+                result.setdefault("flags", []).append(f"variant_skipped:{j}")
+            else:
+                shapes[j] = (v["inputs"], v["outputs"], 2)
 
-        def allocate(sset: SlotSet) -> tuple[list[list[int]], list[list[int]]]:
-            ins = [[sset.new(a["shape"], dtype_from(a["dtype"]))[0] for a in layout if a["tensor"]] for _ in range(k)]
-            outs = [[sset.new(o["shape"], dtype_from(o["dtype"]))[0] for o in out_layout] for _ in range(k)]
-            return ins, outs
+        def allocate(sset: SlotSet) -> dict:
+            out = {}
+            for key, (lay, olay, n) in shapes.items():
+                ins = [[sset.new(a["shape"], dtype_from(a["dtype"]))[0] for a in lay if a["tensor"]] for _ in range(n)]
+                outs = [[sset.new(o["shape"], dtype_from(o["dtype"]))[0] for o in olay] for _ in range(n)]
+                out[key] = (ins, outs)
+            return out
 
-        c_in, c_out = allocate(cset)
-        r_in, r_out = allocate(rset)
+        c_slots, r_slots = allocate(cset), allocate(rset)
+        c_in, c_out = c_slots[None]
+        r_in, r_out = r_slots[None]
         with self.lock.shared():
             reply, _, _ = self._ask(ref, {"op": "slots", "slots": [s.as_dict() for s in rset.specs]}, rset.ipc_blob())
             if reply.get("ok") is not True:
@@ -262,32 +281,42 @@ class Grader:
         result["weights_missing"] = reply.get("weights_missing")
         self._end_startup()
 
+        # the final check: the re-verify rounds and each variant's rounds, in a secret random order
+        final: list[Any] = ["reverify"] * cfg.reverify_trials + [j for j in shapes if j is not None
+                                                                  for _ in range(cfg.variant_trials)]
+        secrets.SystemRandom().shuffle(final)
         phases = (["verify"] * cfg.correct_trials + ["warmup"] * cfg.warmup + ["timing"] * cfg.timing_trials
-                  + ["reverify"] * cfg.reverify_trials)
-        pending: list[tuple[list[Any], list[dict]]] = []
+                  + final)
+        pending: dict[Any, list[tuple[list[Any], list[dict]]]] = {key: [] for key in shapes}
         names = ["eager", "candidate"] + (["compile"] if cfg.profile_compile else [])
         walls: dict[str, list[float]] = {n: [] for n in names}
         hints: dict[str, list[float]] = {n: [] for n in names}
         worst = 0.0
         t_verify = t_profile = 0.0
 
-        def next_inputs() -> tuple[list[Any], list[dict]]:
-            if not pending:
+        def next_inputs(variant: int | None = None) -> tuple[list[Any], list[dict]]:
+            queue = pending[variant]
+            if not queue:
+                want, n = shapes[variant][0], shapes[variant][2]
+                msg = {"op": "draw", "seeds": [secrets.randbits(62) for _ in range(n)]}
+                if variant is not None:
+                    msg["variant"] = variant
                 with self.lock.shared():
-                    reply, blob, _ = self._ask(ref, {"op": "draw", "seeds": [secrets.randbits(62) for _ in range(k)]})
+                    reply, blob, _ = self._ask(ref, msg)
                 if not reply.get("ok"):
                     raise Verdict("load_error", f"reference draw: {reply.get('error')}")
                 for values, lay in zip(self._load(blob), reply["layouts"], strict=True):
                     if [(a["tensor"], a.get("shape"), a.get("dtype")) for a in lay] != \
-                            [(a["tensor"], a.get("shape"), a.get("dtype")) for a in layout]:
+                            [(a["tensor"], a.get("shape"), a.get("dtype")) for a in want]:
                         raise Verdict("load_error", "the task's get_inputs() changes shapes or dtypes between draws")
-                    pending.append((values, lay))
-            return pending.pop(0)
+                    queue.append((values, lay))
+            return queue.pop(0)
 
         slowest: dict[str, float] = {}  # target -> slowest untimed call, ms
 
         def call(server: ServerProcess, target: str, slot: int, ins: list[list[int]], outs: list[list[int]],
-                 sset: SlotSet, values: list[Any], lay: list[dict]) -> tuple[dict, float, list[torch.Tensor]]:
+                 sset: SlotSet, values: list[Any], lay: list[dict], olay: list[dict] = out_layout
+                 ) -> tuple[dict, float, list[torch.Tensor]]:
             timed = self.lock.mode == "exclusive"
             if timed:
                 limit = max(TIMED_CALL_FLOOR_S, TIMED_CALL_FACTOR * slowest.get(target, 0.0) / 1e3)
@@ -322,7 +351,7 @@ class Grader:
             if self.cuda:
                 torch.cuda.synchronize()
             if server is cand:
-                self._judge(reply, got, out_layout)
+                self._judge(reply, got, olay)
                 changed = [f"input{n}" for t, v, n in written if not _bytes_equal(t, v)]
                 if changed:
                     raise Verdict("hacked", "the candidate modified its inputs",
@@ -331,6 +360,7 @@ class Grader:
                 raise Verdict("load_error", f"reference {target} call failed: {reply.get('error') or reply.get('outputs')}")
             return reply, wall, got
 
+        variant_rounds: dict[int, int] = {}
         i = 0
         while i < len(phases):
             phase = phases[i]
@@ -345,6 +375,14 @@ class Grader:
                 i += 1
                 continue
             t0 = time.perf_counter()
+            if isinstance(phase, int):  # a hidden shape variant
+                with self.lock.shared():
+                    worst = max(worst, self._variant_round(call, next_inputs, phase, variant_rounds, c_slots,
+                                                           r_slots, shapes, cset, rset, cand, ref))
+                variant_rounds[phase] = variant_rounds.get(phase, 0) + 1
+                t_verify += time.perf_counter() - t0
+                i += 1
+                continue
             with self.lock.shared():
                 worst = max(worst, self._round(call, next_inputs, i % k, c_in, c_out, r_in, r_out, cset, rset,
                                                cand, ref, walls, hints, phase == "warmup"))
@@ -370,8 +408,28 @@ class Grader:
                          "wall_median_ms": wall, "hint_median_ms": hint, "min_wall_ms": min(walls[n]),
                          "max_wall_ms": max(walls[n])}
         result.update(max_error=worst, verify_s=t_verify, profile_s=t_profile, timing=timing,
-                      overhead_ms=overhead)
+                      overhead_ms=overhead, variants_checked=len(variant_rounds))
         return result
+
+    def _variant_round(self, call, next_inputs, j: int, done: dict[int, int], c_slots, r_slots, shapes, cset, rset,
+                       cand, ref) -> float:
+        """One verify round of hidden shape variant ``j`` (candidate, then eager; no timing). A wrong answer is
+        ``incorrect`` with a message that names the variant but none of its shapes."""
+        olay = shapes[j][1]
+        slot = done.get(j, 0) % shapes[j][2]
+        values, lay = next_inputs(j)
+        (c_in, c_out), (r_in, r_out) = c_slots[j], r_slots[j]
+        try:
+            _, _, got = call(cand, "candidate", slot, c_in, c_out, cset, values, lay, olay)
+            _, _, expected = call(ref, "eager", slot, r_in, r_out, rset, values, lay, olay)
+            return self._compare(expected, got)
+        except Verdict as v:
+            if v.status == "incorrect":
+                import re
+
+                hidden = re.sub(r"\[[0-9, ]*\]", "[...]", v.error or "")
+                raise Verdict("incorrect", f"hidden shape variant {j + 1}: {hidden}") from None
+            raise
 
     def _round(self, call, next_inputs, slot, c_in, c_out, r_in, r_out, cset, rset, cand, ref, walls, hints,
                with_compile: bool) -> float:

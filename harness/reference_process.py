@@ -8,9 +8,13 @@ runtime settings as the candidate's server (``harness.guard.pin_config``), load 
 Reply: the input layout (per position: a tensor's shape and dtype, or a JSON value) and the output layout;
 blob: ``torch.save`` bytes of ``{"init_inputs", "state"}`` for the candidate's server.
 
+Hidden shape variants (``variants`` in the setup message, each a dict of size-constant values): inputs drawn
+from the task source with those values (``task.sizes.with_sizes``); the same ``Model`` and weights run on them.
+The reply lists each variant's input and output layouts, or its error.
+
 Targets: ``eager`` (the model) and ``compile`` (``torch.compile(model)``, Inductor default mode, compiled on
-its first call). ``draw``: ``get_inputs()`` after ``torch.manual_seed(seed)`` for each of the message's
-``seeds``; blob: ``torch.save`` bytes of the list of input lists (tensors on the device).
+its first call). ``draw``: ``get_inputs()`` (of variant ``variant`` when the message names one) after
+``torch.manual_seed(seed)`` for each of the message's ``seeds``; blob: ``torch.save`` bytes of the list of input lists (tensors on the device).
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
         outputs = flatten_tensors(model(*sample))
     if not outputs:
         raise TypeError("the task's forward returned no tensor")
+    variants = _variants(msg, model, device)
     server = Server(device)
     server.targets["eager"] = model
     compiled: dict[str, Any] = {}
@@ -89,7 +94,8 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
     server.targets["compile"] = compile_target
 
     def handle_draw(m: dict[str, Any], _blob) -> tuple[dict[str, Any], bytes]:
-        sets = [draw(s) for s in m["seeds"]]
+        v = m.get("variant")
+        sets = [draw(s) if v is None else variants[v]["draw"](s) for s in m["seeds"]]
         return {"ok": True, "layouts": [_layout(s, "get_inputs()") for s in sets]}, _save(sets)
 
     server.handlers["draw"] = handle_draw
@@ -98,5 +104,36 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
                                                                     if pinned[k] != v)}
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()} if isinstance(model, torch.nn.Module) else {}
     reply = {"ok": True, "config": pinned, "inputs": _layout(sample, "get_inputs()"),
-             "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")} for o in outputs]}
+             "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")} for o in outputs],
+             "variants": [{k: v for k, v in var.items() if k != "draw"} for var in variants]}
     return server, reply, _save({"init_inputs": init_inputs, "state": state})
+
+
+def _variants(msg: dict[str, Any], model, device: str) -> list[dict[str, Any]]:
+    """Per hidden shape variant of the setup message (``variants``: size-constant values, ``compose.variants``):
+    ``draw`` (seed -> inputs from the task source with those values, ``task.sizes.with_sizes``), the input and
+    output layouts from one run of ``model`` on them; or ``error`` when that fails (the grader drops it)."""
+    from opforge.filters.execution import flatten_tensors
+    from opforge.task.sizes import with_sizes
+    from opforge.task.source import load_task
+
+    out: list[dict[str, Any]] = []
+    for j, sizes in enumerate(msg.get("variants") or []):
+        try:
+            vtask = load_task(with_sizes(msg["task_code"], sizes), f"{msg['task_id']}#variant{j}")
+
+            def draw(seed: int, vtask=vtask) -> list[Any]:
+                torch.manual_seed(int(seed))
+                with torch.device(device):
+                    return [x.to(device) if isinstance(x, torch.Tensor) else x for x in vtask.inputs()]
+
+            sample = draw(int(msg["seed"]) ^ (j + 2))
+            with torch.no_grad():
+                outs = flatten_tensors(model(*sample))
+            out.append({"draw": draw, "inputs": _layout(sample, f"variant {j} get_inputs()"),
+                        "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")}
+                                    for o in outs]})
+            del sample, outs
+        except Exception as exc:  # noqa: BLE001 - a variant the reference cannot run is dropped, not the task
+            out.append({"error": f"{type(exc).__name__}: {str(exc)[:300]}"})
+    return out
