@@ -88,7 +88,20 @@ def init_workspace(dataset: str | Path, task_id: str, out: str | Path, force: bo
         if not force:
             raise WorkspaceError(f"{out}: exists and is not empty (use --force to replace it)")
         shutil.rmtree(out)
-    task = get_task(load_tasks(dataset), task_id, dataset)
+    return write_workspace(get_task(load_tasks(dataset), task_id, dataset), out, str(dataset), registry)
+
+
+def write_workspace(task: dict, out: str | Path, dataset: str = "", registry: str | Path | None = None) -> Path:
+    """The workspace of one dataset row (``task_id``, ``code``, ``data_source``) in ``out`` (created; must not
+    exist or be empty), recorded in ``registry``; what ``init_workspace`` writes. Only the public task goes in:
+    ``model.py`` and ``.opforge/task.json`` hold the row's ``code`` (never its hidden ``shape_variants``).
+
+    Raises:
+        WorkspaceError: ``out`` exists and is not empty.
+    """
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise WorkspaceError(f"{out}: exists and is not empty")
     (out / "kernels").mkdir(parents=True)
     (out / "tools").mkdir()
     (out / ".opforge").mkdir()
@@ -99,7 +112,7 @@ def init_workspace(dataset: str | Path, task_id: str, out: str | Path, force: bo
         shutil.copy(TEMPLATES / name, out / "kernels" / name)
     for tool in ("compile", "verify", "profile"):
         shutil.copy(TEMPLATES / "tools" / f"{tool}.py", out / "tools" / f"{tool}.py")
-    row = {"task_id": task["task_id"], "code": task["code"], "data_source": task.get("data_source"),
+    row = {"task_id": str(task["task_id"]), "code": task["code"], "data_source": task.get("data_source"),
            "dataset": str(dataset)}
     (out / ".opforge" / "task.json").write_text(json.dumps(row, indent=1))
     (out / ".opforge" / "protected.json").write_text(json.dumps(PROTECTED, indent=1))
