@@ -18,18 +18,25 @@ class DatasetError(ValueError):
     """The dataset cannot be read or lacks a column / task; the message names the path or id."""
 
 
-def load_tasks(source: str | Path, split: str = "train") -> pd.DataFrame:
+def load_tasks(source: str | Path | pd.DataFrame, split: str = "train") -> pd.DataFrame:
     """Rows with ``task_id``, ``code``, ``data_source`` (None when absent), indexed by ``task_id``.
 
-    ``source``: a directory (an opforge run's ``hf/`` folder, or any folder ``datasets.load_dataset``
-    reads), a ``.parquet`` / ``.jsonl`` file (read by ``task.task_file.read_tasks``, as ``opforge filter``
+    ``source``: rows already in memory (a ``pandas.DataFrame`` with ``code``), a directory (an opforge run's
+    ``hf/`` folder, or any folder ``datasets.load_dataset`` reads), a ``.parquet`` / ``.jsonl`` file (read by ``task.task_file.read_tasks``, as ``opforge filter``
     reads its input), or a Hub id ``ORG/NAME`` (needs network or the HF cache).
 
     Raises:
         DatasetError: unreadable source, no ``code`` column, or duplicate task ids.
     """
-    path = Path(source)
-    if path.is_file():
+    path = None if isinstance(source, pd.DataFrame) else Path(source)
+    if path is None:
+        df = source.copy().reset_index(drop=True)
+        if "code" not in df.columns:
+            raise DatasetError(f"<frame>: no 'code' column (columns: {', '.join(map(str, df.columns))})")
+        if "task_id" not in df.columns:
+            df["task_id"] = [task_id_for(c) for c in df["code"]]
+        df["task_id"] = df["task_id"].astype(str)
+    elif path.is_file():
         try:
             df = read_tasks(path)
         except InputError as exc:
@@ -50,7 +57,7 @@ def load_tasks(source: str | Path, split: str = "train") -> pd.DataFrame:
         df["data_source"] = None
     if df["task_id"].duplicated().any():
         dup = df.loc[df["task_id"].duplicated(), "task_id"].iloc[0]
-        raise DatasetError(f"{source}: task_id {dup!r} appears more than once")
+        raise DatasetError(f"{'<frame>' if path is None else source}: task_id {dup!r} appears more than once")
     return df.set_index("task_id", drop=False)
 
 

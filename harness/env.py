@@ -103,8 +103,8 @@ class KernelEnv:
     """One agent's environment (see the module docstring); not shared between threads.
 
     Args:
-        dataset: an opforge dataset (path, Hub folder, Hub id) or the rows as a ``pandas.DataFrame`` (``task_id``,
-            ``code``; ``shape_variants`` when present).
+        dataset: an opforge dataset (path, Hub folder, Hub id) or its rows as a ``pandas.DataFrame``
+            (``harness.dataset.load_tasks``; ``shape_variants`` is used when present).
         config: ``EnvConfig``.
         client: a ``distributed.Client`` whose workers run the heavy steps (None: this process).
         build_root: extension build cache (default ``$OPFORGE_CACHE/extensions``), shared by episodes.
@@ -118,12 +118,7 @@ class KernelEnv:
                  build_root: str | Path | None = None):
         from opforge.harness.dataset import load_tasks
 
-        if isinstance(dataset, pd.DataFrame):
-            if "task_id" not in dataset or "code" not in dataset:
-                raise EnvError("dataset frame needs 'task_id' and 'code' columns")
-            self.tasks = dataset.set_index("task_id", drop=False)
-        else:
-            self.tasks = load_tasks(dataset)
+        self.tasks = load_tasks(dataset)
         self.dataset_label = "<frame>" if isinstance(dataset, pd.DataFrame) else str(dataset)
         self.config = config or EnvConfig()
         self.client = client

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from opforge.harness.dataset import get_task, load_tasks
 from opforge.harness.evaluate import EvalConfig
 from opforge.harness.solution import SolutionError, extract_solution
@@ -27,7 +28,7 @@ def completion_text(completion: Any) -> str:
 
 
 class KernelReward:
-    """Reward function over an opforge dataset (path, Hub folder or Hub id).
+    """Reward function over an opforge dataset (path, Hub folder, Hub id, or its rows as a ``pandas.DataFrame``).
 
     Args:
         config: evaluation settings (``reward="milestone"`` or ``"speedup"``, device, tolerances).
@@ -40,9 +41,9 @@ class KernelReward:
 
     __name__ = "opforge_kernel_reward"  # TRL logs reward functions by name
 
-    def __init__(self, dataset: str | Path, config: EvalConfig | None = None, client=None,
+    def __init__(self, dataset: str | Path | pd.DataFrame, config: EvalConfig | None = None, client=None,
                  build_root: str | None = None):
-        self.dataset = dataset
+        self.dataset = "<frame>" if isinstance(dataset, pd.DataFrame) else dataset
         self.tasks = load_tasks(dataset)
         self.config = config or EvalConfig()
         self.client = client

@@ -4,4 +4,5 @@ python3 -m venv .venv
 . .venv/bin/activate
 python -m pip install -q --upgrade pip
 python -m pip install -q torch==2.13.0
-python -m pip install -q -e ".[dev]"
+# the trainer adapters' libraries (extras rl, openenv, verifiers) are tested in CI; torch stays pinned
+python -m pip install -q -e ".[dev,rl,openenv,verifiers]" torch==2.13.0

@@ -100,10 +100,9 @@ def openenv_factory(dataset: str | Path | pd.DataFrame, config: EnvConfig | None
     """A zero-argument factory of ``KernelOpenEnv`` sharing one read of the dataset."""
     import functools
 
-    if not isinstance(dataset, pd.DataFrame):
-        from opforge.harness.dataset import load_tasks
+    from opforge.harness.dataset import load_tasks
 
-        dataset = load_tasks(dataset).reset_index(drop=True)
+    dataset = load_tasks(dataset).reset_index(drop=True)
     return functools.partial(KernelOpenEnv, dataset, config, client, build_root)
 
 

@@ -116,10 +116,9 @@ def trl_environment_factory(dataset: str | Path | pd.DataFrame, config: EnvConfi
                             build_root: str | None = None) -> Callable[[], KernelToolEnv]:
     """A zero-argument factory of ``KernelToolEnv`` for ``GRPOTrainer(environment_factory=...)``; the dataset
     is read once and shared by every environment it makes."""
-    if not isinstance(dataset, pd.DataFrame):
-        from opforge.harness.dataset import load_tasks
+    from opforge.harness.dataset import load_tasks
 
-        dataset = load_tasks(dataset).reset_index(drop=True)
+    dataset = load_tasks(dataset).reset_index(drop=True)
     return functools.partial(KernelToolEnv, dataset, config, client, build_root)
 
 
@@ -144,11 +143,10 @@ def trl_dataset(dataset: str | Path | pd.DataFrame, task_ids: list[str] | None =
     import datasets
     from opforge.harness.dataset import get_task, load_tasks
 
-    tasks = dataset.set_index("task_id", drop=False) if isinstance(dataset, pd.DataFrame) else load_tasks(dataset)
+    tasks = load_tasks(dataset)
     ids = [str(t) for t in (task_ids if task_ids is not None else tasks.index)]
     rows = []
     for t in ids:
-        row = get_task(tasks, t) if not isinstance(dataset, pd.DataFrame) else tasks.loc[t].to_dict()
-        text = INSTRUCTION if multi_turn else task_prompt(row)
+        text = INSTRUCTION if multi_turn else task_prompt(get_task(tasks, t))
         rows.append({"prompt": [{"role": "user", "content": text}], "task_id": t})
     return datasets.Dataset.from_list(rows)
