@@ -47,6 +47,7 @@ SPATIAL_PAIRS = (("height", "width"), ("H", "W"), ("h", "w"), ("img_height", "im
                  ("input_height", "input_width"))
 SPATIAL_SINGLE = ("image_size", "img_size", "spatial", "resolution")
 DEPTH_NAMES = ("depth", "D", "frames", "num_frames")
+IN_PROCESS_ROWS = 8  # variants_for_rows: this few rows (default workers) run here, not in spawned workers
 AXIS_FACTOR = 4.0  # a moved sequence / spatial / depth size stays within [public / 4, public * 4]
 SPATIAL_RANGE = (4, 512)
 
@@ -366,7 +367,8 @@ def variants_for_rows(rows: list[Mapping[str, Any]], settings: VariantSettings |
                       workers: int | None = None, timeout_s: float = 300.0, cache_path=None,
                       progress: bool = True) -> list[VariantResult]:
     """``shape_variants`` of every row, in input order, in a pool of spawned workers (``workers``: processes,
-    default the usable cores; 0 runs in this process). Rows go in chunks of up to 8; a chunk that runs past
+    default the usable cores; 0 runs in this process, as does the default for at most ``IN_PROCESS_ROWS`` rows
+    left to compute, where starting workers costs more than the rows). Rows go in chunks of up to 8; a chunk that runs past
     ``timeout_s`` or kills its worker is run again one row at a time, and a row that still fails gets no
     variants (``reason`` ``timeout`` or ``crash``). With ``cache_path`` (JSONL), results keyed by the row's
     content and the settings are read from it and new ones appended, so a re-run costs nothing.
@@ -407,7 +409,7 @@ def variants_for_rows(rows: list[Mapping[str, Any]], settings: VariantSettings |
             out.flush()
 
     try:
-        if workers == 0:
+        if workers == 0 or (workers is None and len(todo) <= IN_PROCESS_ROWS):
             from opforge.seeds.vocabulary import default_vocabulary
 
             vocab = default_vocabulary()

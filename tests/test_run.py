@@ -73,6 +73,11 @@ def test_run_builds_a_loadable_dataset(finished_run):
     assert len(ours) == TARGET
     assert all(isinstance(ops, list) and ops and src.startswith(("torch#", "transformers")) for ops, src, _ in ours)
     assert all(isinstance(json.loads(o), list) for o in ds["ops"])  # ours is JSON in every row
+    # hidden shape variants: a JSON list per row (batch-only here: the test profile has no size context)
+    variants = [json.loads(v) for v in ds["shape_variants"]]
+    assert sum(len(v) >= 2 for v in variants) >= TARGET // 2, variants
+    assert all(set(x["sizes"]) == {"batch_size"} for v in variants for x in v)
+    assert "## Hidden shape variants" in card
 
 
 @needs_shared
