@@ -45,7 +45,8 @@ def run_episodes(agents: Sequence[Agent], task_ids: Sequence[str], tasks: pd.Dat
                  progress: bool = True) -> list[dict[str, Any]]:
     """Episode ``i`` runs ``agents[i]`` on ``task_ids[i]``, ``parallel`` episodes at once; results in input order
     (``run_episode``'s dicts). ``client``: a ``distributed.Client`` (default: a cluster for ``config.device``
-    with ``workers`` evaluations at once - on CUDA per GPU, default ``parallel`` - closed afterwards).
+    with ``workers`` evaluations at once - on CUDA per GPU, default ``pipeline.cluster.default_workers`` - closed
+    afterwards).
 
     Raises:
         ValueError: ``agents`` and ``task_ids`` differ in length.
@@ -58,7 +59,7 @@ def run_episodes(agents: Sequence[Agent], task_ids: Sequence[str], tasks: pd.Dat
     if client is None:
         from opforge.pipeline.cluster import open_cluster
 
-        handle = open_cluster(config.device, workers or (parallel if config.device == "cuda" else None))
+        handle = open_cluster(config.device, workers)
         client = handle.client
     results: dict[int, dict[str, Any]] = {}
     try:

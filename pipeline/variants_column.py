@@ -56,7 +56,7 @@ def add_variants(source: str | Path, out: str | Path | None = None, settings: Va
     Raises:
         FileNotFoundError: ``source`` does not exist.
         ValueError: ``source`` is neither a folder with ``data/*.parquet`` nor a ``.parquet`` file, or its rows
-            lack ``task_id`` / ``code``.
+            lack ``code`` (rows without ``task_id`` get the harness's content id, ``task.identity.task_id_for``).
     """
     settings = settings or VariantSettings()
     source = Path(source)
@@ -73,8 +73,7 @@ def add_variants(source: str | Path, out: str | Path | None = None, settings: Va
             shutil.copytree(source, target)
         shards = sorted((target / "data").glob("*.parquet"))
         tables = [pq.read_table(s) for s in shards]
-        frame = pd.concat([t.select(_needed(t, s)).to_pandas() for t, s in zip(tables, shards, strict=True)],
-                          ignore_index=True)
+        frame = pd.concat([_rows(t, s) for t, s in zip(tables, shards, strict=True)], ignore_index=True)
         values, results = variants_column(frame, settings, workers, progress=progress)
         start = 0
         for table, shard in zip(tables, shards, strict=True):
@@ -87,8 +86,7 @@ def add_variants(source: str | Path, out: str | Path | None = None, settings: Va
     if source.suffix != ".parquet":
         raise ValueError(f"{source}: expected a dataset folder or a .parquet file")
     table = pq.read_table(source)
-    values, results = variants_column(table.select(_needed(table, source)).to_pandas(), settings, workers,
-                                      progress=progress)
+    values, results = variants_column(_rows(table, source), settings, workers, progress=progress)
     target = Path(out) if out is not None else source
     target.parent.mkdir(parents=True, exist_ok=True)
     _write(_with_column(table, values), target)
@@ -97,11 +95,18 @@ def add_variants(source: str | Path, out: str | Path | None = None, settings: Va
     return report
 
 
-def _needed(table: pa.Table, where: Path) -> list[str]:
-    missing = [c for c in ("task_id", "code") if c not in table.column_names]
-    if missing:
-        raise ValueError(f"{where}: no {' / '.join(missing)} column (columns: {', '.join(table.column_names)})")
-    return [c for c in ("task_id", "code", "size_context", "dtype", "eager_ms", "gpu") if c in table.column_names]
+def _rows(table: pa.Table, where: Path) -> pd.DataFrame:
+    """The columns ``shape_variants`` reads; a table without ``task_id`` (Ops-6K's layout) gets the id the
+    harness gives such rows (``task.identity.task_id_for``)."""
+    from opforge.task.identity import task_id_for
+
+    if "code" not in table.column_names:
+        raise ValueError(f"{where}: no code column (columns: {', '.join(table.column_names)})")
+    cols = [c for c in ("task_id", "code", "size_context", "dtype", "eager_ms", "gpu") if c in table.column_names]
+    frame = table.select(cols).to_pandas()
+    if "task_id" not in frame:
+        frame["task_id"] = [task_id_for(c) for c in frame["code"]]
+    return frame
 
 
 def _update_card(folder: Path, report: dict[str, Any]) -> None:
