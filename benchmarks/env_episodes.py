@@ -1,7 +1,7 @@
 """Parallel episodes of the trainer-facing environment (harness/env.py) with a scripted agent: episodes per
 minute and the reward distribution.
 
-    python benchmarks/env_episodes.py --device cuda --episodes 64 --out benchmarks/results/env_episodes_h200.json
+    python benchmarks/env_episodes.py --device cuda --episodes 64      # -> results/<machine>/env_episodes.json
 
 Each episode is one ``KernelEnv`` driven by the scripted agent of examples/scripted_agent.py (read model.py,
 write the kernel and model_new.py, compile, verify, [profile,] submit) in a thread of this process; every
@@ -11,7 +11,8 @@ compile / verify / profile / submit runs on the Dask cluster's GPU worker (``pip
 public sizes of the task (so as many kernels are built, each shared by its episodes). The expected rewards:
 honest >= 1 (2 or 3 when faster than eager / ``torch.compile``), hard-coded and wrong -1.
 
-Writes ``--out`` (JSON): the settings, the device, ``summary`` (``harness.episodes.episode_summary``: episodes,
+Writes ``results/<machine>/env_episodes.json`` through ``record.py`` (``--out FILE``: a scratch copy there
+instead): the settings, the device, ``summary`` (``harness.episodes.episode_summary``: episodes,
 episodes/min over the wall time of all episodes, reward counts, statuses, mean reward per agent, medians of
 turns and episode seconds) and one short record per episode. The wall time includes the builds (one per public
 size) and the cluster's start is excluded.
@@ -22,7 +23,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--profile", action="store_true", help="the agent also calls profile() before submit()")
     ap.add_argument("--timing-trials", type=int, default=20, help="timed rounds of submit")
     ap.add_argument("--build-root", default=None, help="extension build cache (default $OPFORGE_CACHE/extensions)")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "env_episodes.json")
+    ap.add_argument("--out", type=Path, default=None, help="write a scratch copy here instead of results/")
     args = ap.parse_args(argv)
 
     import pandas as pd
@@ -110,15 +110,18 @@ def main(argv: list[str] | None = None) -> dict:
         gpu = (gpu_names() or [None])[0]
     out = {
         "benchmark": "env_episodes", "device": args.device, "gpu": gpu, "cluster": description,
-        "python": platform.python_version(), "settings": {k: str(v) for k, v in vars(args).items()},
+        "settings": {k: str(v) for k, v in vars(args).items()},
         "tasks": [{"task_id": r["task_id"], "variants": json.loads(r["shape_variants"])} for r in rows],
         "summary": episode_summary(results, seconds),
         "episodes": [{k: r[k] for k in ("task_id", "agent", "reward", "status", "turns", "seconds", "error")}
                      | {"tool_seconds": {t["tool"]: t["seconds"] for t in r["tools"]}} for r in results],
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import record
+
+    path = record.write_file(args.out, out) if args.out else record.write("env_episodes", out)
     print(json.dumps(out["summary"], indent=1))
+    print(f"result: {path}")
     return out
 
 

@@ -150,17 +150,23 @@ def test_trl_grpo_step_with_the_environment_and_the_batch_reward(tasks, build_ro
 
     # the environment form
     tok, model, gen = tokenizer_and_model(tool_answer)
+    factory, made = trl_environment_factory(tasks, CONFIG, build_root=build_root), []
+
+    def recording_factory():
+        made.append(factory())
+        return made[-1]
+
     trainer = GRPOTrainer(model=model, args=args("env", gen), train_dataset=trl_dataset(tasks),
-                          processing_class=tok, environment_factory=trl_environment_factory(tasks, CONFIG,
-                                                                                            build_root=build_root))
+                          processing_class=tok, environment_factory=recording_factory)
     trainer.train()
     logged = trainer.state.log_history[0]
-    envs = trainer._environment_pool[None]
-    rewards = {e._env.task_id: e._env.reward for e in envs}
+    envs = [e.episode for e in made if e.episode.task_id is not None]  # TRL probes one instance unused
+    assert len(envs) == 4  # 2 tasks x 2 generations
+    rewards = {e.task_id: e.reward for e in envs}
     assert rewards["scale_relu"] >= 1.0 and rewards["scale_relu_c32"] == -1.0, rewards
-    assert all(e._env.history[-1]["tool"] == "submit" for e in envs)
+    assert all(e.history[-1]["tool"] == "submit" for e in envs)
     assert logged["tools/call_frequency"] >= 3 and logged["tools/failure_frequency"] == 0
-    assert logged["rewards/KernelToolEnv/mean"] == pytest.approx(sum(e._env.reward for e in envs) / len(envs))
+    assert logged["rewards/KernelToolEnv/mean"] == pytest.approx(sum(e.reward for e in envs) / len(envs))
     assert "loss" in logged and logged["completions/mean_length"] >= 1
     # the batch reward form (single turn: the completion holds the files)
     tok, model, gen = tokenizer_and_model(text_answer)

@@ -32,6 +32,12 @@ class KernelToolEnv:
                  build_root: str | None = None):
         self._env = KernelEnv(dataset, config, client=client, build_root=build_root)
 
+    @property
+    def episode(self) -> KernelEnv:
+        """The ``KernelEnv`` behind this rollout (its ``task_id``, ``reward``, ``result``, ``history``); a
+        property, so TRL does not offer it as a tool."""
+        return self._env
+
     def reset(self, **row: Any) -> str:
         """Start the episode of ``row["task_id"]`` (TRL passes every column of the training row); returns the
         task prompt."""
