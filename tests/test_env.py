@@ -69,6 +69,7 @@ def test_prompt_workspace_and_tool_rules(tasks, build_root):
     assert not old.exists()
 
 
+@pytest.mark.slow
 def test_scripted_agents_honest_hardcoded_and_wrong(tasks, build_root):
     """The must-show of the issue on CPU: honest >= 1, a kernel hard-coding the public shape fails on the hidden
     variants, a wrong kernel -1; the three episodes run at once on a Dask cluster (one build, shared)."""
@@ -97,6 +98,7 @@ def test_scripted_agents_honest_hardcoded_and_wrong(tasks, build_root):
     assert summary["episodes"] == 3 and summary["reward_counts"]["-1"] == 2 and summary["episodes_per_min"] == 3.0
 
 
+@pytest.mark.slow
 def test_trl_grpo_step_with_the_environment_and_the_batch_reward(tasks, build_root, tmp_path, monkeypatch):
     """One GRPO step on CPU with a tiny random Qwen2 and a BPE tokenizer built here, twice: with the environment
     (TRL parses the completion's tool calls, runs them on the environment, then asks it for the reward) and
@@ -213,6 +215,7 @@ def test_openenv_server_session(tasks, build_root):
         assert state["step_count"] == 3 and state["reward"] == -1.0 and state["task_id"] == "scale_relu"
 
 
+@pytest.mark.slow
 def test_env_benchmark_script_on_cpu(tmp_path, build_root):
     """benchmarks/env_episodes.py (the H200 must-show) runs end to end on CPU with a tiny count."""
     import subprocess
