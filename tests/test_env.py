@@ -235,7 +235,7 @@ def test_env_benchmark_script_on_cpu(tmp_path, build_root):
     assert s["per_agent_mean_reward"]["scripted_wrong"] == -1.0
 
 
-def test_verifiers_taskset_and_episode_loop(tasks, build_root, tmp_path):
+def test_verifiers_taskset_and_episode_loop(tasks, build_root, tmp_path, monkeypatch):
     """verifiers v1: the taskset yields one task per row (its real Task / TaskData types) and ``play`` drives an
     interaction reply by reply: files written and checked, feedback returned, SUBMIT grades."""
     import asyncio
@@ -249,7 +249,15 @@ def test_verifiers_taskset_and_episode_loop(tasks, build_root, tmp_path):
         play,
     )
     from opforge.harness.solution import format_completion
+    from verifiers.v1.utils.loaders import environment_class, taskset_class
 
+    # verifiers' own plugin loader finds the taskset and its env through a top-level module
+    (tmp_path / "opforge_kernels_taskset.py").write_text(
+        "from opforge.harness.adapters.verifiers_env import *  # noqa: F403\n"
+        "from opforge.harness.adapters.verifiers_env import __all__  # noqa: F401\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert taskset_class("opforge_kernels_taskset") is KernelTaskset
+    assert environment_class("opforge_kernels_taskset") is KernelVerifiersEnv
     path = tmp_path / "tasks.parquet"
     tasks.to_parquet(path, index=False)
     loaded = list(KernelTaskset(KernelTasksetConfig(dataset=str(path))))

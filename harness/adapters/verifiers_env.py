@@ -4,7 +4,7 @@ environment plays the user of a text conversation, the way verifiers' own game t
 The module exports ``KernelTaskset`` and ``KernelVerifiersEnv`` through ``__all__``, the plugin layout verifiers
 loads. verifiers 0.4 resolves ``--env.taskset.id`` to a top-level module (``verifiers.v1.utils.loaders``), so
 expose this one under a top-level name (a module ``opforge_kernels_taskset.py`` holding
-``from opforge.harness.adapters.verifiers_env import *``) and pass ``--env.taskset.id opforge_kernels_taskset
+``from opforge.harness.adapters.verifiers_env import *`` and ``... import __all__``) and pass ``--env.taskset.id opforge_kernels_taskset
 --env.taskset.dataset PATH_OR_HUB_ID``. Each task is one dataset row; its prompt is the task (``model.py``) and the answer protocol. ``KernelVerifiersEnv.run``
 opens the model's interaction and, reply after reply (``play``): the fenced files of the reply (the answer format
 of RULES.md, ``harness.solution.extract_solution``'s blocks) are written to the workspace of a
