@@ -4,6 +4,8 @@ kernels, anti-hacking checks, rewards and reports (``opforge harness init``, ``o
 ``evaluate(task, solution, EvalConfig(...))`` grades one candidate and returns an ``EvalResult`` (status,
 reward, speed-ups); ``KernelReward(dataset)`` is a batch reward function for TRL's ``GRPOTrainer`` or any
 trainer; ``evaluate_many`` runs a batch on Dask workers; ``init_workspace`` writes an agent's workspace;
+``KernelEnv(dataset)`` is a multi-turn tool environment for trainers (``run_episodes`` runs many at once;
+adapters for TRL, OpenEnv and verifiers in ``opforge.harness.adapters``);
 ``opforge.harness.report.report`` summarises results (pass rate, faster-than rates, geomean speed-ups).
 """
 
@@ -26,6 +28,9 @@ _EXPORTS = {
     "load_tasks": "opforge.harness.dataset",
     "WorkspaceError": "opforge.harness.workspace",
     "init_workspace": "opforge.harness.workspace",
+    "KernelEnv": "opforge.harness.env",
+    "EnvConfig": "opforge.harness.env",
+    "run_episodes": "opforge.harness.episodes",
 }
 __all__ = sorted([*_EXPORTS, "EvalConfig", "EvalResult", "evaluate"])
 
