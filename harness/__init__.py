@@ -11,12 +11,15 @@ adapters for TRL, OpenEnv and verifiers in ``opforge.harness.adapters``);
 
 from __future__ import annotations
 
-# ``evaluate`` is both a submodule and its main function: importing it here makes ``opforge.harness.evaluate``
-# the function (a later ``import opforge.harness.evaluate`` does not rebind the name).
-from opforge.harness.evaluate import EvalConfig, EvalResult, evaluate  # noqa: F401 - public API
-
+# Nothing is imported eagerly: the candidate's server process imports ``opforge.harness.server`` and so runs
+# this file, and must not load the grader's modules. ``evaluate`` is both a submodule and its main function;
+# the submodule is callable as the function (``harness.evaluate``), so ``opforge.harness.evaluate(...)``
+# works whichever of the two the name holds.
 # public name -> module that defines it (imported on first use)
 _EXPORTS = {
+    "evaluate": "opforge.harness.evaluate",
+    "EvalConfig": "opforge.harness.evaluate",
+    "EvalResult": "opforge.harness.evaluate",
     "KernelReward": "opforge.harness.rl",
     "evaluate_many": "opforge.harness.batch",
     "Solution": "opforge.harness.solution",
@@ -32,7 +35,7 @@ _EXPORTS = {
     "EnvConfig": "opforge.harness.env",
     "run_episodes": "opforge.harness.episodes",
 }
-__all__ = sorted([*_EXPORTS, "EvalConfig", "EvalResult", "evaluate"])
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str):
