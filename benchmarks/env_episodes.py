@@ -5,7 +5,7 @@ minute and the reward distribution.
 
 Each episode is one ``KernelEnv`` driven by the scripted agent of examples/scripted_agent.py (read model.py,
 write the kernel and model_new.py, compile, verify, [profile,] submit) in a thread of this process; every
-compile / verify / profile / submit runs on the Dask cluster's GPU worker (``pipeline.cluster.open_cluster``,
+compile / verify / profile / submit runs on the Dask cluster's GPU worker (``engine.cluster.open_cluster``,
 ``--workers`` evaluations at once per GPU), the way a trainer's rollouts would. The agents are mixed
 ``--mix`` (default half honest, a quarter that hard-code the public shape, a quarter wrong), over ``--tasks``
 public sizes of the task (so as many kernels are built, each shared by its episodes). The expected rewards:
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--episodes", type=int, default=64)
     ap.add_argument("--parallel", type=int, default=64, help="episodes at once (agent threads)")
     ap.add_argument("--workers", type=int, default=None,
-                    help="evaluations at once per GPU (default: pipeline.cluster.default_workers, 14 on 16 cores)")
+                    help="evaluations at once per GPU (default: engine.cluster.default_workers, 14 on 16 cores)")
     ap.add_argument("--tasks", type=int, default=4, help="public sizes of the task (<= 4)")
     ap.add_argument("--mix", default="honest:0.5,hardcoded:0.25,wrong:0.25")
     ap.add_argument("--profile", action="store_true", help="the agent also calls profile() before submit()")
@@ -77,10 +77,10 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
 
     import pandas as pd
+    from opforge.engine.cluster import default_workers, open_cluster
     from opforge.harness.env import EnvConfig
     from opforge.harness.episodes import episode_summary, run_episodes
     from opforge.harness.evaluate import EvalConfig
-    from opforge.pipeline.cluster import default_workers, open_cluster
 
     agents = _agents_module()
     sizes = (GPU_SIZES if args.device == "cuda" else CPU_SIZES)[: max(1, min(4, args.tasks))]
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
         handle.close()
     gpu = None
     if args.device == "cuda":
-        from opforge.pipeline.ledger import gpu_names
+        from opforge.engine.ledger import gpu_names
 
         gpu = (gpu_names() or [None])[0]
     out = {

@@ -42,8 +42,8 @@ def main() -> None:
                     help="torch._inductor.config.triton.autotune_pointwise = False")
     args = ap.parse_args()
 
+    from opforge.engine.execution import TaskRun
     from opforge.filters.chain import FilterSettings, make_chain
-    from opforge.filters.execution import TaskRun
 
     if args.no_autotune_pointwise:
         torch._inductor.config.triton.autotune_pointwise = False

@@ -108,8 +108,8 @@ def _save(args, payload: dict) -> Path:
 
 def score_batch(dataset, completions, ids, expect, config, device: str, workers: int) -> dict:
     """Score one batch with ``KernelReward`` on a fresh cluster and a fresh build cache; timings."""
+    from opforge.engine.cluster import open_cluster
     from opforge.harness.rl import KernelReward
-    from opforge.pipeline.cluster import open_cluster
 
     handle = open_cluster(device, workers=workers)
     try:

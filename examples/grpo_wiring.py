@@ -30,12 +30,12 @@ def main() -> None:
     ap.add_argument("--output-dir", default="runs/grpo")
     args = ap.parse_args()
 
+    from opforge.engine.cluster import open_cluster
     from opforge.harness.adapters.trl_env import trl_dataset, trl_environment_factory
     from opforge.harness.dataset import load_tasks
     from opforge.harness.env import EnvConfig
     from opforge.harness.evaluate import EvalConfig
     from opforge.harness.rl import KernelReward
-    from opforge.pipeline.cluster import open_cluster
     from trl import GRPOConfig, GRPOTrainer
 
     tasks = load_tasks(args.dataset).reset_index(drop=True).head(args.tasks)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from opforge.filters.gpu_locks import ADMIT_FRACTION, ADMIT_GIB, ADMIT_GROWTH, ADMIT_PREDICTED
+from opforge.engine.gpu_locks import ADMIT_FRACTION, ADMIT_GIB, ADMIT_GROWTH, ADMIT_PREDICTED
 from opforge.filters.verdict import REGISTRY, Cost, Filter, TaskInput
 from pydantic import BaseModel, Field, field_validator, model_validator
 
@@ -49,12 +49,12 @@ class FilterSettings(BaseModel):
         address_space_cap: apply the CPU address-space cap (off: only the resident-size watchdog).
         cpu_threads: torch intra-op threads per CPU sandbox child (None = cores / workers).
         gpu_memory_fraction: share of a GPU's memory its tasks may reserve together
-            (``filters.gpu_locks.MemoryBudget``; the rest is CUDA contexts, cuBLAS / Triton workspaces).
+            (``engine.gpu_locks.MemoryBudget``; the rest is CUDA contexts, cuBLAS / Triton workspaces).
         gpu_admit_gib: what a task reserves on its GPU before it starts (GiB; see
-            ``filters.gpu_locks.ADMIT_GIB``: a reservation only has to hold until ``eager`` has measured
+            ``engine.gpu_locks.ADMIT_GIB``: a reservation only has to hold until ``eager`` has measured
             the task, and waiting for admission idles a sandbox).
         gpu_admit_predicted: when > 0, a task reserves this factor x its predicted eager peak instead
-            (at least ``ADMIT_MIN_GIB``; ``filters.memory_estimate``, fake tensors, no GPU work), and
+            (at least ``ADMIT_MIN_GIB``; ``engine.memory_estimate``, fake tensors, no GPU work), and
             ``gpu_admit_gib`` only when the prediction fails; 0 = always ``gpu_admit_gib``.
         gpu_growth: after each GPU step and before each filter a task's reservation grows to this factor
             x the memory its allocator has held so far (room for the outputs and compiled graphs still to
@@ -72,13 +72,13 @@ class FilterSettings(BaseModel):
             limit.
         gpu_share_limit_s: most seconds of GPU time one forward call of a task (after its first, which carries
             one-time costs) may have had, bounded from below by its time divided by the processes sharing the
-            GPU meanwhile (``filters.sandbox.GpuStepWatch``); a longer one ends the task with reason
+            GPU meanwhile (``engine.sandbox.GpuStepWatch``); a longer one ends the task with reason
             ``timeout:gpu_share`` (metrics ``gpu_share_s``). Default (None): ``STEP_SHARE_WINDOWS`` x the
             window's upper edge (0.2 s for 1-100 ms: such a forward is certainly too slow), off without a
             window or with Inductor's autotuning in the compile check. It ends a far-too-slow forward as soon
             as its neighbours queue to time their tasks and leave it the GPU, instead of after
             ``gpu_step_limit_s``. 0: off.
-        gpu_concurrency: most sandboxes whose GPU steps run on one GPU at once (``filters.gpu_locks``
+        gpu_concurrency: most sandboxes whose GPU steps run on one GPU at once (``engine.gpu_locks``
             ``compute`` slots; the others' CPU work goes on meanwhile); 0 = no cap (the GPU time-slices
             between all of them).
         compile_threads: Inductor's ``compile_threads`` in each sandbox (1: kernels of one task compile
@@ -152,7 +152,7 @@ class FilterSettings(BaseModel):
         """What changes verdicts: chain, window, thresholds, memory guard, KernelBench reference (not
         timeout or threads)."""
         fields = {"device": self.device, "filters": self.names(), "window": self.runtime_window_ms,
-                  "thresholds": self.thresholds, "memory_gib": self.memory_gib}
+                  "thresholds": self.thresholds, "memory_gib": self.memory_gib, "filter_logic": 10}
         if "contamination" in self.names():
             fields["kernelbench"] = self.kernelbench_identity
         return fields
@@ -256,7 +256,7 @@ def run_chain(task: TaskInput, chain: list[Filter],
     ``score`` becomes its rejection: ``oom`` for out-of-memory, otherwise ``compile_error:<Exc>`` in the
     ``compile`` filter and ``eager_error:<Exc>`` in any other.
     """
-    from opforge.filters.execution import failure_metrics
+    from opforge.engine.execution import failure_metrics
 
     metrics: dict[str, Any] = {}
     seconds: dict[str, float] = {}
@@ -280,7 +280,7 @@ def run_chain(task: TaskInput, chain: list[Filter],
 
 
 def _device_work(f: Filter, task: TaskInput):
-    """A device filter's scoring on CUDA holds the GPU's ``compute`` lock shared (``filters.gpu_locks``),
+    """A device filter's scoring on CUDA holds the GPU's ``compute`` lock shared (``engine.gpu_locks``),
     so no neighbour's timing overlaps it, unless the filter takes the lock itself (``gpu_work_lock``
     False); anything else runs unlocked."""
     import contextlib
@@ -288,6 +288,46 @@ def _device_work(f: Filter, task: TaskInput):
     device = getattr(task, "device", "cpu")
     if f.cost != Cost.DEVICE or not f.gpu_work_lock or not str(device).startswith("cuda"):
         return contextlib.nullcontext()
-    from opforge.filters.gpu_locks import gpu_work
+    from opforge.engine.gpu_locks import gpu_work
 
     return gpu_work(device)
+
+
+# The filter chain as the engine's sandbox job (``engine.sandbox.Sandbox(CHAIN_JOB, settings)``).
+CHAIN_JOB = "opforge.filters.chain:ChainJob"
+
+
+class ChainJob:
+    """The per-task filter chain of ``settings`` (a ``FilterSettings`` dict) as an
+    ``engine.sandbox_child.SandboxJob``: ``run`` is ``run_chain`` on one task."""
+
+    def __init__(self, settings: dict[str, Any]):
+        self.settings = FilterSettings.model_validate(settings)
+        self.chain = make_chain(self.settings)
+        self.device_stages = frozenset(f.name for f in self.chain if f.cost == Cost.DEVICE)
+        self._run = None
+
+    def warm_up(self) -> dict[str, Any]:
+        """On CUDA with the compile filter: a first small compile (a process's first costs seconds more than
+        later ones). Returns ``compile_warm_up_s`` or ``compile_warm_up_error``."""
+        compile_filter = next((f for f in self.chain if f.name == "compile"), None)
+        if self.settings.device != "cuda" or compile_filter is None:
+            return {}
+        from opforge.filters.torch_compile import warm_up_compiler
+
+        heuristic = not compile_filter.thresholds["autotune"]  # the filter's defaults merged with the run's
+        try:
+            return {"compile_warm_up_s": round(warm_up_compiler("cuda", heuristic=heuristic), 3)}
+        except Exception as exc:  # noqa: BLE001 - only a head start: the compile filter meets and reports it
+            return {"compile_warm_up_error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+
+    def run(self, task_id: str, code: str, on_stage: Callable[[str], None]) -> dict[str, Any]:
+        from opforge.engine.execution import TaskRun
+
+        self._run = TaskRun(code=code, task_id=task_id, device=self.settings.device)
+        return run_chain(self._run, self.chain, on_stage=on_stage)
+
+    def release(self) -> None:
+        if self._run is not None:
+            self._run.release()
+            self._run = None

@@ -18,7 +18,7 @@ the task's own inputs are dropped during the call on the second draw and drawn a
 seed, same values), so one input set at a time is alive next to the outputs. Otherwise this call is the
 chain's memory peak, with the determinism filter's second call: the task's inputs and outputs plus a
 whole forward call on other inputs. On a shared GPU that peak decides how many tasks fit at once
-(``filters.gpu_locks.MemoryBudget``); a second draw costs one pass of the random generator.
+(``engine.gpu_locks.MemoryBudget``); a second draw costs one pass of the random generator.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from opforge.filters.execution import ALT_INPUT_SEED, TaskRun, error_stats, flat_view, tolerance_error
-from opforge.filters.gpu_locks import gpu_work
+from opforge.engine.execution import ALT_INPUT_SEED, TaskRun, error_stats, flat_view, tolerance_error
+from opforge.engine.gpu_locks import gpu_work
 from opforge.filters.verdict import Cost, Filter, Verdict
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from opforge.filters.execution import TaskRun, outputs_error, same_inputs
+from opforge.engine.execution import TaskRun, outputs_error, same_inputs
 from opforge.filters.verdict import Cost, Filter, Verdict
 
 

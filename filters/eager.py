@@ -6,8 +6,8 @@ import time
 from typing import Any
 
 import torch
-from opforge.filters.execution import BUILD_SEED, CALL_SEED, TaskRun, failure_metrics
-from opforge.filters.gpu_locks import gpu_work
+from opforge.engine.execution import BUILD_SEED, CALL_SEED, TaskRun, failure_metrics
+from opforge.engine.gpu_locks import gpu_work
 from opforge.filters.verdict import Cost, Filter, Verdict
 
 
@@ -41,7 +41,7 @@ class EagerFilter(Filter):
     name = "eager"
     cost = Cost.DEVICE
     order = 10
-    gpu_work_lock = False  # TaskRun's steps hold the GPU lock one by one (see filters.execution)
+    gpu_work_lock = False  # TaskRun's steps hold the GPU lock one by one (see engine.execution)
 
     @classmethod
     def default_thresholds(cls) -> dict[str, Any]:

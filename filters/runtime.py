@@ -2,9 +2,9 @@
 
 Default window 1-100 ms on CUDA (docs/DESIGN.md §2: the eager runtime lies in the window on the GPU named).
 On CPU the window is off by default and the time is recorded as a flag (``in_window``): CPU times say
-little about GPU times. Timing method: ``filters.timing.time_calls``.
+little about GPU times. Timing method: ``engine.timing.time_calls``.
 
-Timing is the one phase a task needs the GPU to itself for (``filters.gpu_locks``: every other sandbox on
+Timing is the one phase a task needs the GPU to itself for (``engine.gpu_locks``: every other sandbox on
 the GPU waits meanwhile), so each task gets exactly one such exclusive section, at the end of the chain:
 
 * ``runtime_screen`` (order 15, right after ``eager``): one warm, unseeded call timed while the GPU is
@@ -14,7 +14,7 @@ the GPU waits meanwhile), so each task gets exactly one such exclusive section, 
   spend anything on it. The call's outputs serve the ``determinism`` filter's ``err_call``
   (``TaskRun.unseeded_outputs``), so the screen costs no forward call of its own. It is a "forward" step
   (``TaskRun.forward_kind``): the sandbox ends it once it has had more GPU time than
-  ``gpu_share_limit_s`` (``filters.sandbox.GpuStepWatch``). A call above the
+  ``gpu_share_limit_s`` (``engine.sandbox.GpuStepWatch``). A call above the
   window's upper edge may only be slowed by the neighbours: that task gets one more call, timed with the
   GPU to itself after an L2 flush (no warm-up: the model has run twice), and is dropped as too slow when
   that call exceeds ``stop_above`` x the upper edge. The default 1.2 leaves room for a call's noise
@@ -40,9 +40,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from opforge.filters.execution import TaskRun
-from opforge.filters.gpu_locks import gpu_work
-from opforge.filters.timing import l2_flush_buffer, time_call, time_calls
+from opforge.engine.execution import TaskRun
+from opforge.engine.gpu_locks import gpu_work
+from opforge.engine.timing import l2_flush_buffer, time_call, time_calls
 from opforge.filters.verdict import Cost, Filter, Verdict
 
 CUDA_WINDOW_MS = (1.0, 100.0)
@@ -140,7 +140,7 @@ class RuntimeFilter(Filter):
 
     Thresholds: ``window_ms`` ([lo, hi] in ms, or None = record only), ``budget_s`` (timing budget per
     timed model, seconds), ``warmup`` (untimed calls before timing; 0 = the first call is a trial, see
-    ``filters.timing``), ``max_trials``, ``stop_above`` (factor over the window's upper edge that ends
+    ``engine.timing``), ``max_trials``, ``stop_above`` (factor over the window's upper edge that ends
     timing after one call), ``time_compiled`` (also time ``TaskRun.compiled`` when there is one; None = on
     CUDA only).
     Metrics: ``eager_ms`` (median, ms), ``min_ms``, ``max_ms``, ``trials`` (0 when stopped after the first

@@ -7,7 +7,7 @@ tolerance of the output's dtype (``opforge.task.precision``). The compiled model
 filter, which times it with eager in one exclusive section.
 
 On CUDA the default Inductor backend is wrapped so that only the compiled graph's execution holds the GPU's
-``compute`` lock (shared, ``filters.gpu_locks``); Dynamo tracing and Inductor's compilation (FX passes,
+``compute`` lock (shared, ``engine.gpu_locks``); Dynamo tracing and Inductor's compilation (FX passes,
 code generation, Triton builds: seconds of CPU work) run unlocked, so a neighbour's timing never waits
 for a compile. Output comparison holds it shared.
 
@@ -44,8 +44,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from opforge.filters.execution import TaskRun, failure_metrics, outputs_error
-from opforge.filters.gpu_locks import gpu_work
+from opforge.engine.execution import TaskRun, failure_metrics, outputs_error
+from opforge.engine.gpu_locks import gpu_work
 from opforge.filters.verdict import Cost, Filter, Verdict
 
 

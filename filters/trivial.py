@@ -19,7 +19,7 @@ coincidence of one draw never rejects.
 * ``trivial:dominated`` (CUDA only): one op takes >= ``max_share`` (0.99) of the task's kernel time, so
   there is nothing to fuse; only for tasks of >= ``min_ops`` (2) ops. Measured with a CUDA event pair
   around each op node of the traced graph (``timing_passes`` passes after an L2 flush each, per-op sums),
-  inside one exclusive hold of the GPU (``filters.gpu_locks.gpu_timing``, as ``filters.timing`` does).
+  inside one exclusive hold of the GPU (``engine.gpu_locks.gpu_timing``, as ``engine.timing`` does).
   On CPU the metrics are absent and the rule does not apply. Measured only when identity and noop found
   nothing.
 
@@ -38,8 +38,7 @@ import time
 from typing import Any
 
 import torch
-from opforge.filters.ablation import DEFAULT_EXEMPT, Removal, TracedTask, TraceFailure, trace_task
-from opforge.filters.execution import (
+from opforge.engine.execution import (
     ALT_INPUT_SEED,
     CALL_SEED,
     TaskRun,
@@ -47,8 +46,9 @@ from opforge.filters.execution import (
     outputs_error,
     tolerance_error,
 )
-from opforge.filters.gpu_locks import gpu_timing, gpu_work
-from opforge.filters.timing import l2_flush_buffer
+from opforge.engine.gpu_locks import gpu_timing, gpu_work
+from opforge.engine.timing import l2_flush_buffer
+from opforge.filters.ablation import DEFAULT_EXEMPT, Removal, TracedTask, TraceFailure, trace_task
 from opforge.filters.verdict import Cost, Filter, Verdict
 
 MAX_LISTED_OPS = 64  # ``ops`` metric: labels of at most this many op nodes (``op_count`` counts them all)

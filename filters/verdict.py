@@ -50,7 +50,7 @@ class Verdict:
 @dataclass
 class TaskInput:
     """What every filter sees: the task source and its id. Execution filters get a
-    ``filters.execution.TaskRun``, which has the same two fields plus the built model, inputs and outputs."""
+    ``engine.execution.TaskRun``, which has the same two fields plus the built model, inputs and outputs."""
 
     code: str
     task_id: str = "<task>"
@@ -69,7 +69,7 @@ class Filter:
     name: ClassVar[str] = "filter"
     cost: ClassVar[Cost] = Cost.STATIC
     order: ClassVar[int] = 0
-    # on CUDA, hold the GPU's ``compute`` lock shared for the whole ``score`` (``filters.gpu_locks``);
+    # on CUDA, hold the GPU's ``compute`` lock shared for the whole ``score`` (``engine.gpu_locks``);
     # a filter that mixes long CPU work with GPU work sets False and takes the lock around its GPU parts
     gpu_work_lock: ClassVar[bool] = True
 

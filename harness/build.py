@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from opforge.harness.sandbox import run_child
+from opforge.engine.oneshot import run_child
 from opforge.harness.solution import MODULE_NAME, Solution, sources_digest
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -62,7 +62,7 @@ def _built(build_dir: Path) -> Path | None:
 
 def build_extension(solution: Solution, build_root: str | Path | None = None, timeout_s: float = 600.0
                     ) -> BuildResult:
-    """Compile ``solution.sources`` in a child process (see ``harness.sandbox``).
+    """Compile ``solution.sources`` in a child process (see ``engine.oneshot``).
 
     Returns ``BuildResult(ok=True, module_path=None)`` when the solution has no sources.
     Raises nothing for compiler failures: they come back as ``ok=False`` with the error.
@@ -91,7 +91,7 @@ def _build(sources: dict[str, str], build_dir: Path, with_cuda: bool, timeout_s:
         (src_dir / rel).write_text(text, encoding="utf-8")
     request = {"sources": [str(src_dir / r) for r in sources if not r.endswith((".h", ".hpp", ".cuh"))],
                "build_dir": str(build_dir), "name": MODULE_NAME, "with_cuda": with_cuda}
-    out, seconds = run_child("build", request, build_dir, timeout_s)
+    out, seconds = run_child("opforge.harness.child", "build", request, build_dir, timeout_s)
     so = _built(build_dir) if out.get("ok") else None
     return BuildResult(bool(so), str(so) if so else None, seconds, error=None if so else out.get("error"),
                        log=out.get("log"))

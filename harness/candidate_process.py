@@ -11,7 +11,7 @@ what was seen here (guard violations, changed settings, aliasing), and the grade
 
 Setup message fields: ``model_new`` (source), ``module_path`` (built ``.so`` or None), ``device``,
 ``threads``, ``allow_tf32``, ``namespaces``, ``seed``, ``slots`` (``harness.slots.SlotSpec`` dicts, mapped
-before the guard is entered); blob: ``harness.protocol.pack_pair(payload, ipc)``, where ``payload`` is the reference
+before the guard is entered); blob: ``engine.protocol.pack_pair(payload, ipc)``, where ``payload`` is the reference
 server's ``torch.save`` bytes of ``{"init_inputs": list, "state": state_dict}`` and ``ipc`` the CUDA IPC
 handles of the slots (empty on CPU).
 """
@@ -33,12 +33,12 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server | None, dict[
     not import or build gives (None, ``{"ok": False, "status": "load_error" | "oom", ...}``, None)."""
     import importlib.util
 
-    from opforge.filters.execution import is_oom
+    from opforge.engine.execution import is_oom
 
     device = msg["device"]
     if device == "cuda" and not torch.cuda.is_available():
         return None, {"ok": False, "status": "load_error", "error": "device 'cuda' asked for, no GPU visible"}, None
-    from opforge.harness.protocol import unpack_pair
+    from opforge.engine.protocol import unpack_pair
     from opforge.harness.slots import map_slots
 
     raw, ipc = unpack_pair(blob or b"")

@@ -22,7 +22,7 @@ eager, 3 faster than eager and ``torch.compile``; or the ``speedup`` scheme). Bu
 ``grade_unsubmitted`` is off, or ``model_new.py`` was never written: -1).
 
 Heavy steps (compile, verify, profile, submit) run through ``harness.env_steps.run_step``: on a
-``distributed.Client``'s workers when one is given (``pipeline.cluster.open_cluster``: one worker per GPU on
+``distributed.Client``'s workers when one is given (``engine.cluster.open_cluster``: one worker per GPU on
 CUDA, so many environments share the machine's GPUs and cores the way ``opforge eval`` does), else in this
 process (each evaluation still runs the candidate in its own server process, ``harness.grader``). The files
 travel as values, so the workers need no shared filesystem. The workspace and its record are deleted by the

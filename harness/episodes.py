@@ -1,5 +1,5 @@
 """Many episodes of ``harness.env.KernelEnv`` at once: one environment per episode, driven by an agent in a
-thread of this process, every heavy step on the Dask cluster's workers (``pipeline.cluster.open_cluster``:
+thread of this process, every heavy step on the Dask cluster's workers (``engine.cluster.open_cluster``:
 one worker process per GPU on CUDA, with one thread per concurrent evaluation), the way a trainer runs its
 rollouts.
 """
@@ -45,7 +45,7 @@ def run_episodes(agents: Sequence[Agent], task_ids: Sequence[str], tasks: pd.Dat
                  progress: bool = True) -> list[dict[str, Any]]:
     """Episode ``i`` runs ``agents[i]`` on ``task_ids[i]``, ``parallel`` episodes at once; results in input order
     (``run_episode``'s dicts). ``client``: a ``distributed.Client`` (default: a cluster for ``config.device``
-    with ``workers`` evaluations at once - on CUDA per GPU, default ``pipeline.cluster.default_workers`` - closed
+    with ``workers`` evaluations at once - on CUDA per GPU, default ``engine.cluster.default_workers`` - closed
     afterwards).
 
     Raises:
@@ -57,7 +57,7 @@ def run_episodes(agents: Sequence[Agent], task_ids: Sequence[str], tasks: pd.Dat
         raise ValueError(f"{len(agents)} agents for {len(task_ids)} task ids")
     handle = None
     if client is None:
-        from opforge.pipeline.cluster import open_cluster
+        from opforge.engine.cluster import open_cluster
 
         handle = open_cluster(config.device, workers)
         client = handle.client

@@ -15,7 +15,8 @@ Steps:
 Statuses: ``build_error``, ``load_error`` (model_new.py does not import or build, weights do not load),
 ``incorrect``, ``hacked`` (any rule broken; ``hacks`` names which: ``protected_file:``, ``policy:``,
 ``symbol:`` / ``source:``, ``torch_op:``, ``config:``, ``alias:``, ``input_modified:``, ``output:``,
-``protocol:``), ``timeout``, ``oom`` (out of memory), ``correct``. The reward follows ``harness.reward``.
+``protocol:``), ``timeout``, ``oom`` (out of memory), ``correct``; ``harness.batch`` adds ``crash`` for an
+evaluation whose Dask worker was lost (more than once). The reward follows ``harness.reward``.
 Tolerances: by output dtype (``opforge.task.precision``; 1e-2 for float32, KernelBench's and CUDA-Agent's
 tolerance) unless ``atol`` / ``rtol`` are given.
 """
@@ -30,13 +31,17 @@ import types
 from pathlib import Path
 from typing import Any, Literal
 
-from opforge.filters.gpu_locks import ADMIT_FRACTION, ADMIT_GIB, ADMIT_GROWTH
+from opforge.engine.gpu_locks import ADMIT_FRACTION, ADMIT_GIB, ADMIT_GROWTH
 from opforge.harness.build import FIXED_BINDING, BuildResult, build_extension
 from opforge.harness.reward import reward_for
 from opforge.harness.solution import Solution
 from pydantic import BaseModel, ConfigDict, Field
 
 HARNESS_DIR = Path(__file__).resolve().parent
+ENGINE_DIR = HARNESS_DIR.parent / "engine"
+# Version of the grader's deciding logic, part of the fingerprint of stored results (``harness.batch``):
+# raise it when a change to the grader can change a result, so no stored result of the old grader is reused.
+GRADER_VERSION = 1
 
 
 class EvalConfig(BaseModel):
@@ -66,7 +71,7 @@ class EvalConfig(BaseModel):
     # hidden shape variants of the task row (its ``shape_variants``, compose.variants): checked in the final rounds
     shape_variants: bool = True
     variant_trials: int = Field(2, ge=1)
-    # GPU memory admission shared with the filter stage (filters.gpu_locks.MemoryBudget): evaluations on
+    # GPU memory admission shared with the filter stage (engine.gpu_locks.MemoryBudget): evaluations on
     # one GPU start only while their reservations fit, so a batch never runs out of memory by crowding
     gpu_memory_fraction: float = Field(ADMIT_FRACTION, gt=0, le=1)
     gpu_admit_gib: float = Field(ADMIT_GIB, gt=0)
@@ -113,9 +118,9 @@ def file_hashes(paths: list[Path]) -> dict[str, str]:
 
 
 def protected_files() -> list[Path]:
-    """The harness's own modules (hashed before and after each evaluation: a candidate that edits the
-    grader on disk would change later evaluations)."""
-    return sorted(HARNESS_DIR.glob("*.py"))
+    """The harness's own modules and the engine's they run on (hashed before and after each evaluation: a
+    candidate that edits the grader on disk would change later evaluations)."""
+    return sorted(HARNESS_DIR.glob("*.py")) + sorted(ENGINE_DIR.glob("*.py"))
 
 
 def evaluate(task: dict[str, Any], solution: Solution, config: EvalConfig | None = None, *,

@@ -1,6 +1,6 @@
 """The grader: verification and timing of one built candidate, decided in this process.
 
-Two one-shot servers answer the grader (``harness.sandbox.ServerProcess``, ``harness.protocol``): the
+Two one-shot servers answer the grader (``engine.oneshot.ServerProcess``, ``engine.protocol``): the
 *reference* server (the task's ``Model`` eager and ``torch.compile``; it never imports candidate code) and the
 *candidate* server (``ModelNew``; it only receives inputs and returns outputs). The grader holds everything
 the verdict depends on:
@@ -30,7 +30,7 @@ the verdict depends on:
   under-reports its hint is still charged its wall time less the reference's overhead. On CPU each call
   starts in a process that slept since its previous call (cold caches): a 64 x 256 elementwise task takes
   about 0.14 ms per call here against 0.01 ms in a hot loop, on both sides of the speed-up.
-* Device: each timed round holds the device's timing lock exclusively (``filters.gpu_locks.GpuLock``:
+* Device: each timed round holds the device's timing lock exclusively (``engine.gpu_locks.GpuLock``:
   ``compute`` on the physical GPU, ``cpu.compute`` on CPU), one hold per round; every other round holds it
   shared, so two evaluations never time at once and nothing else of theirs runs meanwhile. A timed call
   may take at most ``TIMED_CALL_FACTOR`` x the slowest untimed call of its kind (candidate, eager,
@@ -57,9 +57,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from opforge.harness.protocol import ProtocolError, pack_pair
-from opforge.harness.sandbox import ServerProcess
+from opforge.engine.oneshot import ServerProcess
+from opforge.engine.protocol import ProtocolError, pack_pair
 from opforge.harness.slots import SlotSet, dtype_from
+
+SERVER_MODULE = "opforge.harness.server"  # the model servers' entry point (``harness.server``)
 
 # A timed call slower than this many times its kind's slowest untimed call (verification and warm-up calls
 # on the same inputs' shapes, the device shared) is a stall, not noise; the floor covers sub-ms calls.
@@ -82,7 +84,7 @@ class Verdict(Exception):  # noqa: N818 - the end of an evaluation, carrying its
 def timing_lock(device: str):
     """A fresh ``GpuLock`` (own file handles, so evaluations in threads of one process exclude each other
     too) over this evaluation's device: ``compute`` of the physical GPU, or ``cpu``'s."""
-    from opforge.filters.gpu_locks import GpuLock, physical_gpu
+    from opforge.engine.gpu_locks import GpuLock, physical_gpu
 
     return GpuLock(physical_gpu(0) if device == "cuda" else "cpu", "compute")
 
@@ -193,7 +195,7 @@ class Grader:
 
     def _flush(self) -> torch.Tensor:
         if not hasattr(self, "_l2"):
-            from opforge.filters.timing import l2_flush_buffer
+            from opforge.engine.timing import l2_flush_buffer
 
             self._l2 = l2_flush_buffer(torch.device(self.device))
         return self._l2
@@ -211,8 +213,8 @@ class Grader:
         self._startup = self.lock.shared()
         self._startup.__enter__()
         try:
-            ref = ServerProcess("reference", self.work_dir, self.work_dir / "reference.log", trusted=True)
-            cand = ServerProcess("candidate", self.work_dir / "candidate", self.work_dir / "candidate.log")
+            ref = ServerProcess(SERVER_MODULE, "reference", self.work_dir, self.work_dir / "reference.log", trusted=True)
+            cand = ServerProcess(SERVER_MODULE, "candidate", self.work_dir / "candidate", self.work_dir / "candidate.log")
             self.logs = {"reference": str(ref.log), "candidate": str(cand.log)}
             out.update(self._schedule(ref, cand, slots))
             out["status"] = "correct"
@@ -450,7 +452,7 @@ class Grader:
         return self._compare(expected, got)
 
     def _compare(self, expected: list[torch.Tensor], got: list[torch.Tensor]) -> float:
-        from opforge.filters.execution import tolerance_error
+        from opforge.engine.execution import tolerance_error
 
         worst = 0.0
         for n, (e, g) in enumerate(zip(expected, got, strict=True)):

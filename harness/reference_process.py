@@ -1,7 +1,7 @@
 """The reference's side of the grader: a server process that never imports candidate code
 (``harness.server``, role ``reference``).
 
-Setup: on CUDA, admission to the GPU's memory budget (``filters.gpu_locks.admitted_on_gpu``); pin the same
+Setup: on CUDA, admission to the GPU's memory budget (``engine.gpu_locks.admitted_on_gpu``); pin the same
 runtime settings as the candidate's server (``harness.guard.pin_config``), load the task
 (``opforge.task.source.load_task``), build ``Model(*get_init_inputs())`` after ``torch.manual_seed(seed)``
 (a seed the grader draws per evaluation), run it once on one draw of inputs to learn the output layout.
@@ -51,7 +51,7 @@ def _save(obj: Any) -> bytes:
 
 def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, Any], bytes]:
     """Build the reference (see the module docstring). Raises what the task raises (a broken task)."""
-    from opforge.filters.execution import flatten_tensors
+    from opforge.engine.execution import flatten_tensors
     from opforge.task.source import load_task
 
     device = msg["device"]
@@ -59,7 +59,7 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
     if device == "cuda":
         # GPU memory admission shared with the filter stage, held until this process exits; the reservation
         # covers both servers of the evaluation (the whole GPU for an ``oom`` re-run)
-        from opforge.filters.gpu_locks import admitted_on_gpu
+        from opforge.engine.gpu_locks import admitted_on_gpu
 
         admitted_on_gpu(msg["gpu_memory_fraction"], msg["gpu_admit_gib"], bool(msg.get("alone")))
     task = load_task(msg["task_code"], msg["task_id"])
@@ -113,7 +113,7 @@ def _variants(msg: dict[str, Any], model, device: str) -> list[dict[str, Any]]:
     """Per hidden shape variant of the setup message (``variants``: size-constant values, ``compose.variants``):
     ``draw`` (seed -> inputs from the task source with those values, ``task.sizes.with_sizes``), the input and
     output layouts from one run of ``model`` on them; or ``error`` when that fails (the grader drops it)."""
-    from opforge.filters.execution import flatten_tensors
+    from opforge.engine.execution import flatten_tensors
     from opforge.task.sizes import with_sizes
     from opforge.task.source import load_task
 

@@ -1,6 +1,6 @@
 """Model server child: ``python -m opforge.harness.server (candidate|reference) FD``.
 
-Answers the grader's messages (``harness.protocol``) on the socket ``FD`` until ``exit`` or until the grader
+Answers the grader's messages (``engine.protocol``) on the socket ``FD`` until ``exit`` or until the grader
 closes it. The role's module builds what it serves:
 
 * ``candidate`` (``harness.candidate_process``): the dispatcher guard first, then the extension,
@@ -51,9 +51,9 @@ def output_meta(t: torch.Tensor) -> dict[str, Any]:
 
 
 def serve_call(server: Server, msg: dict[str, Any]) -> dict[str, Any]:
-    """Run one ``call`` (see ``harness.protocol``): outputs copied into their slots only when their count,
+    """Run one ``call`` (see ``engine.protocol``): outputs copied into their slots only when their count,
     shapes, dtypes and devices match the slots; the device synchronised (every stream) before the reply."""
-    from opforge.filters.execution import flatten_tensors, is_oom
+    from opforge.engine.execution import flatten_tensors, is_oom
     from opforge.harness.guard import aliases
 
     fn = server.targets[msg["target"]]
@@ -85,7 +85,7 @@ def serve_call(server: Server, msg: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     from multiprocessing.connection import Connection
 
-    from opforge.harness.protocol import ProtocolError, recv, send
+    from opforge.engine.protocol import ProtocolError, recv, send
     from opforge.harness.slots import map_slots
 
     role, fd = sys.argv[1], int(sys.argv[2])

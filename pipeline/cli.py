@@ -580,12 +580,15 @@ def harness_eval_cmd(
                                      help="Directory with one subfolder per task_id (model_new.py, kernels/). "
                                           "[required]"),
     out: Path = typer.Argument(None, metavar="OUT", show_default=False,
-                               help="Report directory: results.jsonl (resumable) and report.json. [required]"),
+                               help="Report directory: results.jsonl (resumable: keyed by task, solution content, "
+                                    "settings and environment) and report.json. [required]"),
     dataset_option: str = typer.Option(None, "--dataset", hidden=True),
     solutions_option: Path = typer.Option(None, "--solutions", hidden=True),
     out_option: Path = typer.Option(None, "--out", hidden=True),
     device: Device = typer.Option(Device.cpu, case_sensitive=False, help="Where solutions run."),
     workers: int = typer.Option(None, help="Evaluations at once (CPU: processes, default cores; CUDA: per GPU, default 4)."),
+    scheduler: str = typer.Option(None, help="Address of an existing Dask scheduler to evaluate on instead "
+                                             "(its workers need no access to this machine's files)."),
     reward: Reward = typer.Option(Reward.milestone, case_sensitive=False,
                                   help="milestone: -1 / 1 / 2 / 3 (CUDA-Agent's scheme); speedup: the speed-up."),
     no_compile: bool = typer.Option(False, "--no-compile", help="Do not profile torch.compile."),
@@ -625,7 +628,7 @@ def harness_eval_cmd(
         typer.echo(f"skipped {line}", err=True)
     out.mkdir(parents=True, exist_ok=True)
     results = evaluate_many(pairs, config, results_path=out / "results.jsonl", workers=workers,
-                            progress=_progress(quiet))
+                            progress=_progress(quiet), scheduler=scheduler)
     rep = {**report(results), "config": config.model_dump(mode="json"), "skipped": skipped,
            "dataset": str(dataset), "solutions": str(solutions)}
     (out / "report.json").write_text(json.dumps(rep, indent=1))

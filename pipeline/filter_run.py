@@ -9,7 +9,6 @@ verdict. Output in ``RUN_DIR``: ``ledger.jsonl`` (appended as results arrive; wh
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -17,66 +16,59 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from distributed import as_completed, get_worker
-from opforge.filters.chain import FILTER_NAMES, FilterSettings, check_thresholds, make_corpus_filters
-from opforge.filters.sandbox import Sandbox
-from opforge.pipeline.cluster import ClusterHandle, open_cluster, usable_cores
-from opforge.pipeline.ledger import Ledger, environment, fingerprint
+from distributed import get_worker
+from opforge.engine.cluster import ClusterHandle, open_cluster, usable_cores
+from opforge.engine.dispatch import dispatch
+from opforge.engine.ledger import Ledger, environment, fingerprint
+from opforge.engine.pool import SandboxPool, fetch_logs, pool_of_worker, register
+from opforge.filters.chain import (
+    CHAIN_JOB,
+    FILTER_NAMES,
+    FilterSettings,
+    check_thresholds,
+    make_corpus_filters,
+)
 from opforge.task.task_file import InputError, read_tasks  # noqa: F401 - InputError is part of this API
-from tqdm.auto import tqdm
+
 
 # -- worker side --------------------------------------------------------------------------------------
-_SANDBOXES: dict[tuple[int, str], Sandbox] = {}
-_LOCK = threading.Lock()
-
-
-def _sandbox(settings_json: str, log_dir: str | None) -> Sandbox:
-    key = (threading.get_ident(), settings_json)
-    with _LOCK:
-        box = _SANDBOXES.get(key)
-        if box is None:
-            for k in [k for k in _SANDBOXES if k[0] == key[0]]:  # settings changed: replace this thread's
-                _SANDBOXES.pop(k).close()
-            log = Path(log_dir) / f"sandbox-{threading.get_ident()}.log" if log_dir else None
-            box = _SANDBOXES[key] = Sandbox(json.loads(settings_json), log_path=log)
-    return box
-
-
-def verdict_task(task_id: str, code: Any, settings_json: str, log_dir: str | None = None,
-                 alone: bool = False, reserve_gib: float | None = None) -> dict[str, Any]:
-    """Dask task: run the filter chain on one task in this worker thread's sandbox child (``alone``: with
-    no other task on its GPU; ``reserve_gib``: its GPU memory reservation; both for ``oom`` re-runs).
+def verdict_task(task_id: str, code: Any, alone: bool = False, reserve_gib: float | None = None
+                 ) -> dict[str, Any]:
+    """Dask task: run the filter chain on one task in a sandbox child of this worker's pool
+    (``engine.pool.SandboxPool``; ``alone``: with no other task on its GPU; ``reserve_gib``: its GPU memory
+    reservation; both for ``oom`` re-runs, see ``engine.dispatch``).
 
     Returns the ``run_chain`` dict plus ``task_id``, ``worker`` and ``start_s``.
     """
-    box = _sandbox(settings_json, log_dir)
+    pool = pool_of_worker()
     code = code if isinstance(code, str) else ""
-    result = box.run(task_id, code, timeout_s=box.settings["timeout_s"], alone=alone, reserve_gib=reserve_gib)
-    try:
-        worker = get_worker().name
-    except ValueError:
-        worker = "local"
-    return {**result, "task_id": task_id, "worker": str(worker)}
+    with pool.sandbox() as box:
+        result = box.run(task_id, code, timeout_s=box.settings["timeout_s"], alone=alone, reserve_gib=reserve_gib)
+    return {**result, "task_id": task_id, "worker": str(get_worker().name)}
 
 
-def warm_sandbox(settings_json: str, log_dir: str | None = None) -> dict[str, Any]:
-    """Dask task: start this worker thread's sandbox child now (importing torch, the CUDA context and, on
-    CUDA, a first small compile: see ``filters.sandbox_child``), so that the first ``verdict_task`` on this
-    thread finds it ready. Returns ``{"start_s": seconds, "error": None or the SandboxError text}``."""
-    box = _sandbox(settings_json, log_dir)
-    try:
-        return {"start_s": box.start(), "error": None}
-    except RuntimeError as exc:  # SandboxError: the task that needs this sandbox tries again and reports it
-        return {"start_s": box.start_seconds, "error": str(exc)[:300]}
+def warm_sandbox(seconds: float = 0.0) -> dict[str, Any]:
+    """Dask task: start a sandbox child of this worker's pool now (importing torch, the CUDA context and,
+    on CUDA, a first small compile: see ``engine.sandbox_child``) so that a ``verdict_task`` finds it
+    ready. Holds the sandbox ``seconds`` longer, so that concurrent warm tasks of one worker start one
+    child each. Returns ``{"start_s": seconds, "error": None or the SandboxError text}``."""
+    with pool_of_worker().sandbox() as box:
+        try:
+            out = {"start_s": box.start(), "error": None}
+        except RuntimeError as exc:  # SandboxError: the task that needs this sandbox tries again and reports it
+            out = {"start_s": box.start_seconds, "error": str(exc)[:300]}
+        time.sleep(seconds)
+    return out
 
 
 # -- client side --------------------------------------------------------------------------------------
 def prepare_settings(settings: FilterSettings, run_dir: str | Path, handle: ClusterHandle | None = None,
                      progress: bool = True) -> FilterSettings:
     """The settings the sandboxes of a filter run in ``run_dir`` get: with ``contamination``, the KernelBench
-    index located (built once and cached, copied to ``RUN_DIR/kernelbench_index.pkl``); on CPU with an open
-    cluster ``handle``, ``cpu_threads`` set to this machine's cores per sandbox. Fields already set are
-    kept, so ``run_filter`` given the result computes the same settings (and reuses warm sandboxes).
+    index located (built once and cached, copied to ``RUN_DIR/kernelbench_index.pkl``; the workers get its
+    content through Dask, see ``sandbox_pool``); on CPU with an open cluster ``handle``, ``cpu_threads`` set
+    to this machine's cores per sandbox. Fields already set are kept, so ``run_filter`` given the result
+    computes the same settings (and reuses warm sandboxes).
 
     Raises:
         ReferenceLoadError: the KernelBench reference cannot be loaded.
@@ -93,17 +85,25 @@ def prepare_settings(settings: FilterSettings, run_dir: str | Path, handle: Clus
     return settings
 
 
+def sandbox_pool(settings: FilterSettings) -> SandboxPool:
+    """The worker plugin of a filter run: the chain job with ``settings``; the KernelBench index file (a
+    path on the client) travels inside it and is rewritten on each worker."""
+    files = {}
+    if settings.kernelbench_index is not None:
+        files["kernelbench_index"] = Path(settings.kernelbench_index).read_bytes()
+    return SandboxPool(CHAIN_JOB, settings.model_dump(mode="json"), files)
+
+
 def warm_sandboxes(handle: ClusterHandle, settings: FilterSettings, run_dir: str | Path) -> list:
-    """Start the sandbox children of every worker thread of ``handle`` in the background (``warm_sandbox``,
-    one Dask task per thread), for a filter run in ``run_dir`` with ``settings`` (from ``prepare_settings``).
-    Returns the futures: keep them until the filter stage has started (a released future is cancelled).
-    ``opforge run`` calls this before composing, so the children start while the composer works."""
-    log_dir = Path(run_dir) / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    settings_json = settings.model_dump_json()
+    """Install the run's sandbox pool on every worker of ``handle`` and start one sandbox child per worker
+    thread in the background (``warm_sandbox``), for a filter run with ``settings`` (from
+    ``prepare_settings``). Returns the futures: keep them until the filter stage has started (a released
+    future is cancelled). ``opforge run`` calls this before composing, so the children start while the
+    composer works."""
+    register(handle.client, sandbox_pool(settings))
     futures = []
     for address, threads in handle.client.nthreads().items():  # each thread of each worker: one start
-        futures += [handle.client.submit(warm_sandbox, settings_json, str(log_dir), key=f"warm-sandbox-{address}-{i}",
+        futures += [handle.client.submit(warm_sandbox, 1.0, key=f"warm-sandbox-{address}-{i}",
                                          workers=[address], allow_other_workers=False, pure=False)
                     for i in range(threads)]
     return futures
@@ -133,7 +133,7 @@ def run_filter(input_path: str | Path, run_dir: str | Path, settings: FilterSett
 
     Args:
         settings: filter chain settings (device, window, timeout...).
-        workers / scheduler: cluster shape, see ``pipeline.cluster.open_cluster``.
+        workers / scheduler: cluster shape, see ``engine.cluster.open_cluster``.
         limit: only the first ``limit`` input rows (for smoke runs).
         handle: an already open cluster to use (then not closed here).
 
@@ -177,63 +177,28 @@ def run_filter(input_path: str | Path, run_dir: str | Path, settings: FilterSett
 
 def _drive(handle: ClusterHandle, todo: pd.DataFrame, settings: FilterSettings, ledger: Ledger,
            run_dir: Path, progress: bool, failures: list[str]) -> None:
-    """Keep ``window`` verdict futures in flight; ledger each result as it arrives. A GPU ``oom`` result
-    with ``retry_gib`` is not ledgered: the task is submitted again at once, reserving that much GPU memory
-    (it runs next to others as soon as that fits); one marked ``retry_alone`` (the re-run ran out of
-    memory too) is run again alone on its GPU after all others (one drain at the end instead of one per
-    oom). A run killed before that re-runs such tasks from scratch."""
-    settings_json = settings.model_dump_json()
-    log_dir = run_dir / "logs"
-    log_dir.mkdir(exist_ok=True)
-    window = max(4, 4 * handle.slots)  # futures in flight: keeps workers busy, bounds client memory
-    code_of = dict(zip(todo["task_id"], todo["code"], strict=True))
-    queue = iter(todo["task_id"])
-    retries: list[str] = []
+    """Verdict ``todo`` through the engine's dispatcher (``engine.dispatch``: ``oom`` re-runs with a larger
+    reservation, then alone); ledger each verdict as it arrives; fetch the sandbox logs into
+    ``RUN_DIR/logs`` afterwards (through Dask)."""
+    register(handle.client, sandbox_pool(settings))
     counts: Counter = Counter()
-    bar = tqdm(total=len(todo), desc="filter", unit="task", disable=not progress, dynamic_ncols=True)
 
-    task_of: dict[str, str] = {}
+    def on_result(task_id: str, result: dict[str, Any]) -> dict[str, Any]:
+        ledger.append(result)
+        counts["accepted" if result["accepted"] else result["reason"].split(":")[0]] += 1
+        return _progress_postfix(counts)
 
-    def submit(task_id: str, alone: bool = False, reserve_gib: float | None = None):
-        key = f"verdict-{task_id}-{ledger.fingerprint}" + ("-alone" if alone else "") + \
-            ("-reserved" if reserve_gib else "")
-        future = handle.client.submit(verdict_task, task_id, code_of[task_id], settings_json, str(log_dir),
-                                      alone, reserve_gib, key=key, pure=False)
-        task_of[future.key] = task_id
-        return future
+    def on_error(task_id: str, exc: BaseException) -> dict[str, Any]:
+        failures.append(f"{task_id}: {type(exc).__name__}: {exc}")
+        return {"task_id": task_id, "accepted": False, "reason": f"crash:{type(exc).__name__}",
+                "filter": None, "metrics": {}, "seconds": {}, "worker": None, "start_s": 0.0}
 
-    def next_future():
-        for task_id in queue:
-            return submit(task_id)
-        return None
-
-    pending = as_completed([f for f in (next_future() for _ in range(window)) if f is not None])
-    for future in pending:
-        try:
-            result = future.result()
-        except Exception as exc:  # noqa: BLE001 - a lost worker (KilledWorker...) is this task's crash
-            task_id = task_of[future.key]
-            failures.append(f"{task_id}: {type(exc).__name__}: {exc}")
-            result = {"task_id": task_id, "accepted": False, "reason": f"crash:{type(exc).__name__}",
-                      "filter": None, "metrics": {}, "seconds": {}, "worker": None, "start_s": 0.0}
-        reserve = result.pop("retry_gib", None)
-        if reserve:
-            pending.add(submit(result["task_id"], reserve_gib=reserve))
-            continue  # the re-run takes this slot; the next new task comes when a verdict frees one
-        if result.pop("retry_alone", False):
-            retries.append(result["task_id"])
-        else:
-            ledger.append(result)
-            counts["accepted" if result["accepted"] else result["reason"].split(":")[0]] += 1
-            bar.update(1)
-            bar.set_postfix({**_progress_postfix(counts), "deferred": len(retries)}, refresh=False)
-        nxt = next_future()
-        if nxt is not None:
-            pending.add(nxt)
-        elif pending.is_empty() and retries:  # everything else is done: the GPU can be had alone
-            pending.update([submit(t, alone=True) for t in retries])
-            retries = []
-    bar.close()
+    items = [(t, (t, c)) for t, c in zip(todo["task_id"], todo["code"], strict=True)]
+    try:
+        dispatch(handle.client, items, verdict_task, on_result, on_error, window=max(4, 4 * handle.slots),
+                 key_prefix=f"verdict-{ledger.fingerprint}", desc="filter", unit="task", progress=progress)
+    finally:
+        fetch_logs(handle.client, run_dir / "logs")
 
 
 def _corpus_verdicts(tasks: pd.DataFrame, settings: FilterSettings, progress: bool

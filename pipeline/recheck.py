@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from opforge.engine.ledger import environment
 from opforge.filters.chain import FilterSettings
 from opforge.pipeline.filter_run import InputError, run_filter
-from opforge.pipeline.ledger import environment
 
 # Filters that decide a published row's rules, in chain order (``static`` always runs).
 RECHECK_FILTERS = ("static", "eager", "runtime_screen", "determinism", "degenerate", "compile", "runtime")

@@ -169,8 +169,8 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
         ValueError / InputError / ReferenceLoadError: from the stages, with the file or option named.
     """
     from opforge.compose.sampler import parse_op_mix
+    from opforge.engine.cluster import open_cluster
     from opforge.filters.chain import check_thresholds
-    from opforge.pipeline.cluster import open_cluster
     from opforge.pipeline.filter_run import prepare_settings, run_filter, warm_sandboxes
     from opforge.pipeline.select import bucket_shares, select_tasks
 

@@ -112,7 +112,7 @@ CHEATS = {
              "_g.DispatchGuard.__torch_dispatch__ = lambda self, f, t, a=(), k=None: f(*a, **(k or {}))\n")},
     "patches_comparison": {"model_new.py": model_new(
         "        return torch.empty_like(x).zero_()\n",
-        head="import opforge.filters.execution as _e\n_e.tolerance_error = lambda *a, **k: 0.0\n")},
+        head="import opforge.engine.execution as _e\n_e.tolerance_error = lambda *a, **k: 0.0\n")},
     "disables_modes": {"model_new.py": model_new(
         "        with _disable_current_modes():\n            return torch.relu(x * self.scale + 1.0)\n",
         head="from torch.utils._python_dispatch import _disable_current_modes\n")},
@@ -133,7 +133,7 @@ EXPECTED = {
     "aten_from_cpp": "symbol:at::_ops::", "enables_tf32": "policy:attribute:torch.backends",
     "patches_timer": "correct", "ignores_weights": "incorrect",
     "patches_guard": "policy:import:opforge.harness.guard",
-    "patches_comparison": "policy:import:opforge.filters.execution",
+    "patches_comparison": "policy:import:opforge.engine.execution",
     "disables_modes": "policy:import:torch.utils._python_dispatch",
 }
 

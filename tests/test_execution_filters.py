@@ -4,16 +4,17 @@ import math
 
 import pytest
 import torch
+from opforge.engine.execution import TaskRun, is_oom, tolerance_error
+from opforge.engine.timing import time_call
 from opforge.filters.chain import (
     CORPUS_FILTERS,
     FILTER_NAMES,
+    ChainJob,
     FilterSettings,
     load_filters,
     make_chain,
     run_chain,
 )
-from opforge.filters.execution import TaskRun, is_oom, tolerance_error
-from opforge.filters.timing import time_call
 
 from .filter_tasks import BAD, GOOD, TUPLE_WITH_ZERO_MEMBER, task
 
@@ -128,7 +129,7 @@ def test_only_the_first_forward_call_of_a_task_is_a_first_forward_step(no_compil
     later one (rebuild, redraw, screen) "forward"."""
     import contextlib
 
-    from opforge.filters import execution
+    from opforge.engine import execution
 
     kinds = []
 
@@ -414,7 +415,7 @@ def _stats_by_hand(ref: torch.Tensor, out: torch.Tensor) -> tuple[float, int]:
 def test_error_stats_match_an_elementwise_computation(device):
     """``error_stats`` (torch slices on CPU, the Triton kernel on CUDA) against a plain Python loop over
     the elements: the largest error within 1e-5 relative and the count of elements within tolerance."""
-    from opforge.filters.execution import error_stats
+    from opforge.engine.execution import error_stats
 
     for i, (ref, out) in enumerate(_stats_cases(device)):
         worst, within = error_stats(ref, out)
@@ -453,7 +454,7 @@ def test_gpu_lock_modes_nest_and_show_across_processes(tmp_path, monkeypatch):
     import sys
     import tempfile
 
-    from opforge.filters.gpu_locks import GpuLock, physical_gpu
+    from opforge.engine.gpu_locks import GpuLock, physical_gpu
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
@@ -511,7 +512,7 @@ def test_cuda_libraries_warm_up_without_failures(tmp_path, monkeypatch):
     the fused attention kernels, the Triton comparison kernel) runs on this GPU."""
     import tempfile
 
-    from opforge.filters.execution import warm_up_cuda_libraries
+    from opforge.engine.execution import warm_up_cuda_libraries
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     out = warm_up_cuda_libraries("cuda")
@@ -525,16 +526,16 @@ def test_gpu_memory_is_reserved_from_the_first_device_filter_on(tmp_path, monkey
     at least ``ADMIT_MIN_GIB`` from its predicted peak and hands it back afterwards."""
     import tempfile
 
-    from opforge.filters import sandbox_child
-    from opforge.filters.gpu_locks import ADMIT_MIN_GIB, memory_budget
+    from opforge.engine import sandbox_child
+    from opforge.engine.gpu_locks import ADMIT_MIN_GIB, memory_budget
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     settings = FilterSettings(device="cuda", skip=["compile", "contamination"]).model_dump()
-    chain = make_chain(FilterSettings(**settings))
+    job = ChainJob(settings)
     stages = []
-    res = sandbox_child._run_on_gpu(TaskRun("x = 1\n", "s", "cuda"), chain, stages.append, False, settings)
+    res = sandbox_child._run_on_gpu(job, "s", "x = 1\n", stages.append, False, settings)
     assert res["filter"] == "static" and res["admit_gib"] is None and res["predicted_peak_gib"] is None
-    res = sandbox_child._run_on_gpu(TaskRun(GOOD, "g", "cuda"), chain, stages.append, False, settings)
+    res = sandbox_child._run_on_gpu(job, "g", GOOD, stages.append, False, settings)
     assert res["accepted"], res
     # GOOD's predicted peak is ~10 kB: it reserves the floor
     assert res["predicted_peak_gib"] is not None and res["admit_gib"] == ADMIT_MIN_GIB
@@ -549,7 +550,7 @@ def test_compute_slots_cap_the_shared_holders_and_let_an_exclusive_one_in(tmp_pa
     import threading
     import time
 
-    from opforge.filters.gpu_locks import GpuLock
+    from opforge.engine.gpu_locks import GpuLock
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     locks = [GpuLock("g", "compute", slots=2) for _ in range(4)]
@@ -591,7 +592,7 @@ def _lock_schedule(tmp_path, plan: dict[str, tuple[str, float, float]], drain_s:
     script = (
         "import sys, time, tempfile\n"
         "tempfile.tempdir = sys.argv[5]\n"
-        "from opforge.filters.gpu_locks import GpuLock\n"
+        "from opforge.engine.gpu_locks import GpuLock\n"
         "GpuLock.DRAIN_S, GpuLock.GATE_S = float(sys.argv[6]), float(sys.argv[7])\n"
         "name, exclusive, start, hold = sys.argv[1], sys.argv[2] == 'x', float(sys.argv[3]), float(sys.argv[4])\n"
         "lock = GpuLock('test', 'compute')\n"
@@ -654,7 +655,7 @@ def test_memory_budget_admits_what_fits_and_backfills_within_patience(tmp_path, 
     import threading
     import time
 
-    from opforge.filters.gpu_locks import MemoryBudget
+    from opforge.engine.gpu_locks import MemoryBudget
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     a, b, big, small, late = (MemoryBudget("g", 10.0, owner=o) for o in ("a", "b", "big", "small", "late"))
@@ -704,7 +705,7 @@ def test_memory_budget_admits_what_fits_and_backfills_within_patience(tmp_path, 
 def test_time_calls_interleaves_and_reports_each_function():
     import time
 
-    from opforge.filters.timing import time_calls
+    from opforge.engine.timing import time_calls
 
     calls = []
 
@@ -727,7 +728,7 @@ def test_time_calls_interleaves_and_reports_each_function():
 def test_time_calls_without_warm_up_counts_the_first_call_as_a_trial(warmup):
     import time
 
-    from opforge.filters.timing import time_calls
+    from opforge.engine.timing import time_calls
 
     calls = {"a": 0, "b": 0}
 
@@ -787,7 +788,7 @@ def test_predicted_peak_counts_parameters_inputs_and_live_intermediates():
     """Fake tensors, no allocation: the Linear's weight and bias, the input, ``h`` and the relu output are
     alive at once at the end of the forward (the view adds no storage); a forward that needs a value
     (``.item()``) cannot be predicted."""
-    from opforge.filters.memory_estimate import predict_peak_bytes
+    from opforge.engine.memory_estimate import predict_peak_bytes
 
     mib = 2**20
     expected = (4096 * 1024 + 4096) * 4 + 256 * 1024 * 4 + 2 * 256 * 4096 * 4

@@ -9,10 +9,10 @@ import time
 
 import pandas as pd
 import pytest
-from opforge.filters.chain import FilterSettings
-from opforge.filters.sandbox import Sandbox
+from opforge.engine.ledger import Ledger
+from opforge.engine.sandbox import Sandbox
+from opforge.filters.chain import CHAIN_JOB, FilterSettings
 from opforge.pipeline.filter_run import InputError, read_tasks, run_filter
-from opforge.pipeline.ledger import Ledger
 
 from .filter_tasks import GOOD, task
 
@@ -31,7 +31,7 @@ def _write_jsonl(path, rows):
 
 def test_sandbox_survives_hang_abort_and_terabyte_allocation():
     settings = FilterSettings(skip=["compile", "contamination"], memory_gib=4).model_dump()
-    with Sandbox(settings) as box:
+    with Sandbox(CHAIN_JOB, settings) as box:
         first_pid = box.proc.pid
         # the start-up objects (torch and the filters: >100k) are out of the collector's reach
         assert box.child_info["gc_frozen"] > 100_000, box.child_info
@@ -49,13 +49,13 @@ def test_sandbox_survives_hang_abort_and_terabyte_allocation():
 
 def test_a_child_that_cannot_start_is_tried_again_then_reported(tmp_path, monkeypatch):
     import torch
-    from opforge.filters.sandbox import SandboxError
+    from opforge.engine.sandbox import SandboxError
 
     if torch.cuda.is_available():
         pytest.skip("needs a machine where a CUDA child cannot start")
     monkeypatch.setattr(Sandbox, "START_RETRY_S", (0.01,))
     log = tmp_path / "child.log"
-    box = Sandbox(FilterSettings(device="cuda").model_dump(), log_path=log)
+    box = Sandbox(CHAIN_JOB, FilterSettings(device="cuda").model_dump(), log_path=log)
     with pytest.raises(SandboxError, match=r"did not start.*\(2 tries\)"):
         box.start()
     assert log.read_text().count("RuntimeError: device 'cuda' asked for") == 2  # two children, both failed
@@ -67,7 +67,7 @@ def test_memory_watchdog_kills_a_child_over_its_resident_limit():
     code = task("        import time\n        big = torch.ones(1200 * 2**20, dtype=torch.uint8)\n"
                 "        time.sleep(60)\n        return x + big[0]")
     settings = FilterSettings(skip=["compile", "contamination"], memory_gib=0.5, address_space_cap=False).model_dump()
-    with Sandbox(settings) as box:
+    with Sandbox(CHAIN_JOB, settings) as box:
         assert "address_space_limit" not in box.child_info
         t0 = time.monotonic()
         res = box.run("big", code, timeout_s=50)
@@ -169,7 +169,7 @@ def test_cli_reports_bad_filter_name(tmp_path):
 _CALLS: list[tuple[str, bool, float | None]] = []  # (task_id, alone, reserve_gib) in call order
 
 
-def _fake_verdict(task_id, code, settings_json, log_dir=None, alone=False, reserve_gib=None):
+def _fake_verdict(task_id, code, alone=False, reserve_gib=None):
     """Stand-in for ``filter_run.verdict_task``, as a GPU sandbox answers: tasks named big* run out of
     memory unless alone (first with ``retry_gib``, then with ``retry_alone``); mid* fit once 8 GiB are
     reserved for them."""
@@ -185,7 +185,7 @@ def _fake_verdict(task_id, code, settings_json, log_dir=None, alone=False, reser
 
 
 def test_failed_allocation_size_is_read_from_the_oom_message():
-    from opforge.filters.sandbox_child import _failed_allocation_gib
+    from opforge.engine.sandbox_child import _failed_allocation_gib
 
     msg = "CUDA out of memory. Tried to allocate 2.50 GiB. GPU 0 has a total capacity of 139.8 GiB"
     assert _failed_allocation_gib(msg) == 2.5
@@ -200,8 +200,8 @@ def test_oom_next_to_others_is_rerun_reserved_then_alone(tmp_path, monkeypatch):
     The sandbox is stubbed (the answers themselves need a GPU); the dispatch is the real one, on an
     in-process Dask cluster with 2 threads."""
     from distributed import Client, LocalCluster
+    from opforge.engine.cluster import ClusterHandle
     from opforge.pipeline import filter_run
-    from opforge.pipeline.cluster import ClusterHandle
 
     _CALLS.clear()
     monkeypatch.setattr(filter_run, "verdict_task", _fake_verdict)
@@ -236,12 +236,12 @@ def test_one_gpu_step_longer_than_the_step_limit_ends_the_task(tmp_path, monkeyp
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    code = task("        import time\n        from opforge.filters.gpu_locks import GpuLock\n"
+    code = task("        import time\n        from opforge.engine.gpu_locks import GpuLock\n"
                 "        with GpuLock('steptest', 'compute').shared():\n            time.sleep(4.0)\n"
                 "        return x * 2.0")
     for limit in (1.0, 0.0):
         settings = FilterSettings(only=["eager"], timeout_s=60.0, gpu_step_limit_s=limit).model_dump()
-        with Sandbox(settings, env={"TMPDIR": str(tmp_path)}) as box:
+        with Sandbox(CHAIN_JOB, settings, env={"TMPDIR": str(tmp_path)}) as box:
             t0 = time.monotonic()
             result = box.run("s", code, timeout_s=60.0)
             seconds = time.monotonic() - t0
@@ -259,19 +259,19 @@ def test_a_forward_with_more_gpu_time_than_the_share_limit_ends_the_task(tmp_pat
     alone (it carries one-time costs: only the step limit applies to it). Plain lock files: no GPU needed."""
     import tempfile
 
-    from opforge.filters.gpu_locks import GpuLock, shared_holders
+    from opforge.engine.gpu_locks import GpuLock, shared_holders
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
     def code(kind):
-        return task("        import time\n        from opforge.filters.gpu_locks import GpuLock\n"
+        return task("        import time\n        from opforge.engine.gpu_locks import GpuLock\n"
                     f"        with GpuLock('sharetest', 'compute').shared({kind!r}):\n            time.sleep(3.0)\n"
                     "        return x * 2.0")
 
     settings = FilterSettings(only=["eager"], timeout_s=60.0, gpu_step_limit_s=10.0,
                               gpu_share_limit_s=1.0).model_dump()
     neighbours = [GpuLock("sharetest", "compute") for _ in range(3)]
-    with Sandbox(settings, env={"TMPDIR": str(tmp_path)}) as box:
+    with Sandbox(CHAIN_JOB, settings, env={"TMPDIR": str(tmp_path)}) as box:
         alone = box.run("alone", code("forward"), timeout_s=60.0)
         with neighbours[0].shared(), neighbours[1].shared(), neighbours[2].shared():
             assert shared_holders(neighbours[0].paths[0]) == 3
@@ -289,7 +289,7 @@ def test_a_forward_with_more_gpu_time_than_the_share_limit_ends_the_task(tmp_pat
 def test_the_share_limit_stands_aside_when_the_locks_do_not_show_the_hold(tmp_path):
     """When ``/proc/locks`` shows no shared holder of the step's lock file (so not even the child's own
     hold can be seen), the GPU-time bound is not computed and only the step limit applies."""
-    from opforge.filters.sandbox import GpuStepWatch
+    from opforge.engine.sandbox import GpuStepWatch
 
     unheld = tmp_path / "opforge-gpu-x.compute"
     unheld.write_text("")
@@ -307,15 +307,15 @@ def test_time_waiting_for_a_gpu_lock_does_not_count_against_the_timeout(tmp_path
     import tempfile
     import threading
 
-    from opforge.filters.gpu_locks import GpuLock
+    from opforge.engine.gpu_locks import GpuLock
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    code = task("        from opforge.filters.gpu_locks import GpuLock\n"
+    code = task("        from opforge.engine.gpu_locks import GpuLock\n"
                 "        with GpuLock('waittest', 'compute').shared():\n            pass\n        return x * 2.0")
     settings = FilterSettings(only=["eager"], timeout_s=2.0).model_dump()
 
     def run_behind_a_neighbour(max_lock_wait_s: float) -> tuple[dict, float]:
-        with Sandbox(settings, env={"TMPDIR": str(tmp_path)}, max_lock_wait_s=max_lock_wait_s) as box:
+        with Sandbox(CHAIN_JOB, settings, env={"TMPDIR": str(tmp_path)}, max_lock_wait_s=max_lock_wait_s) as box:
             holder = GpuLock("waittest", "compute")
             result: dict = {}
             with holder.exclusive():
@@ -338,7 +338,7 @@ def test_default_workers_follow_the_usable_cores_per_gpu(monkeypatch):
     less the cores kept for the client and Dask, never below one sandbox."""
     import os
 
-    from opforge.pipeline import cluster
+    from opforge.engine import cluster
 
     for cores, gpus, cpu, cuda in [(16, 1, 16, 14), (32, 2, 32, 14), (64, 4, 64, 14), (2, 1, 2, 1), (8, 3, 8, 1)]:
         monkeypatch.setattr(os, "sched_getaffinity", lambda _pid, n=cores: set(range(n)))

@@ -9,9 +9,9 @@ from multiprocessing.connection import Pipe
 
 import pandas as pd
 import pytest
+from opforge.engine.protocol import ProtocolError, recv, send
 from opforge.harness.evaluate import EvalConfig, evaluate
 from opforge.harness.policy import policy_violations
-from opforge.harness.protocol import ProtocolError, recv, send
 from opforge.harness.solution import Solution
 from opforge.harness.symbols import denied_symbols, denied_tokens
 

@@ -4,6 +4,7 @@ GPU-only checks (side streams, CUDA events) are exercised on the lent GPU, not h
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 
@@ -139,6 +140,17 @@ def test_opforge_eval_reports_the_metrics_of_its_results(dataset, tmp_path, buil
                            str(out), "--no-compile", "--quiet"],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0 and len((out / "results.jsonl").read_text().splitlines()) == 2
+    # the fixed solution of "other" (no torch op any more, but scale_relu's +1.0 for a +2.0 task) is evaluated
+    # again into the same --out and reported as it is now; the unchanged one is not
+    shutil.rmtree(sols / "other")
+    Solution(HONEST).write_to(sols / "other")
+    proc = subprocess.run([sys.executable, "-m", "opforge.pipeline.cli", "eval", "--dataset", str(dataset),
+                           "--solutions", str(sols), "--out", str(out), "--no-compile"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len((out / "results.jsonl").read_text().splitlines()) == 3
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["overall"]["status"] == {"correct": 1, "incorrect": 1}, rep["overall"]
 
 
 def test_metrics_match_a_hand_computation():

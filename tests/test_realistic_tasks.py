@@ -12,8 +12,8 @@ from opforge.compose.composer import ComposeConfig, compose, parse_dtype_mix
 from opforge.compose.device_profiles import get_profile
 from opforge.compose.graph import OpGraph
 from opforge.compose.render import render_graph
+from opforge.engine.execution import TaskRun, tolerance_error
 from opforge.filters.chain import FilterSettings, make_chain, run_chain
-from opforge.filters.execution import TaskRun, tolerance_error
 from opforge.seeds.vocabulary import AXES, default_vocabulary
 from opforge.task.source import load_task
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from opforge.engine.execution import INPUT_SEED, TaskRun, same_inputs
 from opforge.filters.ablation import trace_task
 from opforge.filters.chain import FILTER_NAMES, FilterSettings, make_chain, run_chain
-from opforge.filters.execution import INPUT_SEED, TaskRun, same_inputs
 from opforge.filters.trivial import TrivialFilter
 
 from .filter_tasks import BF16_NOOP, GOOD, INPLACE, NONTRIVIAL, RELU_NOOP_ON_ONE_DRAW, TRIVIAL, UNTRACEABLE

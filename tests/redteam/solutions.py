@@ -337,7 +337,7 @@ def _slowed(fn):
 ''', init='''        for ref in _reference_models():
             ref.forward = _slowed(ref.forward)
 '''),
-    "patch_comparison_internals": _a("verdict_state", head='''import opforge.filters.execution as _ex
+    "patch_comparison_internals": _a("verdict_state", head='''import opforge.engine.execution as _ex
 
 for _name in ("error_stats", "_chunk_stats"):
     if hasattr(_ex, _name):

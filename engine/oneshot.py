@@ -1,12 +1,14 @@
-"""Child processes of the harness: a one-shot build step and one-shot model servers.
+"""The engine's one-shot sandbox mode: a child process per job, for untrusted code (a candidate's build
+or model), killed as a process group when it is done. The caller names the child's module by import path,
+so this module imports none of its users.
 
-* ``run_child``: ``python -m opforge.harness.child build REQUEST.json RESULT.json`` (the extension build),
+* ``run_child``: ``python -m MODULE STEP REQUEST.json RESULT.json`` (e.g. the harness's extension build),
   stdout and stderr in a log file; on timeout the child's whole process group is killed (compilers
   included).
-* ``ServerProcess``: a model server (``harness.server``) that answers the grader's messages over a socket
-  pair (``harness.protocol``) until it is closed; the candidate runs in one, the reference in another.
+* ``ServerProcess``: ``python -m MODULE ROLE FD``, a server that answers messages (``engine.protocol``) over
+  a socket pair until it is closed (the harness runs its candidate in one, its reference in another).
 
-The grader never imports the candidate's code.
+The process that starts these children never imports the code they run.
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 
-def run_child(step: str, request: dict[str, Any], work_dir: Path, timeout_s: float,
+def run_child(module: str, step: str, request: dict[str, Any], work_dir: Path, timeout_s: float,
               env: dict[str, str] | None = None) -> tuple[dict[str, Any], float]:
-    """Run ``step`` ("build" or "evaluate") in a child; returns (result dict, wall seconds).
+    """Run ``python -m module step REQUEST RESULT`` in a child; returns (result dict, wall seconds).
 
     A child that times out, dies or writes no result gives ``{"ok": False, "error": ..., "log": path}``.
     """
@@ -33,7 +35,7 @@ def run_child(step: str, request: dict[str, Any], work_dir: Path, timeout_s: flo
     res.unlink(missing_ok=True)
     t0 = time.perf_counter()
     with open(log, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "opforge.harness.child", step, str(req), str(res)],
+        proc = subprocess.Popen([sys.executable, "-m", module, step, str(req), str(res)],
                                 stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
                                 env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"})
         try:
@@ -54,16 +56,16 @@ def run_child(step: str, request: dict[str, Any], work_dir: Path, timeout_s: flo
 
 
 class ServerProcess:
-    """A one-shot model server child (``python -m opforge.harness.server ROLE FD``) and its connection.
+    """A one-shot server child (``python -m MODULE ROLE FD``) and its connection.
 
     The child gets one end of a socket pair as ``FD``, its own session (killed as a process group on
     ``close``), ``cwd`` as working directory, and stdout / stderr in ``log``. Use as a context manager.
 
-    ``request(msg)`` sends one message and waits for one reply (``harness.protocol``); a child that exits,
+    ``request(msg)`` sends one message and waits for one reply (``engine.protocol``); a child that exits,
     times out or replies malformed raises ``ProtocolError`` (the caller turns it into a verdict).
     """
 
-    def __init__(self, role: str, cwd: Path, log: Path, env: dict[str, str] | None = None,
+    def __init__(self, module: str, role: str, cwd: Path, log: Path, env: dict[str, str] | None = None,
                  trusted: bool = False):
         import socket
         from multiprocessing.connection import Connection
@@ -74,7 +76,7 @@ class ServerProcess:
         self._log = open(log, "wb")  # noqa: SIM115 - closed in close()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "opforge.harness.server", role, str(theirs.fileno())],
+                [sys.executable, "-m", module, role, str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),), stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, cwd=str(cwd), env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"})
         finally:
@@ -84,7 +86,7 @@ class ServerProcess:
     def request(self, msg: dict[str, Any], timeout_s: float, blob: bytes | None = None
                 ) -> tuple[dict[str, Any], bytes | None]:
         """Send ``msg`` (+ ``blob``), return the reply (and its blob: only a trusted server may send one)."""
-        from opforge.harness.protocol import ProtocolError, recv, send
+        from opforge.engine.protocol import ProtocolError, recv, send
 
         try:
             send(self.conn, msg, blob)

@@ -10,7 +10,7 @@ reference's dtype (``opforge.task.precision``: 1e-2 for float32 and float16, Ker
 of that tolerance: <= 1 means "allclose would pass".
 
 GPU locking: on CUDA each build, input draw, forward call and output comparison of a ``TaskRun`` holds the
-GPU's ``compute`` lock shared (``filters.gpu_locks.gpu_work``) for just that step, so a neighbour waiting
+GPU's ``compute`` lock shared (``engine.gpu_locks.gpu_work``) for just that step, so a neighbour waiting
 to time its task waits for one step, not for a whole filter.
 """
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from opforge.filters.gpu_locks import gpu_work
+from opforge.engine.gpu_locks import gpu_work
 from opforge.task.precision import tolerance
 from opforge.task.source import LoadedTask, load_task
 
@@ -49,7 +49,7 @@ class TaskRun:
         forward_calls: how many ``call``s this task has made in this process. The first one holds the GPU
             lock as a "first_forward" step, the later ones as "forward" steps: a first call carries the
             task's one-time costs (cuDNN plans for its shapes, kernels loaded on first use), so only later
-            calls are held to the GPU-time limit (``filters.sandbox.GpuStepWatch``).
+            calls are held to the GPU-time limit (``engine.sandbox.GpuStepWatch``).
     """
 
     code: str
@@ -201,7 +201,7 @@ def error_stats(ref: torch.Tensor, out: torch.Tensor, atol: float | None = None,
     elementwise as in ``tolerance_error``; ``out`` has ``ref``'s numel or one element (one answer for every
     element: the degenerate filter's constant and all-zeros answers). ``ref.numel() > 0``.
 
-    On CUDA one pass of a Triton kernel (``filters.comparison_cuda``) over both tensors in their own dtype;
+    On CUDA one pass of a Triton kernel (``engine.comparison_cuda``) over both tensors in their own dtype;
     elsewhere (or for dtypes the kernel does not load) torch over ``CHUNK_ELEMENTS`` slices, so extra memory
     stays near one slice whatever the output size. Either way one host read: on a GPU shared by many
     processes each sync waits for a time slice. ``atol`` / ``rtol`` left None take the tolerance of
@@ -215,7 +215,7 @@ def error_stats(ref: torch.Tensor, out: torch.Tensor, atol: float | None = None,
         raise ValueError(f"error_stats: {out_flat.numel()} elements against {ref_flat.numel()}")
     if ref_flat.is_cuda and ref_flat.is_floating_point() and out_flat.is_floating_point():
         try:
-            from opforge.filters.comparison_cuda import error_stats_cuda
+            from opforge.engine.comparison_cuda import error_stats_cuda
 
             return error_stats_cuda(ref_flat, out_flat, atol, rtol)
         except Exception:  # noqa: BLE001 - no Triton, or a dtype it cannot load: the torch path below

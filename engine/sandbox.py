@@ -1,7 +1,8 @@
-"""Run the filter chain in a reusable child process with a hard timeout and a memory guard.
+"""The engine's reuse sandbox: a job (e.g. the filter chain) in a reusable child process with a hard timeout
+and a memory guard.
 
 The parent (a Dask worker thread, a test, a benchmark) never imports torch for this: the child is a plain
-``python -m opforge.filters.sandbox_child`` process started with ``subprocess`` (Dask runs workers as
+``python -m opforge.engine.sandbox_child`` process started with ``subprocess`` (Dask runs workers as
 daemonic processes, which ``multiprocessing`` forbids from having children). Requests go over the child's
 stdin, results come back over a dedicated pipe, so whatever a task prints cannot corrupt the protocol;
 the child's stdout / stderr go to ``log_path`` (or nowhere).
@@ -9,7 +10,7 @@ the child's stdout / stderr go to ``log_path`` (or nowhere).
 Outcomes the child cannot report itself become verdicts here:
 
 * ``timeout`` - no result within ``timeout_s``, not counting time the child reported waiting for a GPU
-  lock (``filters.gpu_locks``, up to ``max_lock_wait_s``); the child's whole process group is killed;
+  lock (``engine.gpu_locks``, up to ``max_lock_wait_s``); the child's whole process group is killed;
   ``timeout:gpu_step`` when one GPU step holds a GPU lock longer than the settings' ``gpu_step_limit_s``
   (metrics ``gpu_step_s``, ``gpu_step_limit_s``), ``timeout:gpu_share`` when one forward call after the
   task's first has had more GPU time than ``gpu_share_limit_s`` (``gpu_share_s``, ``gpu_share_limit_s``;
@@ -73,10 +74,13 @@ class SandboxError(RuntimeError):
 
 
 class Sandbox:
-    """One child process that runs ``filters.chain.run_chain`` on tasks, one at a time.
+    """One child process that runs a job on tasks, one at a time.
 
     Args:
-        settings: a ``FilterSettings`` as a dict (``model_dump()``), passed to the child.
+        job: the job the child runs, by import path (``"package.module:Class"``, see
+            ``engine.sandbox_child.SandboxJob``), e.g. ``filters.chain.CHAIN_JOB``.
+        settings: the job's settings as a dict (an ``engine.settings.EngineSettings`` subclass dumped with
+            ``model_dump()``), passed to the child.
         env: extra environment for the child (e.g. ``CUDA_VISIBLE_DEVICES``).
         log_path: file that receives the child's stdout and stderr (appended); None discards them.
         start_timeout_s: limit for importing torch and building the chain in a fresh child.
@@ -88,9 +92,10 @@ class Sandbox:
         start_seconds: total seconds spent starting children.
     """
 
-    def __init__(self, settings: dict[str, Any], env: dict[str, str] | None = None,
+    def __init__(self, job: str, settings: dict[str, Any], env: dict[str, str] | None = None,
                  log_path: str | Path | None = None, start_timeout_s: float = 300.0, poll_s: float = 0.2,
                  max_lock_wait_s: float = 600.0):
+        self.job = job
         self.settings = settings
         self.env = env or {}
         self.log_path = Path(log_path) if log_path else None
@@ -135,7 +140,7 @@ class Sandbox:
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "opforge.filters.sandbox_child", str(wfd)],
+                [sys.executable, "-m", "opforge.engine.sandbox_child", str(wfd)],
                 stdin=subprocess.PIPE, stdout=out, stderr=out, pass_fds=(wfd,),
                 env={**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
         finally:
@@ -144,7 +149,7 @@ class Sandbox:
                 out.close()
         self._rfd = rfd
         self.child_info = {}  # no memory baseline until the new child reports ready
-        send_message(self.proc.stdin, ("settings", self.settings))
+        send_message(self.proc.stdin, ("job", self.job, self.settings))
         msg = self._wait(self.start_timeout_s, watch_steps=False)
         if not (isinstance(msg, tuple) and msg[0] == "ready"):
             failure = msg if isinstance(msg, dict) else {"reason": str(msg)}
@@ -174,7 +179,7 @@ class Sandbox:
     # -- work ------------------------------------------------------------------------------------
     def run(self, task_id: str, code: str, timeout_s: float, alone: bool = False,
             reserve_gib: float | None = None) -> dict[str, Any]:
-        """Verdict of the filter chain on one task, as ``run_chain``'s dict plus ``start_s`` (seconds spent
+        """Verdict of the job on one task, as the job's dict plus ``start_s`` (seconds spent
         starting a child for this task) and, when the task held a GPU lock, ``gpu_step_max_s`` (seconds of
         its longest GPU step) and ``gpu_share_max_s`` (the largest GPU-time bound of one forward call, when
         one was watched). ``alone``: on a GPU, run it with no other task on that GPU;
@@ -358,7 +363,7 @@ class GpuStepWatch:
                     and self.info.get("kind") == "forward" and self.info.get("path"))
 
     def _count(self) -> int:
-        from opforge.filters.gpu_locks import shared_holders
+        from opforge.engine.gpu_locks import shared_holders
 
         n = shared_holders(self.info["path"])
         if not n:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
-from opforge.filters.gpu_locks import gpu_timing
+from opforge.engine.gpu_locks import gpu_timing
 
 
 @dataclass
@@ -72,7 +72,7 @@ def time_calls(fns: dict[str, Callable[[], object]], device: str | torch.device 
     drift hit all alike. ``budget_s`` is per function (trials are sized by the slowest one's warm-up).
 
     On CUDA the whole measurement (warm-up included) holds the GPU's ``compute`` lock exclusively
-    (``filters.gpu_locks.gpu_timing``): no other sandbox's kernel runs meanwhile, and the measurement is
+    (``engine.gpu_locks.gpu_timing``): no other sandbox's kernel runs meanwhile, and the measurement is
     one exclusive section however many functions it times.
 
     ``stop_above_ms``: when the first function's first warm-up call alone takes longer (CUDA events /

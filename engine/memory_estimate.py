@@ -1,6 +1,6 @@
 """Peak memory of a task's eager forward, predicted without running it on the device (``FakeTensorMode``).
 
-The filter stage admits a task to a shared GPU by the memory it reserves (``filters.gpu_locks.MemoryBudget``).
+The filter stage admits a task to a shared GPU by the memory it reserves (``engine.gpu_locks.MemoryBudget``).
 Before anything has run, the reservation is a guess, and a task whose forward then needs tens of GiB makes
 its neighbours run out of memory (composed tasks peak at 7-65 GiB from inputs of 0.2-4.5 GiB on an H200:
 docs/benchmark-log.md, 2026-11-22 (baa7831)). ``predict_peak_bytes`` builds the model,
@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from opforge.filters.execution import BUILD_SEED, INPUT_SEED
+from opforge.engine.execution import BUILD_SEED, INPUT_SEED
 from opforge.task.source import load_task
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode

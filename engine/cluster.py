@@ -18,8 +18,8 @@ import os
 from dataclasses import dataclass
 
 from distributed import Client, LocalCluster, Nanny, Scheduler, SpecCluster
-from opforge.filters.gpu_locks import visible_gpu_ids
-from opforge.pipeline.ledger import gpu_names
+from opforge.engine.gpu_locks import visible_gpu_ids
+from opforge.engine.ledger import gpu_names
 
 
 @dataclass

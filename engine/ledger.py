@@ -1,9 +1,13 @@
-"""The verdict ledger: one JSON line per finished task, appended as results arrive.
+"""The engine's ledger: one JSON line per finished work item, appended as results arrive.
 
-``RUN_DIR/ledger.jsonl`` is the run's source of truth. A record is keyed by ``task_id`` and the
-environment ``fingerprint``; a re-started run reads the ledger, skips every task already verdicted under the
-same fingerprint and appends the rest, so a killed run loses at most the tasks that were in flight. A
-line cut short by a kill is ignored when read (and reported), never fatal.
+A ledger file (``RUN_DIR/ledger.jsonl`` of a filter run, ``OUT/results.jsonl`` of an evaluation) is the
+run's source of truth. A record is keyed by its ``key`` field (a filter run: ``task_id``, itself the task's
+content hash unless the input names it; an evaluation: task id + hash of the task's code and the
+solution's files) and by the ``fingerprint`` of the settings and the environment it was made under; a
+re-started run reads the ledger, skips every item already recorded under the same fingerprint and appends
+the rest, so a killed run loses at most the items that were in flight, and a changed input, setting or
+library version is never served an old record. A line cut short by a kill is ignored when read (and
+reported), never fatal.
 """
 
 from __future__ import annotations
@@ -17,9 +21,6 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 from typing import Any
-
-# Bump when a filter's logic changes in a way that changes verdicts, so old ledgers are not reused.
-FILTER_LOGIC_VERSION = 10  # 10: the trivial filter (identity outputs, no-op ops, one op dominating)
 
 
 def json_safe(obj: Any) -> Any:
@@ -51,10 +52,10 @@ def gpu_names() -> list[str]:
 
 
 def environment(device: str) -> dict[str, Any]:
-    """What the verdicts depend on besides the task: library versions, Python, machine, device model."""
+    """What results depend on besides the item and the settings: library versions, Python, machine, device
+    model (the versions of the deciding logic are the callers' settings: per filter, the grader's)."""
     env = {"torch": _version("torch"), "transformers": _version("transformers"), "triton": _version("triton"),
-           "python": platform.python_version(), "machine": platform.machine(), "device": device,
-           "filter_logic": FILTER_LOGIC_VERSION}
+           "python": platform.python_version(), "machine": platform.machine(), "device": device}
     if device == "cuda":
         names = gpu_names()
         env["gpu"] = names[0] if names else None
@@ -67,16 +68,24 @@ def fingerprint(env: dict[str, Any], settings_fields: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-class Ledger:
-    """Append-only JSONL of verdict records in ``path``.
+def content_hash(*parts: Any) -> str:
+    """16 hex digits of SHA-256 over ``parts`` (JSON-able: strings, dicts of file name -> text...)."""
+    blob = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
-    Each record holds at least ``task_id``, ``fingerprint``, ``accepted``, ``reason``, ``filter``,
-    ``metrics``, ``seconds``. ``done`` maps task_id -> record for this fingerprint.
+
+class Ledger:
+    """Append-only JSONL of records in ``path``.
+
+    Each record holds at least its ``key`` field (default ``task_id``) and ``fingerprint``; a filter run's
+    also ``accepted``, ``reason``, ``filter``, ``metrics``, ``seconds``. ``done`` maps key -> record for
+    this fingerprint (the first one written).
     """
 
-    def __init__(self, path: str | Path, fingerprint: str):
+    def __init__(self, path: str | Path, fingerprint: str, key: str = "task_id"):
         self.path = Path(path)
         self.fingerprint = fingerprint
+        self.key = key
         self.done: dict[str, dict[str, Any]] = {}
         self.truncated_lines = 0
         self._load()
@@ -94,12 +103,12 @@ class Ledger:
                 except json.JSONDecodeError:
                     self.truncated_lines += 1  # a write cut by a kill
                     continue
-                if rec.get("fingerprint") == self.fingerprint:
-                    self.done.setdefault(rec["task_id"], rec)
+                if isinstance(rec, dict) and rec.get("fingerprint") == self.fingerprint and self.key in rec:
+                    self.done.setdefault(rec[self.key], rec)
 
     def append(self, record: dict[str, Any]) -> None:
-        """Write one record (one line, flushed and fsynced) unless its task is already in the ledger."""
-        if record["task_id"] in self.done:
+        """Write one record (one line, flushed and fsynced) unless its key is already in the ledger."""
+        if record[self.key] in self.done:
             return
         record = json_safe({**record, "fingerprint": self.fingerprint})
         if self._fh is None:
@@ -109,7 +118,7 @@ class Ledger:
         self._fh.write(json.dumps(record, sort_keys=True) + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno())
-        self.done[record["task_id"]] = record
+        self.done[record[self.key]] = record
 
     def _repair_tail(self) -> None:
         """Terminate a line cut short by a kill so the next record starts on its own line."""

@@ -1,13 +1,15 @@
-"""Entry point of a sandbox child: ``python -m opforge.filters.sandbox_child RESULT_FD``.
+"""Entry point of a sandbox child: ``python -m opforge.engine.sandbox_child RESULT_FD``.
 
-Protocol (length-prefixed pickles, see ``filters.sandbox``): the parent sends ``("settings", dict)`` first;
-the child imports torch, applies the settings and answers ``("ready", info)``. Then for each
-``("task", task_id, code)`` it sends ``("stage", filter_name)`` before every filter, ``("lock_wait",
+Protocol (length-prefixed pickles, see ``engine.sandbox``): the parent sends ``("job", "MODULE:CLASS",
+settings dict)`` first; the child imports torch, applies the engine's settings (memory guard, threads,
+CUDA), builds the job (``load_job``: the class named by import path, e.g. the filter chain, called with the
+settings) and answers ``("ready", info)``. Then for each ``("task", task_id, code)`` it sends
+``("stage", name)`` before every stage of the job (a filter), ``("lock_wait",
 True / False)`` when it starts / stops waiting for a GPU lock (the parent's timeout clock stops in
 between), ``("gpu_hold", True, {"mode", "kind", "path"})`` / ``("gpu_hold", False)`` when it starts /
 stops holding one (one GPU step: the parent ends the task when a step outlasts ``gpu_step_limit_s``, or
-a shared "forward" step had more than ``gpu_share_limit_s`` of the GPU, see ``filters.sandbox``), and
-finally the ``run_chain`` result dict.
+a shared "forward" step had more than ``gpu_share_limit_s`` of the GPU, see ``engine.sandbox``), and
+finally the job's result dict.
 ``("task", task_id, code, alone, reserve_gib)``: ``alone`` runs it with no other task on its GPU,
 ``reserve_gib`` sets its memory reservation (see ``_run_on_gpu``). ``("stop",)`` or a closed stdin ends
 the child; so does the parent's death (checked every second), so an orphaned child never keeps a GPU
@@ -23,6 +25,37 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from typing import Any, Protocol
+
+
+class SandboxJob(Protocol):
+    """What a sandbox child runs (named by import path, ``MODULE:CLASS``, built as ``CLASS(settings)``).
+
+    Attributes:
+        device_stages: names of the stages that use the GPU (admission comes before the first of them).
+    """
+
+    device_stages: frozenset[str]
+
+    def warm_up(self) -> dict[str, Any]:
+        """One-time work of a fresh child (e.g. a first compile); returns facts for the ready message."""
+
+    def run(self, task_id: str, code: str, on_stage: Callable[[str], None]) -> dict[str, Any]:
+        """The verdict dict of one task (``accepted``, ``reason``, ``filter``, ``metrics``, ``seconds``);
+        ``on_stage(name)`` before each stage. Never raises for the task's faults."""
+
+    def release(self) -> None:
+        """Drop every object of the last task."""
+
+
+def load_job(path: str, settings: dict[str, Any]) -> SandboxJob:
+    """``CLASS(settings)`` for ``path`` = ``"package.module:CLASS"``. Raises ValueError for a malformed path."""
+    import importlib
+
+    module, sep, name = path.partition(":")
+    if not (sep and module and name):
+        raise ValueError(f"sandbox job {path!r}: expected 'package.module:Class'")
+    return getattr(importlib.import_module(module), name)(settings)
 
 
 def _exit_with_parent(ppid: int) -> None:
@@ -76,18 +109,18 @@ def _vm_size() -> int:
 
 
 def main() -> None:
-    from opforge.filters.sandbox import read_message, send_message
+    from opforge.engine.sandbox import read_message, send_message
 
     out = os.fdopen(int(sys.argv[1]), "wb")
     inp = sys.stdin.buffer.fileno()
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     warnings.filterwarnings("ignore")
     try:
-        kind, settings = read_message(inp)
+        kind, job_path, settings = read_message(inp)
     except EOFError:
         return
-    if kind != "settings":
-        raise SystemExit(f"sandbox child: expected the settings message first, got {kind!r}")
+    if kind != "job":
+        raise SystemExit(f"sandbox child: expected the job message first, got {kind!r}")
     if settings["device"] == "cuda":
         # several sandboxes share the GPU: expandable segments keep each one's cached memory unfragmented
         # (allocator peak 1.06x the tensors' peak against 1.24x with the default allocator, and fewer tasks
@@ -95,12 +128,8 @@ def main() -> None:
         # 2026-11-22 (baa7831)).
         os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     info = _apply(settings)
-
-    from opforge.filters.chain import FilterSettings, make_chain, run_chain
-    from opforge.filters.execution import TaskRun
-
-    chain = make_chain(FilterSettings.model_validate(settings))
-    from opforge.filters import gpu_locks
+    job = load_job(job_path, settings)
+    from opforge.engine import gpu_locks
 
     gpu_locks.COMPUTE_SLOTS = int(settings.get("gpu_concurrency") or 0)
     gpu_locks.on_wait = lambda waiting: send_message(out, ("lock_wait", waiting))
@@ -114,18 +143,9 @@ def main() -> None:
             _after_gpu_step()
 
     gpu_locks.on_hold = on_hold
-    compile_filter = next((f for f in chain if f.name == "compile"), None)
-    if settings["device"] == "cuda" and compile_filter is not None:
-        # a process's first compile costs seconds more than later ones: pay it while starting
-        from opforge.filters.torch_compile import warm_up_compiler
-
-        heuristic = not compile_filter.thresholds["autotune"]  # the filter's defaults merged with the run's
-        try:
-            info["compile_warm_up_s"] = round(warm_up_compiler("cuda", heuristic=heuristic), 3)
-        except Exception as exc:  # noqa: BLE001 - only a head start: the compile filter meets and reports it
-            info["compile_warm_up_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    info.update(job.warm_up())
     if settings["device"] == "cuda":
-        from opforge.filters.execution import warm_up_cuda_libraries
+        from opforge.engine.execution import warm_up_cuda_libraries
 
         info["library_warm_up"] = warm_up_cuda_libraries("cuda")
     info["gc_frozen"] = _freeze_start_up_objects()
@@ -140,17 +160,15 @@ def main() -> None:
         _, task_id, code, *rest = msg
         alone = bool(rest and rest[0])
         reserve_gib = rest[1] if len(rest) > 1 else None
-        run = TaskRun(code=code, task_id=task_id, device=settings["device"])
 
         def stage(name: str) -> None:
             send_message(out, ("stage", name))
 
         if settings["device"] == "cuda":
-            result = _run_on_gpu(run, chain, stage, alone, settings, reserve_gib)
+            result = _run_on_gpu(job, task_id, code, stage, alone, settings, reserve_gib)
         else:
-            result = run_chain(run, chain, on_stage=stage)
-            run.release()
-        del run
+            result = job.run(task_id, code, stage)
+            job.release()
         send_message(out, result)
         if result.get("cuda_broken"):
             # a device-side assert or illegal access poisons this process's CUDA context for good: end
@@ -163,12 +181,13 @@ def main() -> None:
 _after_gpu_step: Callable[[], None] | None = None
 
 
-def _run_on_gpu(run, chain, stage, alone: bool, settings: dict, reserve_gib: float | None = None) -> dict:
-    """``run_chain`` on a GPU shared with other sandboxes, under the GPU's memory admission
-    (``filters.gpu_locks.MemoryBudget``): the task reserves ``reserve_gib`` (default: ``gpu_admit_predicted``
-    x its predicted eager peak, ``filters.memory_estimate``, or ``gpu_admit_gib`` when that cannot be
-    predicted; the whole budget when ``alone``) before its first device filter (a task the CPU filters
-    reject never waits for memory), grows the reservation to ``gpu_growth`` x
+def _run_on_gpu(job, task_id: str, code: str, stage, alone: bool, settings: dict,
+                reserve_gib: float | None = None) -> dict:
+    """``job.run`` on a GPU shared with other sandboxes, under the GPU's memory admission
+    (``engine.gpu_locks.MemoryBudget``): the task reserves ``reserve_gib`` (default: ``gpu_admit_predicted``
+    x its predicted eager peak, ``engine.memory_estimate``, or ``gpu_admit_gib`` when that cannot be
+    predicted; the whole budget when ``alone``) before its first device stage (``job.device_stages``: a task
+    the CPU stages reject never waits for memory), grows the reservation to ``gpu_growth`` x
     the memory it has held so far after each GPU step (one forward call, build or comparison) and before
     each filter, and frees its memory afterwards. Growing after every step, not only between filters, keeps
     the sum of the reservations close to what the tasks hold: a task starts with an estimate, and until
@@ -188,20 +207,18 @@ def _run_on_gpu(run, chain, stage, alone: bool, settings: dict, reserve_gib: flo
     held its reservation.
     """
     import torch
-    from opforge.filters.chain import run_chain
-    from opforge.filters.gpu_locks import ADMIT_MIN_GIB, admitted_on_gpu, grow_to_peak, lock_holds, lock_waits
-    from opforge.filters.verdict import Cost
+    from opforge.engine.gpu_locks import ADMIT_MIN_GIB, admitted_on_gpu, grow_to_peak, lock_holds, lock_waits
 
     before, held_before = lock_waits(), lock_holds()
-    device_filters = {f.name for f in chain if f.cost == Cost.DEVICE}
+    device_filters = set(job.device_stages)
     budget = start_gib = predicted = None
 
     def admit() -> None:
         nonlocal budget, start_gib, predicted
         if reserve_gib is None and not alone and settings.get("gpu_admit_predicted"):
-            from opforge.filters.memory_estimate import predict_peak_bytes
+            from opforge.engine.memory_estimate import predict_peak_bytes
 
-            predicted = predict_peak_bytes(run.code, "cuda", run.task_id)
+            predicted = predict_peak_bytes(code, "cuda", task_id)
         if reserve_gib:
             start_gib = reserve_gib
         elif predicted is not None:
@@ -224,11 +241,11 @@ def _run_on_gpu(run, chain, stage, alone: bool, settings: dict, reserve_gib: flo
     _after_gpu_step = grow
     try:
         torch.cuda.reset_peak_memory_stats()
-        result = run_chain(run, chain, on_stage=admit_or_grow_then_stage)
+        result = job.run(task_id, code, admit_or_grow_then_stage)
         result["gpu_peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
         result["gpu_reserved_gib"] = round(torch.cuda.max_memory_reserved() / 2**30, 3)
         released = time.perf_counter()
-        run.release()
+        job.release()
         try:
             _release_gpu_memory()
         except Exception as exc:  # noqa: BLE001 - the context is unusable: say so, the child then exits

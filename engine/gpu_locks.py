@@ -375,7 +375,7 @@ def lock_waits() -> dict[str, float]:
 # workspaces); what a task reserves before it has measured anything (GiB: half the median peak of composed
 # tasks on an H200 run, 7.7 GiB); the factor over the allocator's peak so far a running task grows to.
 ADMIT_FRACTION, ADMIT_GIB, ADMIT_GROWTH = 0.9, 4.0, 1.25
-# The filter stage's start reservation from a prediction (``filters.memory_estimate``): this factor x the
+# The filter stage's start reservation from a prediction (``engine.memory_estimate``): this factor x the
 # predicted peak of the eager forward, at least ADMIT_MIN_GIB. Over 693 composed tasks on an H200 the whole
 # chain's allocator peak was 1.5 / 2.0 / 3.4 x the predicted forward peak (p10 / median / p90; the chain
 # adds the determinism filter's second model and the compiled outputs), and the reservation grows after
