@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 from opforge.compose.cost_model import choose_batch, graph_cost
-from opforge.compose.device_profiles import get_profile
+from opforge.compose.device_profiles import DeviceProfile, get_profile
 from opforge.compose.render import render_graph
 from opforge.compose.sampler import FLOAT_DTYPES, Sampler, SamplingError, parse_op_mix
 from opforge.compose.sizing import SizingError, fit_sizes, window_target
@@ -53,7 +54,9 @@ class ComposeConfig:
     modules in that dtype and are judged at its tolerance, ``opforge.task.precision``). ``op_weights``: label ->
     weight overriding the relevance-based defaults (``compose.op_weights``). ``vocabulary``: path of a shape
     vocabulary JSON (default: the packaged one, ``opforge.seeds.vocabulary.default_vocabulary``).
-    ``transformers_share``: share of self-contained transformers block tasks (``compose.blocks``)."""
+    ``transformers_share``: share of self-contained transformers block tasks (``compose.blocks``).
+    ``window_ms``: the runtime window (ms) the tasks are sized into, the filter run's (``opforge run`` passes
+    its own); None = the device profile's ``window_ms``."""
 
     n: int
     seed: int = 0
@@ -68,6 +71,19 @@ class ComposeConfig:
     include_internal: bool = False
     heavy_start: float | None = None
     vocabulary: str | None = None
+    window_ms: tuple[float, float] | None = None
+
+
+def profile_for(cfg: ComposeConfig) -> DeviceProfile:
+    """The device profile of ``cfg`` with its runtime window when one is given. Raises ValueError for an
+    unknown profile or a window that is not 0 <= lo < hi."""
+    profile = get_profile(cfg.device_profile)
+    if cfg.window_ms is None:
+        return profile
+    lo, hi = (float(v) for v in cfg.window_ms)
+    if not 0 <= lo < hi:
+        raise ValueError(f"compose: runtime window must be 0 <= lo < hi (ms), got {[lo, hi]}")
+    return dataclasses.replace(profile, window_ms=(lo, hi))
 
 
 _STATE: dict = {}
@@ -82,7 +98,7 @@ def _init(catalog: list[SeedOp], cfg: ComposeConfig):
 
     warnings.filterwarnings("ignore")  # deprecation chatter from ops run on meta
     hf_logging.set_verbosity_error()
-    profile = get_profile(cfg.device_profile)
+    profile = profile_for(cfg)
     vocab = _vocabulary(cfg) if profile.realistic else None
     weights = merge_op_weights(default_op_weights(catalog), cfg.op_weights)
     heavy = DEFAULT_HEAVY_START if cfg.heavy_start is None else cfg.heavy_start
@@ -258,7 +274,7 @@ def compose(catalog: list[SeedOp], cfg: ComposeConfig, workers: int = 1, progres
     """
     parse_op_mix(cfg.op_mix)
     parse_dtype_mix(cfg.dtype_mix)
-    get_profile(cfg.device_profile)
+    profile_for(cfg)
     indices = list(range(cfg.start_index, cfg.start_index + cfg.n))
     rows: list[dict] = []
     bar = tqdm(total=len(indices), desc="compose", unit="task", disable=not progress)

@@ -1,11 +1,12 @@
 """The ordered filter chain and its settings.
 
-``FilterSettings`` is the one configuration object of the filter stage (pydantic; it travels to the
-workers). ``make_chain`` turns it into filter instances ordered by ``Filter.order`` (cheap first);
-``run_chain`` runs them on one task and stops at the first rejection.
+``FILTERS`` is the one ordered list of filters (position = chain order, cheap first). ``FilterSettings`` is
+the one configuration object of the filter stage (pydantic; it travels to the workers). ``make_chain``
+turns it into filter instances in ``FILTERS`` order; ``run_chain`` runs them on one task and stops at the
+first rejection.
 
-Adding a filter: write a ``Filter`` subclass with ``name``, ``cost``, ``order``, ``score`` and ``decide``
-in a module of this package and list the module in ``FILTER_MODULES``.
+Adding a filter: write a ``Filter`` subclass with ``name``, ``cost``, ``version``, ``score`` and ``decide``
+in a module of this package and add its line to ``FILTERS`` where it should run.
 """
 
 from __future__ import annotations
@@ -15,75 +16,57 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from opforge.engine.gpu_locks import ADMIT_FRACTION, ADMIT_GIB, ADMIT_GROWTH, ADMIT_PREDICTED
-from opforge.filters.verdict import REGISTRY, Cost, Filter, TaskInput
-from pydantic import BaseModel, Field, field_validator, model_validator
+from opforge.engine.settings import GPU_SHARING_OPTIONS, EngineSettings  # noqa: F401 - part of this API
+from opforge.filters.verdict import Cost, Filter, TaskInput
+from pydantic import Field, field_validator, model_validator
 
 # Default GPU step limit (FilterSettings.gpu_step_limit_s): this many time-sliced sandboxes x the runtime
 # window's upper edge; without a window, this many seconds. Default GPU-time limit of one forward call
 # (gpu_share_limit_s): this many x the window's upper edge.
 STEP_LIMIT_SANDBOXES, STEP_LIMIT_NO_WINDOW_S, STEP_SHARE_WINDOWS = 16, 5.0, 2.0
 
-# Modules whose Filter subclasses make up the chain (importing a module registers its filters).
-FILTER_MODULES = ("duplicate", "static", "contamination", "eager", "determinism", "degenerate", "trivial",
-                  "runtime", "torch_compile")  # runtime.py holds runtime_screen and runtime
+# The filters, in chain order (position = order: cheap first): name and class by import path. The names are
+# literal so the client can validate names without importing torch; ``load_filters`` checks each class's.
+FILTERS: tuple[tuple[str, str], ...] = (
+    ("duplicate", "opforge.filters.duplicate:DuplicateFilter"),  # corpus: the whole input, on the client
+    ("static", "opforge.filters.static:StaticFilter"),
+    ("contamination", "opforge.filters.contamination:ContaminationFilter"),
+    ("eager", "opforge.filters.eager:EagerFilter"),
+    ("runtime_screen", "opforge.filters.runtime:RuntimeScreenFilter"),
+    ("determinism", "opforge.filters.determinism:DeterminismFilter"),
+    ("degenerate", "opforge.filters.degenerate:DegenerateFilter"),
+    ("trivial", "opforge.filters.trivial:TrivialFilter"),
+    ("compile", "opforge.filters.torch_compile:CompileFilter"),
+    ("runtime", "opforge.filters.runtime:RuntimeFilter"),
+)
 
 
-def load_filters() -> dict[str, type[Filter]]:
-    """Import the filter modules and return the registry (name -> class)."""
-    for mod in FILTER_MODULES:
-        importlib.import_module(f"opforge.filters.{mod}")
-    return dict(REGISTRY)
+def load_filters(filters: tuple[tuple[str, str], ...] | None = None) -> dict[str, type[Filter]]:
+    """Import the classes of ``filters`` (default ``FILTERS``) and return name -> class in chain order.
+    Raises ValueError when a class's ``name`` is not the one it is listed under."""
+    out: dict[str, type[Filter]] = {}
+    for name, path in filters or FILTERS:
+        module, _, cls_name = path.partition(":")
+        cls = getattr(importlib.import_module(module), cls_name)
+        if cls.name != name:
+            raise ValueError(f"filters: {path} is listed as {name!r} but its name is {cls.name!r}")
+        out[name] = cls
+    return out
 
 
-class FilterSettings(BaseModel):
-    """Settings of one filter run. Units: ms for the window, seconds for the timeout, GiB for memory.
+def filter_versions(names: list[str]) -> dict[str, int]:
+    """name -> ``Filter.version`` of each filter of ``names`` (part of the ledger fingerprint)."""
+    registry = load_filters()
+    return {n: registry[n].version for n in names}
+
+
+class FilterSettings(EngineSettings):
+    """Settings of one filter run: the engine's (``engine.settings.EngineSettings``: device, timeout,
+    memory guard, GPU sharing) and the filter stage's own. Units: ms for the window.
 
     Attributes:
-        device: "cpu" or "cuda".
         only / skip: filter names to run exclusively / to leave out (``static`` always runs).
         runtime_window_ms: [lo, hi] eager-median window; None = off (the CPU default).
-        timeout_s: wall-clock limit per task in its sandbox child (everything: build, compile, timing).
-        memory_gib: memory guard per sandbox child: how much it may grow beyond its size after start
-            (resident size, checked by the parent; on CPU also an address-space cap in the child).
-        address_space_cap: apply the CPU address-space cap (off: only the resident-size watchdog).
-        cpu_threads: torch intra-op threads per CPU sandbox child (None = cores / workers).
-        gpu_memory_fraction: share of a GPU's memory its tasks may reserve together
-            (``engine.gpu_locks.MemoryBudget``; the rest is CUDA contexts, cuBLAS / Triton workspaces).
-        gpu_admit_gib: what a task reserves on its GPU before it starts (GiB; see
-            ``engine.gpu_locks.ADMIT_GIB``: a reservation only has to hold until ``eager`` has measured
-            the task, and waiting for admission idles a sandbox).
-        gpu_admit_predicted: when > 0, a task reserves this factor x its predicted eager peak instead
-            (at least ``ADMIT_MIN_GIB``; ``engine.memory_estimate``, fake tensors, no GPU work), and
-            ``gpu_admit_gib`` only when the prediction fails; 0 = always ``gpu_admit_gib``.
-        gpu_growth: after each GPU step and before each filter a task's reservation grows to this factor
-            x the memory its allocator has held so far (room for the outputs and compiled graphs still to
-            come).
-        gpu_step_limit_s: most seconds one GPU step of a task (a forward call, a comparison, a compiled
-            model's first call with Inductor's autotuning, a timing section) may hold the GPU's lock; a longer
-            one ends the task with reason ``timeout:gpu_step`` (metrics ``gpu_step_s``). The rule: while a
-            step runs, every neighbour that wants to time its task waits for it, so a long step idles the
-            other sandboxes of its GPU; a step is cut as soon as it is certainly too slow. Default (None):
-            ``STEP_LIMIT_SANDBOXES`` x the window's upper edge, i.e. 1.6 s for 1-100 ms: a forward inside
-            the window, time-sliced with that many sandboxes, still ends within it (measured on an H200 with
-            14 sandboxes: the longest step of an accepted task took 0.58 s, and a 2.5 s limit finished 600
-            tasks ~10 % sooner than 5 s; docs/benchmark-log.md, 2026-11-22 (2fefd48)); without a window
-            ``STEP_LIMIT_NO_WINDOW_S``. Results carry ``gpu_step_max_s``, the task's longest step. 0: no
-            limit.
-        gpu_share_limit_s: most seconds of GPU time one forward call of a task (after its first, which carries
-            one-time costs) may have had, bounded from below by its time divided by the processes sharing the
-            GPU meanwhile (``engine.sandbox.GpuStepWatch``); a longer one ends the task with reason
-            ``timeout:gpu_share`` (metrics ``gpu_share_s``). Default (None): ``STEP_SHARE_WINDOWS`` x the
-            window's upper edge (0.2 s for 1-100 ms: such a forward is certainly too slow), off without a
-            window or with Inductor's autotuning in the compile check. It ends a far-too-slow forward as soon
-            as its neighbours queue to time their tasks and leave it the GPU, instead of after
-            ``gpu_step_limit_s``. 0: off.
-        gpu_concurrency: most sandboxes whose GPU steps run on one GPU at once (``engine.gpu_locks``
-            ``compute`` slots; the others' CPU work goes on meanwhile); 0 = no cap (the GPU time-slices
-            between all of them).
-        compile_threads: Inductor's ``compile_threads`` in each sandbox (1: kernels of one task compile
-            one after another in the sandbox itself; more starts Inductor's pool of compile processes in
-            every sandbox, which only pays when cores are idle).
         thresholds: per-filter threshold overrides, e.g. ``{"determinism": {"max_drift": 0.05}}``.
         kernelbench: where the contamination filter's KernelBench problems come from (a .jsonl/.parquet
             path or ``hub:REPO@REVISION``; None = ``filters.kernelbench.default_reference()``).
@@ -92,34 +75,14 @@ class FilterSettings(BaseModel):
         kernelbench_identity: source hash, levels and version of that index (part of the fingerprint).
     """
 
-    device: str = "cpu"
     only: list[str] | None = None
     skip: list[str] = Field(default_factory=list)
     runtime_window_ms: tuple[float, float] | None = None
-    timeout_s: float = 300.0
-    memory_gib: float = 8.0
-    address_space_cap: bool = True
-    cpu_threads: int | None = None
-    gpu_memory_fraction: float = Field(ADMIT_FRACTION, gt=0, le=1)
-    gpu_admit_gib: float = Field(ADMIT_GIB, gt=0)
-    gpu_admit_predicted: float = Field(ADMIT_PREDICTED, ge=0)
-    gpu_growth: float = Field(ADMIT_GROWTH, ge=1)
-    gpu_step_limit_s: float | None = Field(None, ge=0)
-    gpu_share_limit_s: float | None = Field(None, ge=0)
-    gpu_concurrency: int = Field(0, ge=0)
-    compile_threads: int = Field(1, ge=1)
     thresholds: dict[str, dict[str, Any]] = Field(default_factory=dict)
     kernelbench: str | None = None
     kernelbench_levels: tuple[int, ...] = (1, 2, 3)
     kernelbench_index: str | None = None
     kernelbench_identity: dict[str, Any] | None = None
-
-    @field_validator("device")
-    @classmethod
-    def _device(cls, v: str) -> str:
-        if v not in ("cpu", "cuda"):
-            raise ValueError(f"device must be 'cpu' or 'cuda', got {v!r}")
-        return v
 
     @field_validator("runtime_window_ms")
     @classmethod
@@ -149,10 +112,10 @@ class FilterSettings(BaseModel):
                 and (n not in self.skip or n == "static")]
 
     def fingerprint_fields(self) -> dict[str, Any]:
-        """What changes verdicts: chain, window, thresholds, memory guard, KernelBench reference (not
-        timeout or threads)."""
-        fields = {"device": self.device, "filters": self.names(), "window": self.runtime_window_ms,
-                  "thresholds": self.thresholds, "memory_gib": self.memory_gib, "filter_logic": 10}
+        """What changes verdicts: chain and each filter's ``version``, window, thresholds, memory guard,
+        KernelBench reference (not timeout or threads). Imports the filter modules."""
+        fields = {"device": self.device, "filters": filter_versions(self.names()),
+                  "window": self.runtime_window_ms, "thresholds": self.thresholds, "memory_gib": self.memory_gib}
         if "contamination" in self.names():
             fields["kernelbench"] = self.kernelbench_identity
         return fields
@@ -162,16 +125,9 @@ class FilterSettings(BaseModel):
         return [n for n in self.names() if n in CORPUS_FILTERS]
 
 
-# Chain order (must match the classes' ``order``; a test checks it); kept literal so the client can
-# validate names without importing torch.
-FILTER_NAMES = ("duplicate", "static", "contamination", "eager", "runtime_screen", "determinism", "degenerate",
-                "trivial", "compile", "runtime")
+FILTER_NAMES = tuple(name for name, _ in FILTERS)
 # Filters that score the whole input at once on the client (``corpus = True``), before dispatch.
 CORPUS_FILTERS = ("duplicate",)
-# FilterSettings fields for GPU sharing that ``opforge filter`` and ``opforge run`` take as options and pass
-# on only when given (None: FilterSettings' default).
-GPU_SHARING_OPTIONS = ("gpu_step_limit_s", "gpu_share_limit_s", "gpu_admit_gib", "gpu_admit_predicted",
-                       "gpu_growth", "gpu_memory_fraction", "gpu_concurrency", "compile_threads")
 
 
 def parse_threshold(text: str) -> tuple[str, str, Any]:
@@ -237,7 +193,7 @@ def make_chain(settings: FilterSettings) -> list[Filter]:
             chain.append(registry[name](index=settings.kernelbench_index, **overrides))
             continue
         chain.append(registry[name](**overrides))
-    return sorted(chain, key=lambda f: f.order)
+    return chain
 
 
 def make_corpus_filters(settings: FilterSettings) -> list[Filter]:

@@ -111,7 +111,7 @@ class ContaminationFilter(Filter):
             use.
     """
 
-    name, cost, order = "contamination", Cost.CPU, 5
+    name, cost = "contamination", Cost.CPU
 
     def __init__(self, index: KernelBenchIndex | str | None = None, **thresholds):
         super().__init__(**thresholds)

@@ -61,7 +61,6 @@ class DegenerateFilter(Filter):
 
     name = "degenerate"
     cost = Cost.DEVICE
-    order = 30
     gpu_work_lock = False  # TaskRun's steps and the statistics below hold the GPU lock one by one
 
     @classmethod

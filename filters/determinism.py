@@ -47,7 +47,6 @@ class DeterminismFilter(Filter):
 
     name = "determinism"
     cost = Cost.DEVICE
-    order = 20
     gpu_work_lock = False  # TaskRun's steps and outputs_error hold the GPU lock one by one
 
     @classmethod

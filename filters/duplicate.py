@@ -101,7 +101,7 @@ class DuplicateFilter(Filter):
         near: whether near-duplicates are rejected at all (exact duplicates always are).
     """
 
-    name, cost, order = "duplicate", Cost.STATIC, -10
+    name, cost = "duplicate", Cost.STATIC
     corpus = True  # scored over the whole input (``score_corpus``), not per task
 
     @classmethod

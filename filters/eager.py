@@ -40,7 +40,6 @@ class EagerFilter(Filter):
 
     name = "eager"
     cost = Cost.DEVICE
-    order = 10
     gpu_work_lock = False  # TaskRun's steps hold the GPU lock one by one (see engine.execution)
 
     @classmethod

@@ -7,7 +7,7 @@ little about GPU times. Timing method: ``engine.timing.time_calls``.
 Timing is the one phase a task needs the GPU to itself for (``engine.gpu_locks``: every other sandbox on
 the GPU waits meanwhile), so each task gets exactly one such exclusive section, at the end of the chain:
 
-* ``runtime_screen`` (order 15, right after ``eager``): one warm, unseeded call timed while the GPU is
+* ``runtime_screen`` (right after ``eager``): one warm, unseeded call timed while the GPU is
   shared, after an L2 flush. Sharing the GPU can only lengthen a measured call, never shorten it, so a
   call below ``screen_factor`` x the window's lower edge (0.9: room for one call's noise against the
   median) is certainly too fast and the task is dropped before determinism, degenerate and compile
@@ -29,7 +29,7 @@ the GPU waits meanwhile), so each task gets exactly one such exclusive section, 
   it lands: sharing the GPU only lengthens a call, so such a call carried a one-time cost (an ``nn.RNN``
   task with a 4 GiB output and a ~60 ms median took 115 ms shared and 233 ms alone on an H200). Measurements:
   docs/benchmark-log.md, 2026-11-22 (2fefd48, d75484c).
-* ``runtime`` (order 60, after ``compile``): the exclusive measurement. Eager and, when the ``compile``
+* ``runtime`` (last, after ``compile``): the exclusive measurement. Eager and, when the ``compile``
   filter left a compiled model (``TaskRun.compiled``), the compiled model are timed interleaved in one
   exclusive section; the window is decided on the eager median. A first eager call longer than
   ``stop_above`` x the upper edge ends the measurement after that call.
@@ -87,7 +87,6 @@ class RuntimeScreenFilter(Filter):
 
     name = "runtime_screen"
     cost = Cost.DEVICE
-    order = 15
     gpu_work_lock = False  # the shared call holds the lock shared, the call alone exclusively
 
     @classmethod
@@ -150,7 +149,6 @@ class RuntimeFilter(Filter):
 
     name = "runtime"
     cost = Cost.DEVICE
-    order = 60
     gpu_work_lock = False  # time_calls holds the compute lock exclusively
 
     @classmethod

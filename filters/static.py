@@ -92,7 +92,6 @@ class StaticFilter(Filter):
 
     name = "static"
     cost = Cost.STATIC
-    order = 0
 
     def score(self, task: TaskInput) -> dict[str, Any]:
         try:

@@ -167,7 +167,6 @@ class CompileFilter(Filter):
 
     name = "compile"
     cost = Cost.DEVICE
-    order = 50
     gpu_work_lock = False  # see the module docstring
 
     @classmethod

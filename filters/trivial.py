@@ -73,7 +73,6 @@ class TrivialFilter(Filter):
 
     name = "trivial"
     cost = Cost.DEVICE
-    order = 40
     gpu_work_lock = False  # each GPU step holds the lock by itself; the timing holds it exclusively
 
     @classmethod

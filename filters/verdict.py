@@ -56,29 +56,27 @@ class TaskInput:
     task_id: str = "<task>"
 
 
-# name -> filter class, filled in by ``Filter.__init_subclass__``; the chain runs them by ``order``.
-REGISTRY: dict[str, type[Filter]] = {}
-
-
 class Filter:
-    """Base class. A subclass sets ``name``, ``cost`` and ``order`` (cheap filters first) and implements
-    ``score`` (task -> metrics) and ``decide`` (metrics -> Verdict). ``thresholds`` holds every number the
-    decision uses; subclasses list their defaults in ``default_thresholds``. Defining the class registers
-    it under ``name``."""
+    """Base class. A subclass sets ``name``, ``cost`` and ``version`` and implements ``score`` (task ->
+    metrics) and ``decide`` (metrics -> Verdict); it runs where its line in ``filters.chain.FILTERS`` puts
+    it. ``thresholds`` holds every number the decision uses; subclasses list their defaults in
+    ``default_thresholds``.
+
+    Attributes:
+        name: the filter's name (reason codes, ``--only`` / ``--skip``, thresholds, metrics).
+        cost: where it runs; ``Cost.DEVICE`` declares that it needs the GPU: the task reserves GPU memory
+            before the first such filter (``engine.sandbox_child._run_on_gpu``).
+        gpu_work_lock: on CUDA, hold the GPU's ``compute`` lock shared for the whole ``score``
+            (``engine.gpu_locks``); a filter that mixes long CPU work with GPU work sets False and takes the
+            lock around its GPU parts itself.
+        version: the version of its logic, part of the ledger fingerprint: raise it when a change can change
+            a verdict, so no verdict of the old logic is reused.
+    """
 
     name: ClassVar[str] = "filter"
     cost: ClassVar[Cost] = Cost.STATIC
-    order: ClassVar[int] = 0
-    # on CUDA, hold the GPU's ``compute`` lock shared for the whole ``score`` (``engine.gpu_locks``);
-    # a filter that mixes long CPU work with GPU work sets False and takes the lock around its GPU parts
     gpu_work_lock: ClassVar[bool] = True
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if cls.name in REGISTRY and REGISTRY[cls.name] is not cls:
-            raise ValueError(f"two filters named {cls.name!r}: {REGISTRY[cls.name].__qualname__}, "
-                             f"{cls.__qualname__}")
-        REGISTRY[cls.name] = cls
+    version: ClassVar[int] = 1
 
     def __init__(self, **thresholds):
         defaults = self.default_thresholds()

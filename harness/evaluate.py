@@ -31,7 +31,7 @@ import types
 from pathlib import Path
 from typing import Any, Literal
 
-from opforge.engine.gpu_locks import ADMIT_FRACTION, ADMIT_GIB, ADMIT_GROWTH
+from opforge.engine.settings import GpuAdmission
 from opforge.harness.build import FIXED_BINDING, BuildResult, build_extension
 from opforge.harness.reward import reward_for
 from opforge.harness.solution import Solution
@@ -44,15 +44,16 @@ ENGINE_DIR = HARNESS_DIR.parent / "engine"
 GRADER_VERSION = 1
 
 
-class EvalConfig(BaseModel):
-    """Evaluation settings. Tolerances in absolute / relative units of ``torch.allclose`` (None: the
+class EvalConfig(GpuAdmission):
+    """Evaluation settings: the engine's GPU memory admission (``engine.settings.GpuAdmission``: device,
+    ``gpu_memory_fraction``, ``gpu_admit_gib``, ``gpu_growth``, shared with the filter stage: evaluations
+    on one GPU start only while their reservations fit) and the grader's own. Tolerances in absolute / relative units of ``torch.allclose`` (None: the
     tolerance of each reference output's dtype, ``opforge.task.precision``); times in s. Every call of the
     candidate is verified, so ``correct_trials`` / ``warmup`` / ``timing_trials`` / ``reverify_trials`` are
     rounds of one schedule (``harness.grader``). ``threads``: intra-op threads of both servers (None: the
     cores this process may use). ``input_sets``: rotating input slots (>= 2)."""
 
     model_config = ConfigDict(extra="forbid")
-    device: Literal["cpu", "cuda"] = "cpu"
     atol: float | None = None
     rtol: float | None = None
     correct_trials: int = Field(5, ge=5)
@@ -71,11 +72,6 @@ class EvalConfig(BaseModel):
     # hidden shape variants of the task row (its ``shape_variants``, compose.variants): checked in the final rounds
     shape_variants: bool = True
     variant_trials: int = Field(2, ge=1)
-    # GPU memory admission shared with the filter stage (engine.gpu_locks.MemoryBudget): evaluations on
-    # one GPU start only while their reservations fit, so a batch never runs out of memory by crowding
-    gpu_memory_fraction: float = Field(ADMIT_FRACTION, gt=0, le=1)
-    gpu_admit_gib: float = Field(ADMIT_GIB, gt=0)
-    gpu_growth: float = Field(ADMIT_GROWTH, ge=1)
 
 
 class EvalResult(BaseModel):

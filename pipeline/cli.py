@@ -17,6 +17,8 @@ from pathlib import Path
 
 import typer
 from opforge.compose.device_profiles import PROFILES
+from opforge.engine.settings import GPU_SHARING_OPTIONS, SANDBOX_OPTIONS, EngineSettings
+from opforge.pipeline.settings_options import settings_options
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="markdown",
                   help="opforge: build, filter and publish KernelBench-format fused-operator datasets, and score "
@@ -305,6 +307,8 @@ THRESHOLD_HELP = ("FILTER.KEY=VALUE, repeatable: one filter threshold (VALUE as 
 
 
 @app.command("filter")
+@settings_options(EngineSettings, SANDBOX_OPTIONS, "Sandbox")
+@settings_options(EngineSettings, GPU_SHARING_OPTIONS, GPU_PANEL, into="gpu_given")
 def filter_cmd(
     input: Path = typer.Argument(..., metavar="INPUT", help="Tasks: JSONL or Parquet with a `code` column (optional task_id, ops, "
                                            "data_source)."),
@@ -322,8 +326,6 @@ def filter_cmd(
                                         "static, contamination, eager, runtime_screen, determinism, degenerate, "
                                         "trivial, compile, runtime."),
     skip: str = typer.Option(None, help="Comma-separated filters to leave out (e.g. trivial, compile)."),
-    timeout_s: float = typer.Option(300.0, help="Per-task wall-clock limit in its sandbox, seconds."),
-    memory_gib: float = typer.Option(8.0, help="Per-sandbox memory guard, GiB."),
     limit: int = typer.Option(None, help="Only the first N input rows."),
     kernelbench: str = typer.Option(None, rich_help_panel=KB_PANEL,
                                     help="KernelBench problems for the contamination filter: a .jsonl[.gz] / "
@@ -331,40 +333,15 @@ def filter_cmd(
                                          "else the copy packaged with opforge)."),
     kernelbench_levels: str = typer.Option("1,2,3", rich_help_panel=KB_PANEL,
                                            help="KernelBench levels to compare with, e.g. 1,2,3,4."),
-    gpu_step_limit_s: float = typer.Option(None, rich_help_panel=GPU_PANEL,
-                                           help="Most seconds one GPU step of a task may hold the GPU's lock "
-                                                "before the task ends as timeout:gpu_step (default: 16 x the "
-                                                "window's top, 1.6 s for 1-100 ms; 5 s without a window; "
-                                                "0 = no limit)."),
-    gpu_share_limit_s: float = typer.Option(None, rich_help_panel=GPU_PANEL,
-                                            help="Most seconds of GPU time one forward call (after the task's "
-                                                 "first) may have had (its time / the processes sharing the GPU) "
-                                                 "before the task ends as timeout:gpu_share (default: 2 x the "
-                                                 "window's top; off without a window; 0 = off)."),
-    gpu_admit_gib: float = typer.Option(None, rich_help_panel=GPU_PANEL,
-                                        help="GiB a task reserves before it starts when its peak cannot be "
-                                             "predicted (default 4)."),
-    gpu_admit_predicted: float = typer.Option(None, rich_help_panel=GPU_PANEL,
-                                              help="A task reserves this x its predicted eager peak (fake "
-                                                   "tensors) before it starts; 0 = always --gpu-admit-gib "
-                                                   "(default 1.5)."),
-    gpu_growth: float = typer.Option(None, rich_help_panel=GPU_PANEL,
-                                     help="Reservation = this x the memory held so far, after each GPU step and "
-                                          "before each filter (default 1.25)."),
-    gpu_memory_fraction: float = typer.Option(None, rich_help_panel=GPU_PANEL,
-                                              help="Share of GPU memory tasks may reserve together (default 0.9)."),
-    gpu_concurrency: int = typer.Option(None, rich_help_panel=GPU_PANEL,
-                                        help="Most sandboxes running GPU steps on one GPU at once; 0 = no cap "
-                                             "(default 0)."),
-    compile_threads: int = typer.Option(None, help="Inductor compile_threads per sandbox (default 1)."),
     compile_autotune: bool = typer.Option(False, "--compile-autotune", help="CUDA: let Inductor autotune in "
                                           "the compile check (default: its heuristic configs, no autotuning)."),
     threshold: list[str] = typer.Option(None, "--threshold", help=THRESHOLD_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
+    settings_given: dict | None = None,
+    gpu_given: dict | None = None,
 ):
     """Verdict every input task with the filter chain; a re-run resumes from OUT's ledger."""
-    options = dict(locals())  # the command's options by name, before any other local is bound
-    from opforge.filters.chain import FILTER_NAMES, GPU_SHARING_OPTIONS, FilterSettings, merge_thresholds
+    from opforge.filters.chain import FILTER_NAMES, FilterSettings, merge_thresholds
     from opforge.filters.kernelbench import ReferenceLoadError
     from opforge.filters.runtime import resolve_window
     from opforge.pipeline.filter_run import InputError, format_funnel, run_filter
@@ -375,12 +352,10 @@ def filter_cmd(
     window = resolve_window(device, given, no_window)
     try:
         levels = tuple(int(v) for v in _names(kernelbench_levels) or [])
-        gpu = {k: options[k] for k in GPU_SHARING_OPTIONS if options[k] is not None}
         thresholds = merge_thresholds({}, threshold, compile_autotune)
         settings = FilterSettings(device=device, only=_names(only), skip=_names(skip) or [],
-                                  runtime_window_ms=window, timeout_s=timeout_s, memory_gib=memory_gib,
-                                  kernelbench=kernelbench, kernelbench_levels=levels, thresholds=thresholds,
-                                  **{k: v for k, v in gpu.items() if v is not None})
+                                  runtime_window_ms=window, kernelbench=kernelbench, kernelbench_levels=levels,
+                                  thresholds=thresholds, **(settings_given or {}), **(gpu_given or {}))
         settings.names()
     except ValueError as exc:
         _fail(f"{exc} (filters: {', '.join(FILTER_NAMES)})")
@@ -398,6 +373,8 @@ def filter_cmd(
 
 
 @app.command("run")
+@settings_options(EngineSettings, SANDBOX_OPTIONS, "Sandbox")
+@settings_options(EngineSettings, GPU_SHARING_OPTIONS, GPU_PANEL, into="gpu_given")
 def run_cmd(
     target: int = typer.Option(None, help="Tasks to publish (N). Default 100."),
     out: Path = typer.Option(None, "--out", help="Run directory (default runs/default)."),
@@ -421,16 +398,17 @@ def run_cmd(
     round_size: int = typer.Option(None, help="Candidates per compose round (default 1.5 x target)."),
     candidate_budget: int = typer.Option(None, help="Most candidates in all (default 20 x target)."),
     skip: str = typer.Option(None, help="Comma-separated filters to leave out (e.g. compile)."),
-    timeout_s: float = typer.Option(None, help="Per-task limit in its sandbox, seconds (default 300)."),
     kernelbench: str = typer.Option(None, help="KernelBench reference (path or hub:REPO@REVISION; default: "
                                                "$OPFORGE_KERNELBENCH, else the copy packaged with opforge)."),
     seeds_catalog: Path = typer.Option(None, help="Reuse this seed catalog instead of harvesting."),
     repo_id: str = typer.Option(None, help="Hub id shown in the card's loading example."),
     threshold: list[str] = typer.Option(None, "--threshold", help=THRESHOLD_HELP + " On top of the config "
                                                                   "file's `thresholds`."),
-    config: Path = typer.Option(None, "--config", help="YAML file with any of these options, and the GPU "
-                                                       "sharing keys of `opforge filter` (the command line wins)."),
+    config: Path = typer.Option(None, "--config", help="YAML file with any of these options (the command "
+                                                       "line wins)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
+    settings_given: dict | None = None,
+    gpu_given: dict | None = None,
 ):
     """Harvest -> compose -> filter -> select -> Hub folder (RUN_DIR/hf), resumable at every stage."""
     from opforge.filters.kernelbench import ReferenceLoadError
@@ -442,8 +420,9 @@ def run_cmd(
     overrides = {"target": target, "out": out, "device": _value(device), "workers": workers,
                  "scheduler": scheduler, "seed": seed, "op_mix": op_mix, "runtime_window_ms": window,
                  "no_window": no_window, "device_profile": _value(device_profile), "round_size": round_size, "candidate_budget": candidate_budget,
-                 "skip_filters": _names(skip), "timeout_s": timeout_s, "kernelbench": kernelbench,
-                 "seeds_catalog": seeds_catalog, "repo_id": repo_id, "dtype_mix": dtype_mix}
+                 "skip_filters": _names(skip), "kernelbench": kernelbench,
+                 "seeds_catalog": seeds_catalog, "repo_id": repo_id, "dtype_mix": dtype_mix,
+                 **(settings_given or {}), **(gpu_given or {})}
     try:
         overrides["op_weights"] = _op_weights(op_weights)
         cfg = load_config(config, overrides, thresholds=threshold)

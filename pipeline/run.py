@@ -124,7 +124,8 @@ def _compose_round(cfg: RunConfig, catalog: Path, k: int, run_dir: Path, progres
                          transformers_share=cfg.transformers_share, start_index=k * cfg.round_size,
                          dtype_mix=cfg.dtype_mix, op_weights=cfg.op_weights,
                          vocabulary=_vocabulary_path(cfg, catalog),
-                         include_internal=cfg.include_internal, heavy_start=cfg.heavy_start)
+                         include_internal=cfg.include_internal, heavy_start=cfg.heavy_start,
+                         window_ms=cfg.runtime_window_ms)
     # the sandboxes wait for candidates meanwhile: compose on every core (output does not depend on it)
     workers = cfg.compose_workers or max(1, min(len(os.sched_getaffinity(0)), cfg.round_size // 50))
     df = compose(read_catalog(catalog), ccfg, workers=workers, progress=progress)

@@ -6,14 +6,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from opforge.engine.settings import GPU_SHARING_OPTIONS, EngineSettings, optional_fields, same_fields
+from pydantic import ConfigDict, Field, ValidationError, create_model
 
 
 class ConfigError(ValueError):
     """A run configuration is malformed; the message names the file and the field."""
 
 
-class RunConfig(BaseModel):
+# The engine settings a run takes, declared in ``engine.settings.EngineSettings``: the timeout and memory guard
+# with their defaults, the GPU sharing options as given or None (None: the engine's default).
+_EngineOptions = create_model("_EngineOptions", **same_fields(EngineSettings, ("timeout_s", "memory_gib")),
+                              **optional_fields(EngineSettings, GPU_SHARING_OPTIONS))
+
+
+class RunConfig(_EngineOptions):
     """Options of one end-to-end run. Units: ms for the window, seconds for the timeout, GiB for memory.
 
     Attributes:
@@ -35,10 +42,10 @@ class RunConfig(BaseModel):
         round_size: candidates composed per round (default: 1.5 x target, at least 16).
         candidate_budget: most candidates composed in all (default: 20 x target).
         max_per_signature: selection cap on tasks sharing one op-label set.
-        skip_filters / timeout_s / memory_gib: filter-stage options.
-        gpu_step_limit_s / gpu_share_limit_s / gpu_admit_gib / gpu_admit_predicted / gpu_growth /
-            gpu_memory_fraction / gpu_concurrency / compile_threads: the filter stage's GPU sharing options
-            (``filters.chain.FilterSettings``; None = its default).
+        skip_filters: filters to leave out.
+        timeout_s / memory_gib / gpu_step_limit_s / gpu_share_limit_s / gpu_admit_gib / gpu_admit_predicted /
+            gpu_growth / gpu_memory_fraction / gpu_concurrency / compile_threads: the engine's settings
+            (``engine.settings.EngineSettings``, declared there; the GPU ones None = its default).
         compile_autotune: let Inductor autotune in the compile check on CUDA (default False: its heuristic
             configs, see ``filters.torch_compile``).
         thresholds: per-filter threshold overrides (filter -> {key: value}, see ``opforge filter
@@ -76,16 +83,6 @@ class RunConfig(BaseModel):
     candidate_budget: int | None = Field(None, ge=1)
     max_per_signature: int = Field(3, ge=1)
     skip_filters: list[str] = Field(default_factory=list)
-    timeout_s: float = 300.0
-    memory_gib: float = 8.0
-    gpu_step_limit_s: float | None = Field(None, ge=0)
-    gpu_share_limit_s: float | None = Field(None, ge=0)
-    gpu_admit_gib: float | None = Field(None, gt=0)
-    gpu_admit_predicted: float | None = Field(None, ge=0)
-    gpu_growth: float | None = Field(None, ge=1)
-    gpu_memory_fraction: float | None = Field(None, gt=0, le=1)
-    gpu_concurrency: int | None = Field(None, ge=0)
-    compile_threads: int | None = Field(None, ge=1)
     compile_autotune: bool = False
     thresholds: dict[str, dict[str, Any]] = Field(default_factory=dict)
     kernelbench: str | None = None

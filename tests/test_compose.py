@@ -118,3 +118,16 @@ def test_cpu_profile_sizes_land_in_window_often(harvested):
                  progress=False)
     inside = sum(1.0 <= measure_eager_ms(r.code, r.task_id, budget_s=0.05) <= 100.0 for r in df.itertuples())
     assert inside / len(df) >= 0.5
+
+
+def test_the_runs_runtime_window_reaches_the_composers_sizing():
+    from opforge.compose.composer import ComposeConfig, profile_for
+    from opforge.compose.sizing import window_target
+
+    default = profile_for(ComposeConfig(n=1, device_profile="h100"))
+    narrow = profile_for(ComposeConfig(n=1, device_profile="h100", window_ms=(5.0, 20.0)))
+    assert default.window_ms == (1.0, 100.0) and narrow.window_ms == (5.0, 20.0)
+    lo, hi, target = window_target(narrow)
+    assert 5.0 < lo < target < hi < 20.0
+    with pytest.raises(ValueError, match="0 <= lo < hi"):
+        profile_for(ComposeConfig(n=1, window_ms=(3.0, 1.0)))

@@ -1,8 +1,10 @@
 """The execution engine (engine/): its place in the layers, and the keys and fingerprints of its ledger."""
 
 import ast
+import json
 from pathlib import Path
 
+import pytest
 from opforge.engine.ledger import Ledger
 from opforge.harness.batch import eval_fingerprint, result_key
 from opforge.harness.evaluate import EvalConfig
@@ -50,3 +52,35 @@ def test_eval_results_are_keyed_by_content_and_fingerprinted_by_settings(tmp_pat
     led.close()
     assert list(Ledger(tmp_path / "results.jsonl", fp, key="key").done) == [key]
     assert Ledger(tmp_path / "results.jsonl", eval_fingerprint(EvalConfig(rtol=0.5)), key="key").done == {}
+
+
+def test_engine_settings_are_declared_once_and_reach_cli_run_config_and_eval(tmp_path):
+    """``opforge filter`` / ``opforge run`` options and run-config keys come from ``EngineSettings``: same
+    names, bounds and help; the harness's ``EvalConfig`` shares its GPU admission fields."""
+    from opforge.engine.settings import GPU_SHARING_OPTIONS, SANDBOX_OPTIONS, EngineSettings, GpuAdmission
+    from opforge.pipeline.cli import app
+    from opforge.pipeline.run_config import ConfigError, RunConfig, load_config
+    from typer.testing import CliRunner
+
+    names = SANDBOX_OPTIONS + GPU_SHARING_OPTIONS
+    assert set(names) <= set(RunConfig.model_fields)
+    for name in names:  # one declaration: the run config's field carries the engine's bounds and help
+        assert RunConfig.model_fields[name].description == EngineSettings.model_fields[name].description
+    assert {"gpu_memory_fraction", "gpu_admit_gib", "gpu_growth", "device"} <= set(EvalConfig.model_fields)
+    assert issubclass(EvalConfig, GpuAdmission)
+    with pytest.raises(ConfigError, match="gpu_growth"):
+        load_config(None, {"gpu_growth": 0.5})
+    runner = CliRunner()
+    for command in ("filter", "run"):
+        out = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"}).output
+        assert "GPU sharing" in out and "Sandbox" in out, out
+        assert all(f"--{n.replace('_', '-')}" in out for n in names), out
+    src = tmp_path / "t.jsonl"
+    src.write_text('{"code": "x = 1\\n"}\n')
+    bad = runner.invoke(app, ["filter", str(src), "--out", str(tmp_path / "r"), "--gpu-growth", "0.5"])
+    assert bad.exit_code == 2 and "gpu_growth" in bad.output, bad.output
+    ok = runner.invoke(app, ["filter", str(src), "--out", str(tmp_path / "r"), "--only", "static",
+                             "--timeout-s", "30", "--workers", "1"])
+    assert ok.exit_code == 0, ok.output
+    funnel = json.loads((tmp_path / "r" / "funnel.json").read_text())
+    assert funnel["settings"]["timeout_s"] == 30.0 and funnel["rejected_tasks"] == 1

@@ -1,6 +1,7 @@
 """Each execution filter, in-process: one task per reason code and a positive control per filter."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -28,10 +29,46 @@ def no_compile():
     return _chain(skip=["compile"])
 
 
-def test_registry_matches_chain_order():
+def test_registry_is_the_ordered_filter_list_and_versions_reach_the_fingerprint(monkeypatch):
     registry = load_filters()
-    assert set(FILTER_NAMES) <= set(registry)
-    assert sorted(FILTER_NAMES, key=lambda n: registry[n].order) == list(FILTER_NAMES)
+    assert list(registry) == list(FILTER_NAMES)
+    assert all(registry[n].name == n and isinstance(registry[n].version, int) for n in FILTER_NAMES)
+    settings = FilterSettings(skip=["compile"])
+    fields = settings.fingerprint_fields()
+    assert list(fields["filters"]) == settings.names() and "compile" not in fields["filters"]
+    monkeypatch.setattr(registry["trivial"], "version", registry["trivial"].version + 1)
+    assert settings.fingerprint_fields() != fields  # a new version of one filter: none of its verdicts reused
+
+
+def test_readme_adding_a_filter_example_runs_in_the_chain(tmp_path, monkeypatch):
+    """The example of docs/filters.md (the README's filter section), as written there, saved as a module and
+    listed in ``FILTERS`` after eager: the chain runs it in that place, and its threshold decides."""
+    import re
+    import sys
+
+    from opforge.filters import chain as chain_module
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "filters.md").read_text()
+    start = doc.index("## Adding a filter")
+    end = doc.find("\n## ", start + 5)
+    section = doc[start:end if end > 0 else len(doc)]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    line = re.search(r"`(\(\"params\", .*?\),)`", section).group(1)
+    (tmp_path / "readme_params_filter.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    entry = eval(line)[0]  # noqa: S307 - the README's own line, e.g. ("params", "module:Class")
+    entry = (entry[0], "readme_params_filter:" + entry[1].split(":")[1])
+    at = FILTER_NAMES.index("eager") + 1
+    monkeypatch.setattr(chain_module, "FILTERS", chain_module.FILTERS[:at] + (entry,) + chain_module.FILTERS[at:])
+    monkeypatch.setattr(chain_module, "FILTER_NAMES", tuple(n for n, _ in chain_module.FILTERS))
+    chain = make_chain(FilterSettings(only=["eager", "params"]))
+    assert [f.name for f in chain] == ["static", "eager", "params"]
+    res = run_chain(TaskRun(GOOD, "good"), chain)
+    assert res["accepted"] and res["metrics"]["params"]["params"] == 32 * 32 + 32, res
+    small = make_chain(FilterSettings(only=["eager", "params"], thresholds={"params": {"max_params": 100}}))
+    res = run_chain(TaskRun(GOOD, "good"), small)
+    assert not res["accepted"] and res["filter"] == "params" and res["reason"] == "oom:params"
+    sys.modules.pop("readme_params_filter", None)
 
 
 def test_gpu_step_limit_follows_the_window_unless_given():
