@@ -5,8 +5,8 @@ The client registers one ``SandboxPool`` (``register``); Dask sends it to every 
 later included, and calls ``setup`` there: files the sandboxes read (e.g. the KernelBench index) travel
 inside the plugin, are written into the worker's own local directory, and the settings name them there.
 So workers need no access to the client's filesystem. A Dask task running on the worker takes a sandbox
-with ``with pool_of_worker().sandbox() as box`` (an idle one, or a new one while fewer than the worker's
-threads exist); the sandboxes' logs stay in the worker's directory until the client fetches them
+with ``with pool_of_worker().sandbox() as box`` (an idle one, else a new one: at most one per task running on
+the worker at once, i.e. its threads); the sandboxes' logs stay in the worker's directory until the client fetches them
 (``fetch_logs``, through Dask). ``teardown`` (the plugin replaced or removed, the worker closing) stops
 every child.
 """
@@ -147,7 +147,7 @@ def fetch_logs(client: Client, log_dir: str | Path) -> int:
     ``log_dir/WORKER/NAME``; returns how many files were written. Workers that cannot answer are skipped."""
     try:
         per_worker = client.run(_logs_of_worker, on_error="return")
-    except (OSError, TimeoutError):
+    except Exception:  # noqa: BLE001 - logs are best effort: a lost scheduler must not hide the run's own error
         return 0
     written = 0
     for address, logs in per_worker.items():
