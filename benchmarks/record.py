@@ -98,9 +98,9 @@ def describe() -> dict[str, Any]:
     Returns a dict with ``commit`` (HEAD's full hash, None outside git), ``dirty`` (uncommitted changes to
     tracked files), ``date`` (UTC, ISO 8601), ``command``, ``machine`` (``machine_name()``), ``host`` (the
     hostname), ``cpu_count`` (usable cores), ``platform``, ``gpus`` (``gpus()``), ``versions`` (Python,
-    opforge, ``VERSIONED``, torch's CUDA build), ``filter_logic`` (``opforge.pipeline.ledger.
-    FILTER_LOGIC_VERSION``: verdicts of equal versions are comparable) and ``composer``
-    (``opforge.compose.composer.GENERATOR``).
+    opforge, ``VERSIONED``, torch's CUDA build), ``filter_logic`` (each filter's ``version``, name ->
+    int, ``opforge.filters.chain.filter_versions``: verdicts of equal versions are comparable) and
+    ``composer`` (``opforge.compose.composer.GENERATOR``).
     """
     gpu_list = gpus()
     versions: dict[str, Any] = {"python": platform.python_version(), "opforge": _version("opforge")}
@@ -112,9 +112,11 @@ def describe() -> dict[str, Any]:
     except ImportError:
         versions["torch_cuda"] = None
     try:
-        from opforge.pipeline.ledger import FILTER_LOGIC_VERSION
+        from opforge.filters.chain import FILTER_NAMES, filter_versions
+
+        filter_logic = filter_versions(list(FILTER_NAMES))
     except ImportError:
-        FILTER_LOGIC_VERSION = None  # noqa: N806 - an opforge without the filter stage
+        filter_logic = None  # an opforge without the filter stage
     try:
         from opforge.compose.composer import GENERATOR
     except ImportError:
@@ -131,7 +133,7 @@ def describe() -> dict[str, Any]:
         "platform": platform.platform(),
         "gpus": gpu_list,
         "versions": versions,
-        "filter_logic": FILTER_LOGIC_VERSION,
+        "filter_logic": filter_logic,
         "composer": GENERATOR,
     }
 

@@ -1,4 +1,5 @@
-"""Messages between the grader and a model server child (``harness.server``).
+"""Messages between a parent and its one-shot server child (``engine.oneshot.ServerProcess``), as the harness's
+grader and its model servers (``harness.server``) use them.
 
 A message is one JSON object (UTF-8 bytes, one ``multiprocessing.connection`` frame), optionally followed by
 one binary frame when the header says ``"blob": true``. The grader sends blobs (``torch.save`` bytes of

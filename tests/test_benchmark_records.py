@@ -41,7 +41,8 @@ def test_record_writes_a_self_describing_result(tmp_path, monkeypatch):
 
     assert prov["versions"]["torch"].split("+")[0] == torch.__version__.split("+")[0]
     assert prov["versions"]["torch_cuda"] == torch.version.cuda
-    assert isinstance(prov["filter_logic"], int) and prov["composer"].startswith("opforge-compose/")
+    assert isinstance(prov["filter_logic"], dict) and prov["composer"].startswith("opforge-compose/")
+    assert prov["filter_logic"] and all(isinstance(v, int) for v in prov["filter_logic"].values())
     assert str(BENCH.parent) not in json.dumps(body)  # no folder of this machine
     with pytest.raises(ValueError, match="bad name"):
         record.write("a/b", {})

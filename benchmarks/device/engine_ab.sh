@@ -6,7 +6,7 @@
 #   made here:  mkdir -p runs/ab && git archive -o runs/ab/old.tar OLD_COMMIT task seeds compose filters \
 #                   pipeline harness data_cards
 #   carry:      .whl runs/reference runs/gpu/cand_h200_1100.parquet runs/ab
-#   command:    bash benchmarks/engine_ab.sh
+#   command:    bash benchmarks/device/engine_ab.sh
 # Options (environment): OLD_TAR (runs/ab/old.tar), CANDS (runs/gpu/cand_h200_1100.parquet), AB_N (900: the
 # first N candidates), AB_S (270: seconds per side at most), WORKERS (14 sandboxes).
 # Result: $OUT/engine_ab.json = per side: tasks/min of the run (funnel.json: verdicts / wall seconds of the
@@ -14,7 +14,7 @@
 # bound), verdict counts per reason; the new/old ratio, and how many tasks verdicted on both sides got the
 # same accepted / reason. Logs, ledgers and funnels: $OUT/engine_ab.tgz.
 set -uo pipefail
-. benchmarks/device_setup.sh || exit 1
+. benchmarks/device/device_setup.sh || exit 1
 OUT=${OUT:-/tmp/out}
 W=${WORK:-/tmp/engine_ab}
 rm -rf "$W"; mkdir -p "$W" "$OUT"
