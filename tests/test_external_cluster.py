@@ -17,7 +17,6 @@ import pytest
 from opforge.harness.solution import Solution
 
 from .filter_tasks import task
-from .paths import KERNELBENCH
 
 pytestmark = pytest.mark.slow
 
@@ -83,17 +82,19 @@ def cluster(tmp_path):
 def test_filter_and_eval_on_an_external_cluster_survive_a_lost_worker(cluster, tmp_path):
     address, workers = cluster
     t0 = time.monotonic()
-    kb_copy = json.loads(next(line for line in KERNELBENCH.read_text().splitlines()
-                              if json.loads(line).get("name", "").startswith("19_ReLU")))
+    from opforge.filters.kernelbench import PACKAGED_SOURCE, load_problems
+
+    kb_copy = next(p for p in load_problems(PACKAGED_SOURCE, (1,)) if p.key == "L1/19_ReLU")
     rows = [{"code": c, "task_id": f"slow{i}"} for i, c in enumerate(SLOW)] + [
-        {"code": kb_copy["code"], "task_id": "kb_copy"}]
+        {"code": kb_copy.code, "task_id": "kb_copy"}]
     src = tmp_path / "client" / "tasks.jsonl"
     src.parent.mkdir()
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     run_dir = tmp_path / "client" / "run"
     cmd = _cli("filter", str(src), "--out", str(run_dir), "--scheduler", address, "--only",
-               "contamination,eager", "--kernelbench", str(KERNELBENCH), "--timeout-s", "240")
-    env = {**os.environ, "OPFORGE_CACHE": str(tmp_path / "client" / "cache")}
+               "contamination,eager", "--timeout-s", "240")  # the packaged KernelBench copy
+    env = {k: v for k, v in os.environ.items() if k != "OPFORGE_KERNELBENCH"}
+    env["OPFORGE_CACHE"] = str(tmp_path / "client" / "cache")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
     ledger = run_dir / "ledger.jsonl"
