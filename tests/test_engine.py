@@ -15,13 +15,13 @@ ROOT = Path(__file__).resolve().parent.parent
 def _imports(folder: str) -> dict[str, set[str]]:
     """Module file -> the opforge stages it imports (static and function-level imports alike)."""
     out = {}
-    for path in sorted((ROOT / folder).glob("*.py")):
+    for path in sorted((ROOT / folder).rglob("*.py")):
         stages = set()
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             stages |= {n.split(".")[1] for n in names if n.startswith("opforge.") and n.count(".") >= 1}
-        out[path.name] = stages
+        out[str(path.relative_to(ROOT / folder))] = stages
     return out
 
 
