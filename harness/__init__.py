@@ -11,6 +11,8 @@ adapters for TRL, OpenEnv and verifiers in ``opforge.harness.adapters``);
 
 from __future__ import annotations
 
+from opforge.task.exports import lazy_exports
+
 # Nothing is imported eagerly: the candidate's server process imports ``opforge.harness.server`` and so runs
 # this file, and must not load the grader's modules. ``evaluate`` is both a submodule and its main function;
 # the submodule is callable as the function (``harness.evaluate``), so ``opforge.harness.evaluate(...)``
@@ -38,16 +40,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    """Import the public API lazily (PEP 562): ``import opforge.harness.X`` stays as cheap as X itself."""
-    if name in _EXPORTS:
-        import importlib
-
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

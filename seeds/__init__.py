@@ -10,6 +10,8 @@ ships snapshots of both (``default_vocabulary()``, ``default_relevance()``). Cur
 
 from __future__ import annotations
 
+from opforge.task.exports import lazy_exports
+
 # public name -> module that defines it
 _EXPORTS = {
     "HarvestResult": "opforge.seeds.catalog",
@@ -37,16 +39,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    """Import the public API lazily (PEP 562): ``import opforge.seeds.X`` stays as cheap as X itself."""
-    if name in _EXPORTS:
-        import importlib
-
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
