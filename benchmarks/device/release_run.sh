@@ -6,7 +6,11 @@
 # DEMO=1 first runs `opforge run --device cuda` from an empty run directory (harvest included, DEMO_TARGET
 # tasks) for the harvest's wall time and skip reasons. Then `opforge run --config benchmarks/device/release6k.yaml`
 # for at most LIMIT seconds (it resumes the run directory), BUDGET= caps the candidates (publishes what the
-# rounds so far give), RECHECK=N re-checks N published rows. The run's records (no logs) are tarred to $OUT.
+# rounds so far give), RECHECK=N re-checks N published rows drawn at random (seed 2026) with this tree's
+# `opforge recheck`. The run's records (no logs) are tarred to $OUT.
+# runs/tagtree (carried; `git archive release6k-build task seeds compose filters pipeline harness data_cards`
+# unpacked there) is the code the release filters with: the ledger resumes only under the filter fingerprint
+# of the code that started it, so that tree goes first on PYTHONPATH for the `opforge run` step only.
 set -uo pipefail
 START=$(date +%s)
 if [ -f benchmarks/device/device_setup.sh ]; then . benchmarks/device/device_setup.sh || exit 1; else . benchmarks/device_setup.sh || exit 1; fi
@@ -39,12 +43,23 @@ T0=$(date +%s)
 # CALL_S: the whole call's seconds; the release gets what the steps before left, less RESERVE for what follows
 [ -n "${CALL_S:-}" ] && LIMIT=$(( START + CALL_S - T0 - ${RESERVE:-30} ))
 EXTRA=""; [ -n "${BUDGET:-}" ] && EXTRA="--candidate-budget $BUDGET"
-timeout "${LIMIT:-540}" python3 -m opforge.pipeline.cli run --config benchmarks/device/release6k.yaml $EXTRA 2>&1 \
+RUNPATH=$PYTHONPATH
+if [ -d runs/tagtree ]; then
+    mkdir -p /tmp/tagpkg && ln -sfn "$PWD/runs/tagtree" /tmp/tagpkg/opforge && RUNPATH=/tmp/tagpkg:$PYTHONPATH
+fi
+PYTHONPATH=$RUNPATH python3 -c 'import opforge.pipeline.run as m; print("release code:", m.__file__)' | tee -a "$OUT/release.log"
+PYTHONPATH=$RUNPATH timeout "${LIMIT:-540}" python3 -m opforge.pipeline.cli run --config benchmarks/device/release6k.yaml $EXTRA 2>&1 \
     | filt | tee -a "$OUT/release.log" | tail -6
 echo "release call wall s: $(( $(date +%s) - T0 ))" | tee -a "$OUT/release.log"
 if [ -d "$RUN/hf" ] && [ -n "${RECHECK:-}" ]; then
-    timeout "${RECHECK_LIMIT:-150}" python3 -m opforge.pipeline.cli recheck "$RUN/hf" --device cuda --out "$RUN/recheck" \
-        --limit "$RECHECK" 2>&1 | filt | tail -30 | tee "$OUT/recheck.log"
+    python3 - "$RUN/hf" "$RECHECK" "$RUN/recheck_sample.parquet" <<'PY'
+import glob, sys, pandas as pd
+rows = pd.concat([pd.read_parquet(f) for f in sorted(glob.glob(f"{sys.argv[1]}/data/*.parquet"))], ignore_index=True)
+rows.sample(n=min(int(sys.argv[2]), len(rows)), random_state=2026).to_parquet(sys.argv[3], index=False)
+print("recheck sample", min(int(sys.argv[2]), len(rows)), "of", len(rows))
+PY
+    timeout "${RECHECK_LIMIT:-240}" python3 -m opforge.pipeline.cli recheck "$RUN/recheck_sample.parquet" \
+        "$RUN/recheck" --device cuda 2>&1 | filt | tail -30 | tee "$OUT/recheck.log"
     timeout 90 python3 benchmarks/realism.py "$RUN/hf" --out "$RUN/realism_published.json" --workers 14 --cache '' \
         > "$RUN/realism_published.txt" 2>&1
 fi
