@@ -16,7 +16,7 @@ implementation, a failing constructor) gets None: the caller keeps its default.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from opforge.engine.execution import BUILD_SEED, INPUT_SEED
@@ -48,13 +48,23 @@ class _LiveBytes(TorchDispatchMode):
         return out
 
 
-def predict_peak_bytes(code: str, device: str = "cuda", task_id: str = "<task>") -> int | None:
-    """Bytes alive at once while ``Model(*get_init_inputs())`` is built, ``get_inputs()`` drawn and the
-    forward called under ``no_grad``, all on fake tensors of ``device`` (see the module docstring).
+class Footprint(NamedTuple):
+    """What one fake-tensor run of a task measured, in bytes: ``peak`` (alive at once: parameters, inputs,
+    intermediates), ``inputs`` (the tensors of ``get_inputs()``), ``outputs`` (the tensors the forward
+    returns)."""
+
+    peak: int
+    inputs: int
+    outputs: int
+
+
+def predict_footprint(code: str, device: str = "cuda", task_id: str = "<task>") -> Footprint | None:
+    """The ``Footprint`` of ``Model(*get_init_inputs())`` built, ``get_inputs()`` drawn and the forward
+    called under ``no_grad``, all on fake tensors of ``device`` (see the module docstring).
 
     The task source is executed afresh (its module-level tensors become fake too), so nothing of this is
-    shared with a real run of the same task. Returns None when fake tensors cannot run the task; never
-    raises for anything the task does.
+    shared with a real run of the same task. Returns None when fake tensors cannot run the task or the
+    forward returns no tensor; never raises for anything the task does.
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -67,9 +77,19 @@ def predict_peak_bytes(code: str, device: str = "cuda", task_id: str = "<task>")
             torch.manual_seed(INPUT_SEED)
             inputs: list[Any] = task.inputs()
             out = model(*inputs)
-            if not any(isinstance(t, torch.Tensor) for t in tree_leaves(out)):
+            outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+            if not outs:
                 return None
-            del model, inputs, out
+            in_bytes = sum(t.untyped_storage().nbytes() for t in tree_leaves(inputs) if isinstance(t, torch.Tensor))
+            out_bytes = sum(t.numel() * t.element_size() for t in outs)
+            del model, inputs, out, outs
     except Exception:  # noqa: BLE001 - any failure means "no prediction"
         return None
-    return counter.peak
+    return Footprint(counter.peak, in_bytes, out_bytes)
+
+
+def predict_peak_bytes(code: str, device: str = "cuda", task_id: str = "<task>") -> int | None:
+    """``predict_footprint(...).peak``: bytes alive at once during build, draw and forward on fake tensors,
+    or None when fake tensors cannot run the task."""
+    fp = predict_footprint(code, device, task_id)
+    return None if fp is None else fp.peak

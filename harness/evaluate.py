@@ -24,6 +24,7 @@ tolerance) unless ``atol`` / ``rtol`` are given.
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import tempfile
 import time
@@ -41,7 +42,14 @@ HARNESS_DIR = Path(__file__).resolve().parent
 ENGINE_DIR = HARNESS_DIR.parent / "engine"
 # Version of the grader's deciding logic, part of the fingerprint of stored results (``harness.batch``):
 # raise it when a change to the grader can change a result, so no stored result of the old grader is reused.
-GRADER_VERSION = 1
+GRADER_VERSION = 2
+# Where the grader runs (``_grade``): in a process of its own per evaluation on CUDA (``harness.grader_child``:
+# its CUDA IPC slots never share allocator segments with another evaluation's, and all of its GPU memory goes
+# when it exits); in the calling process on CPU (slots are files; the process start would cost ~2 s per
+# evaluation on the CPU a timing shares).
+GRADER_IN_CHILD = {"cuda": True, "cpu": False}
+# seconds a grader process may run beyond ``eval_timeout_s`` (its own deadline) before it is killed
+GRADER_CHILD_MARGIN_S = 60.0
 
 
 class EvalConfig(GpuAdmission):
@@ -140,7 +148,7 @@ def evaluate(task: dict[str, Any], solution: Solution, config: EvalConfig | None
         ValueError: ``task`` lacks ``task_id`` or ``code``, or its ``shape_variants`` is malformed.
         WorkspaceError: ``workspace`` has no record (not made by ``opforge harness init``).
     """
-    from opforge.harness.grader import Grader, timing_lock
+    from opforge.harness.grader import timing_lock
     from opforge.harness.policy import policy_violations
     from opforge.harness.symbols import audit_extension
     from opforge.task.sizes import parse_variants
@@ -191,7 +199,7 @@ def evaluate(task: dict[str, Any], solution: Solution, config: EvalConfig | None
                                   error="the extension reaches torch compute or steps around the guard"),
                        protected, before, config, ws_check, t0)
     tmp = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="opforge-eval-"))
-    fields = Grader(task, solution.model_new, build.module_path, config, tmp, alone=alone, variants=variants).run()
+    fields = _grade(task, solution.model_new, build.module_path, config, tmp, alone, variants)
     logs.update(fields.pop("logs", {}))
     timing = fields.get("timing") or {}
     if fields.get("status") == "correct":
@@ -205,6 +213,48 @@ def evaluate(task: dict[str, Any], solution: Solution, config: EvalConfig | None
     result = EvalResult(**base, **{"reward": -1.0, **fields}, build_s=build.seconds, build_cached=build.cached,
                         logs=logs)
     return _finish(result, protected, before, config, ws_check, t0)
+
+
+def _grade(task: dict[str, Any], model_new: str, module_path: str | None, config: EvalConfig, work_dir: Path,
+           alone: bool, variants: list[dict[str, int]]) -> dict[str, Any]:
+    """``Grader.run``'s fields: in a process of its own where ``GRADER_IN_CHILD`` says so for the device
+    (``harness.grader_child``), else here. A grader process that overruns the evaluation's time by
+    ``GRADER_CHILD_MARGIN_S`` is killed with its servers (``timeout``); one that dies gives ``crash``."""
+    from opforge.harness.grader import Grader
+
+    if not GRADER_IN_CHILD.get(config.device, True):
+        return Grader(task, model_new, module_path, config, work_dir, alone=alone, variants=variants).run()
+    from opforge.engine.oneshot import run_child
+
+    request = {"task": {"task_id": str(task["task_id"]), "code": task["code"]}, "model_new": model_new,
+               "module_path": module_path, "config": config.model_dump(mode="json"), "work_dir": str(work_dir),
+               "alone": alone, "variants": variants}
+    out, _ = run_child("opforge.harness.grader_child", "grade", request, work_dir / "grader",
+                       config.eval_timeout_s + GRADER_CHILD_MARGIN_S)
+    log = out.pop("log", None)
+    if out.pop("ok", False):
+        out.setdefault("logs", {})["grader"] = log
+        return out
+    _kill_servers(work_dir)
+    error = str(out.get("error"))
+    return {"status": "timeout" if error.startswith("timeout") else "crash", "error": f"grader: {error[:800]}",
+            "logs": {"grader": log}}
+
+
+def _kill_servers(work_dir: Path) -> None:
+    """Kill the process groups named in ``work_dir/servers.pid`` (a killed grader's servers; a paused
+    candidate would otherwise wait for ever)."""
+    import signal
+
+    try:
+        pids = [int(p) for p in (work_dir / "servers.pid").read_text().split()]
+    except (OSError, ValueError):
+        return
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _null():

@@ -216,17 +216,28 @@ class Grader:
             ref = ServerProcess(SERVER_MODULE, "reference", self.work_dir, self.work_dir / "reference.log", trusted=True)
             cand = ServerProcess(SERVER_MODULE, "candidate", self.work_dir / "candidate", self.work_dir / "candidate.log")
             self.logs = {"reference": str(ref.log), "candidate": str(cand.log)}
+            # for a parent that has to kill this grader's process (harness.grader_child): the servers' groups
+            (self.work_dir / "servers.pid").write_text(f"{ref.proc.pid} {cand.proc.pid}\n")
             out.update(self._schedule(ref, cand, slots))
             out["status"] = "correct"
         except Verdict as v:
             out.update(status=v.status, error=v.error, hacks=[*out["hacks"], *v.hacks])
+        except torch.OutOfMemoryError as exc:  # this process's slots or copies: the neighbours' memory, or its own
+            out.update(status="oom", error=f"grader: {str(exc)[:300]}")
         finally:
             self._end_startup()
-            for server in (cand, ref):
-                if server is not None:
-                    server.close()
+            # the reference server holds the evaluation's GPU reservation (harness.gpu_memory): it exits last,
+            # after the candidate has unmapped the slots and this process has freed them and emptied its cache
+            if cand is not None:
+                cand.close()
             for s in slots:
                 s.close()
+            slots.clear()
+            if self.cuda:
+                self.__dict__.pop("_l2", None)
+                torch.cuda.empty_cache()
+            if ref is not None:
+                ref.close()
             self.lock.close()
         out["logs"] = self.logs
         return out
@@ -238,7 +249,8 @@ class Grader:
             info, payload, _ = self._ask(ref, {
                 "op": "setup", "task_code": self.task["code"], "task_id": str(self.task["task_id"]),
                 "seed": secrets.randbits(62), "gpu_memory_fraction": cfg.gpu_memory_fraction,
-                "gpu_admit_gib": cfg.gpu_admit_gib, "alone": self.alone, "variants": self.variants, **common})
+                "gpu_admit_gib": cfg.gpu_admit_gib, "alone": self.alone, "variants": self.variants,
+                "input_sets": max(2, cfg.input_sets), **common})
             if not info.get("ok"):
                 raise Verdict("load_error", f"reference: {info.get('error')}\n{ref.log_tail()}")
         result: dict[str, Any] = {"precision": info.get("config", {})}

@@ -1,7 +1,8 @@
 """The reference's side of the grader: a server process that never imports candidate code
 (``harness.server``, role ``reference``).
 
-Setup: on CUDA, admission to the GPU's memory budget (``engine.gpu_locks.admitted_on_gpu``); pin the same
+Setup: on CUDA, admission of the whole evaluation to the GPU's memory budget (``harness.gpu_memory``: predicted
+on fake tensors before any GPU work, grown to the measured layouts and peak after setup); pin the same
 runtime settings as the candidate's server (``harness.guard.pin_config``), load the task
 (``opforge.task.source.load_task``), build ``Model(*get_init_inputs())`` after ``torch.manual_seed(seed)``
 (a seed the grader draws per evaluation), run it once on one draw of inputs to learn the output layout.
@@ -56,12 +57,7 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
 
     device = msg["device"]
     pinned = pin_config(msg["threads"], msg["allow_tf32"])
-    if device == "cuda":
-        # GPU memory admission shared with the filter stage, held until this process exits; the reservation
-        # covers both servers of the evaluation (the whole GPU for an ``oom`` re-run)
-        from opforge.engine.gpu_locks import admitted_on_gpu
-
-        admitted_on_gpu(msg["gpu_memory_fraction"], msg["gpu_admit_gib"], bool(msg.get("alone")))
+    budget = _admit(msg) if device == "cuda" else None
     task = load_task(msg["task_code"], msg["task_id"])
     torch.manual_seed(int(msg["seed"]))
     with torch.device(device):
@@ -102,11 +98,59 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
     # the same per-call bookkeeping as the candidate's server, so both sides' calls cost the same
     server.after_call = lambda: {"violations": [], "config": sorted(k for k, v in config_state().items()
                                                                     if pinned[k] != v)}
+    if budget is not None:
+        _grow(budget, msg, sample, outputs, variants)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()} if isinstance(model, torch.nn.Module) else {}
     reply = {"ok": True, "config": pinned, "inputs": _layout(sample, "get_inputs()"),
              "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")} for o in outputs],
              "variants": [{k: v for k, v in var.items() if k != "draw"} for var in variants]}
     return server, reply, _save({"init_inputs": init_inputs, "state": state})
+
+
+def _admit(msg: dict[str, Any]):
+    """Admit the whole evaluation to the GPU's memory budget (``harness.gpu_memory``), held until this
+    process exits: the bytes predicted on fake tensors for the public shape and each variant, ``gpu_admit_gib``
+    when the prediction fails, the whole budget for an ``oom`` re-run (``alone``). Returns the budget."""
+    import torch
+    from opforge.engine.gpu_locks import memory_budget
+    from opforge.engine.memory_estimate import predict_footprint
+    from opforge.harness.gpu_memory import VARIANT_SETS, Shape, evaluation_bytes
+    from opforge.task.sizes import with_sizes
+
+    budget = memory_budget(msg["gpu_memory_fraction"] * torch.cuda.get_device_properties(0).total_memory / 2**30)
+    if msg.get("alone"):
+        budget.admit(budget.capacity_gib)
+        return budget
+    shapes = []
+    codes = [(msg["task_code"], int(msg.get("input_sets") or 4))]
+    for sizes in msg.get("variants") or []:
+        try:
+            codes.append((with_sizes(msg["task_code"], sizes), VARIANT_SETS))
+        except Exception:  # noqa: BLE001 - a variant the task cannot take is dropped at setup
+            continue
+    for code, sets in codes:
+        fp = predict_footprint(code, "cuda", str(msg.get("task_id")))
+        if fp is not None:
+            shapes.append(Shape(sets, fp.inputs, fp.outputs, fp.peak))
+    budget.admit(evaluation_bytes(shapes) / 2**30 if shapes else float(msg["gpu_admit_gib"]))
+    return budget
+
+
+def _grow(budget, msg: dict[str, Any], sample: list[Any], outputs: list[torch.Tensor],
+          variants: list[dict[str, Any]]) -> None:
+    """Grow the evaluation's reservation (never waiting) to ``harness.gpu_memory.evaluation_bytes`` over the
+    measured layouts and this process's measured peak, when that is more than was admitted."""
+    from opforge.harness.gpu_memory import VARIANT_SETS, Shape, evaluation_bytes, layout_bytes
+
+    peak = torch.cuda.max_memory_reserved()
+    shapes = [Shape(int(msg.get("input_sets") or 4), layout_bytes(_layout(sample, "get_inputs()")),
+                    sum(o.numel() * o.element_size() for o in outputs), peak)]
+    for v in variants:
+        if "error" not in v:
+            shapes.append(Shape(VARIANT_SETS, layout_bytes(v["inputs"]), layout_bytes(v["outputs"]), peak))
+    gib = evaluation_bytes(shapes) / 2**30
+    if gib > budget.held_gib:
+        budget.resize(gib)
 
 
 def _variants(msg: dict[str, Any], model, device: str) -> list[dict[str, Any]]:

@@ -100,7 +100,9 @@ class SlotSet:
         return bytes(ForkingPickler.dumps(self.tensors))
 
     def close(self) -> None:
-        """Remove the CPU slot files (the mappings stay valid until the tensors are freed)."""
+        """Drop this set's tensors and remove the CPU slot files (a child's mappings stay valid until it
+        frees them)."""
+        self.tensors = []
         if self.directory is not None:
             for p in self.directory.glob("slot*"):
                 p.unlink(missing_ok=True)

@@ -246,3 +246,85 @@ def test_running_out_of_memory_is_its_own_status(build_root):
     files = {"model_new.py": model_new("        raise MemoryError('simulated allocation failure')\n")}
     res = evaluate(ROW, Solution(files), EvalConfig(device="cpu", profile_compile=False), build_root=build_root)
     assert res.status == "oom" and res.reward == -1 and "simulated" in res.error, res
+
+
+def test_grader_in_its_own_process_gives_the_same_verdicts(build_root, monkeypatch):
+    """The per-evaluation grader process (``harness.grader_child``, the CUDA default) decides like the grader in
+    the calling process: an honest kernel is correct and timed, a wrong one incorrect, a hack hacked."""
+    import opforge.harness.evaluate as ev
+
+    monkeypatch.setitem(ev.GRADER_IN_CHILD, "cpu", True)
+    honest = evaluate(ROW, Solution(HONEST), FAST, build_root=build_root)
+    assert honest.status == "correct" and honest.reward >= 1.0, honest
+    assert honest.logs.get("grader") and honest.candidate_ms > 0 and honest.eager_ms > 0
+    wrong = evaluate(ROW, Solution({"model_new.py": model_new("        return torch.zeros_like(x) + 0.5\n")}), FAST,
+                     build_root=build_root)
+    assert wrong.reward == -1.0 and wrong.status in ("incorrect", "hacked"), wrong
+    name = next(n for n in sorted(CHEATS) if EXPECTED[n] not in ("correct", "incorrect"))
+    hacked = evaluate(ROW, Solution(CHEATS[name]), FAST, build_root=build_root)
+    assert hacked.status == "hacked" and any(h.startswith(EXPECTED[name]) for h in hacked.hacks), hacked
+
+
+def test_a_grader_process_past_its_time_is_killed_with_its_servers(build_root, monkeypatch, tmp_path):
+    """A grader process that overruns is killed, and so are its model servers (a paused candidate would
+    otherwise wait for ever holding its GPU mappings); the evaluation ends ``timeout``."""
+    import os
+    import time
+
+    import opforge.harness.evaluate as ev
+
+    monkeypatch.setitem(ev.GRADER_IN_CHILD, "cpu", True)
+    stall = {"model_new.py": model_new("        import time\n        time.sleep(60)\n"
+                                       "        return opforge_kernels.fused_scale_relu(x, self.scale)\n",
+                                       head="import opforge_kernels\n"),
+             **{k: v for k, v in HONEST.items() if k != "model_new.py"}}
+    cfg = EvalConfig(profile_compile=False, timing_trials=5, warmup=1, eval_timeout_s=60.0)
+    monkeypatch.setattr(ev, "GRADER_CHILD_MARGIN_S", -45.0)  # the parent kills the grader at 15 s
+    res = evaluate(ROW, Solution(stall), cfg, build_root=build_root, work_dir=tmp_path / "eval")
+    assert res.status == "timeout" and res.reward == -1.0, res
+    pids = [int(p) for p in (tmp_path / "eval" / "servers.pid").read_text().split()]
+    assert len(pids) == 2
+
+    def alive(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                return fh.read().split()[2] != "Z"
+        except OSError:
+            return False
+
+    for _ in range(100):
+        if not any(alive(p) for p in pids):
+            break
+        time.sleep(0.1)
+    assert not any(alive(p) for p in pids), [p for p in pids if alive(p)]
+    assert os.path.exists(res.logs["grader"])
+
+
+def test_an_evaluation_reserves_what_its_three_processes_hold():
+    """``harness.gpu_memory.evaluation_bytes`` over real layouts: slots of both servers for every set of every
+    shape, the waiting draws, the output copies, the reference's and the candidate's peaks, the contexts."""
+    from opforge.engine.memory_estimate import predict_footprint
+    from opforge.harness.gpu_memory import (
+        CONTEXT_BYTES,
+        FLUSH_BYTES,
+        MARGIN,
+        REFERENCE_FACTOR,
+        Shape,
+        evaluation_bytes,
+        layout_bytes,
+    )
+
+    fp = predict_footprint(TASK, "cpu")
+    assert fp is not None and fp.inputs > 0 and fp.outputs > 0 and fp.peak >= fp.inputs + fp.outputs
+    lay = [{"tensor": True, "shape": [16, 64], "dtype": "float32"}, {"tensor": False, "value": 3},
+           {"tensor": True, "shape": [8], "dtype": "bfloat16"}]
+    assert layout_bytes(lay) == 16 * 64 * 4 + 8 * 2
+    pub, var = Shape(4, fp.inputs, fp.outputs, fp.peak), Shape(2, 4 * fp.inputs, 4 * fp.outputs, 3 * fp.peak)
+    grader = (2 * 4 * (fp.inputs + fp.outputs) + 4 * fp.inputs + 2 * 2 * 4 * (fp.inputs + fp.outputs)
+              + 2 * 4 * fp.inputs + 2 * 4 * fp.outputs + FLUSH_BYTES)
+    reference = REFERENCE_FACTOR * 3 * fp.peak + max(4 * fp.inputs, 2 * 4 * fp.inputs)
+    want = int(MARGIN * (grader + reference + 3 * fp.peak)) + 2 * CONTEXT_BYTES
+    assert evaluation_bytes([pub, var]) == want
+    assert evaluation_bytes([pub, var]) > evaluation_bytes([pub]) > evaluation_bytes([Shape(2, *pub[1:])])
+    with pytest.raises(ValueError):
+        evaluation_bytes([])
