@@ -188,6 +188,26 @@ class Grader:
             raise Verdict("incorrect", f"{text}\n{server.log_tail(800)}") from None
         return reply, out, (time.perf_counter() - t0) * 1e3
 
+    def _server(self, role: str, pids: Path, *others: ServerProcess) -> ServerProcess:
+        """Start the ``role`` server and list its process (and ``others``) in ``pids``."""
+        if role == "reference":
+            server = ServerProcess(SERVER_MODULE, role, self.work_dir, self.work_dir / "reference.log", trusted=True)
+        else:
+            server = ServerProcess(SERVER_MODULE, role, self.work_dir / role, self.work_dir / f"{role}.log")
+        pids.write_text(" ".join(str(s.proc.pid) for s in (*others, server)) + "\n")
+        return server
+
+    def _admit(self, ref: ServerProcess) -> None:
+        """The reference server's ``admit`` step (``harness.reference_process.admit``); waits as long as the
+        evaluation's time allows."""
+        cfg = self.cfg
+        reply, _, _ = self._ask(ref, {"op": "admit", "task_code": self.task["code"], "task_id": str(self.task["task_id"]),
+                                      "gpu_memory_fraction": cfg.gpu_memory_fraction, "gpu_admit_gib": cfg.gpu_admit_gib,
+                                      "alone": self.alone, "variants": self.variants,
+                                      "input_sets": max(2, cfg.input_sets)})
+        if not reply.get("ok"):
+            raise Verdict("load_error", f"reference admission: {reply.get('error')}\n{ref.log_tail()}")
+
     def _end_startup(self) -> None:
         if self._startup is not None:
             self._startup.__exit__(None, None, None)
@@ -208,16 +228,20 @@ class Grader:
         out: dict[str, Any] = {"hacks": [], "flags": []}
         ref = cand = None
         slots: list[SlotSet] = []
-        # the servers' start (two imports of torch) is CPU work a neighbour's timing must not share: the lock
-        # is held shared from before they start until both are set up
-        self._startup = self.lock.shared()
-        self._startup.__enter__()
+        pids = self.work_dir / "servers.pid"  # for a parent that has to kill this process (harness.grader_child)
         try:
-            ref = ServerProcess(SERVER_MODULE, "reference", self.work_dir, self.work_dir / "reference.log", trusted=True)
-            cand = ServerProcess(SERVER_MODULE, "candidate", self.work_dir / "candidate", self.work_dir / "candidate.log")
+            if self.cuda:
+                # GPU memory for the whole evaluation, admitted before this evaluation holds the device's lock:
+                # one waiting for memory must not hold up, even shared, one that holds memory and waits to time
+                ref = self._server("reference", pids)
+                self._admit(ref)
+            # the servers' start (imports of torch) is CPU work a neighbour's timing must not share: the lock
+            # is held shared from here until both are set up (on CUDA the reference's import came before)
+            self._startup = self.lock.shared()
+            self._startup.__enter__()
+            ref = ref or self._server("reference", pids)
+            cand = self._server("candidate", pids, ref)
             self.logs = {"reference": str(ref.log), "candidate": str(cand.log)}
-            # for a parent that has to kill this grader's process (harness.grader_child): the servers' groups
-            (self.work_dir / "servers.pid").write_text(f"{ref.proc.pid} {cand.proc.pid}\n")
             out.update(self._schedule(ref, cand, slots))
             out["status"] = "correct"
         except Verdict as v:

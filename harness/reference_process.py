@@ -57,7 +57,7 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
 
     device = msg["device"]
     pinned = pin_config(msg["threads"], msg["allow_tf32"])
-    budget = _admit(msg) if device == "cuda" else None
+    budget = (_ADMITTED.get("budget") or admit(msg)["budget"]) if device == "cuda" else None
     task = load_task(msg["task_code"], msg["task_id"])
     torch.manual_seed(int(msg["seed"]))
     with torch.device(device):
@@ -107,33 +107,56 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
     return server, reply, _save({"init_inputs": init_inputs, "state": state})
 
 
-def _admit(msg: dict[str, Any]):
+_ADMITTED: dict[str, Any] = {}  # this process's admission (one evaluation per process)
+
+
+def admit(msg: dict[str, Any]) -> dict[str, Any]:
     """Admit the whole evaluation to the GPU's memory budget (``harness.gpu_memory``), held until this
     process exits: the bytes predicted on fake tensors for the public shape and each variant, ``gpu_admit_gib``
-    when the prediction fails, the whole budget for an ``oom`` re-run (``alone``). Returns the budget."""
+    when the prediction fails, the whole budget for an ``oom`` re-run (``alone``). ``msg``: the setup
+    message's fields (``task_code``, ``task_id``, ``variants``, ``input_sets``, ``gpu_memory_fraction``,
+    ``gpu_admit_gib``, ``alone``). The grader sends it as a message of its own (``admit``) before it holds any
+    lock of the device, so an evaluation waiting for memory never holds up one that holds memory and waits
+    for the device. Returns ``{"budget": MemoryBudget, "gib": reserved GiB}``."""
+    budget = _admit(msg)
+    _ADMITTED["budget"] = budget
+    return {"budget": budget, "gib": budget.held_gib}
+
+
+def _admit(msg: dict[str, Any]):
     import torch
     from opforge.engine.gpu_locks import memory_budget
-    from opforge.engine.memory_estimate import predict_footprint
-    from opforge.harness.gpu_memory import VARIANT_SETS, Shape, evaluation_bytes
-    from opforge.task.sizes import with_sizes
 
     budget = memory_budget(msg["gpu_memory_fraction"] * torch.cuda.get_device_properties(0).total_memory / 2**30)
     if msg.get("alone"):
         budget.admit(budget.capacity_gib)
         return budget
-    shapes = []
-    codes = [(msg["task_code"], int(msg.get("input_sets") or 4))]
+    need = predicted_need_gib(msg, "cuda")
+    budget.admit(float(msg["gpu_admit_gib"]) if need is None else need)
+    return budget
+
+
+def predicted_need_gib(msg: dict[str, Any], device: str) -> float | None:
+    """GiB the evaluation of ``msg`` (``task_code``, ``task_id``, ``variants``, ``input_sets``) will hold on
+    ``device``: ``harness.gpu_memory.evaluation_bytes`` over fake-tensor runs of the public shape
+    (``input_sets`` sets) and of each variant (``VARIANT_SETS`` sets; a variant the task cannot take or fake
+    tensors cannot run is left out), or None when the public shape cannot be predicted."""
+    from opforge.engine.memory_estimate import predict_footprint
+    from opforge.harness.gpu_memory import VARIANT_SETS, Shape, evaluation_bytes
+    from opforge.task.sizes import with_sizes
+
+    public = predict_footprint(msg["task_code"], device, str(msg.get("task_id")))
+    if public is None:
+        return None
+    shapes = [Shape(int(msg.get("input_sets") or 4), public.inputs, public.outputs, public.peak)]
     for sizes in msg.get("variants") or []:
         try:
-            codes.append((with_sizes(msg["task_code"], sizes), VARIANT_SETS))
-        except Exception:  # noqa: BLE001 - a variant the task cannot take is dropped at setup
+            fp = predict_footprint(with_sizes(msg["task_code"], sizes), device, str(msg.get("task_id")))
+        except Exception:  # noqa: BLE001 - a variant the task cannot take is dropped at setup too
             continue
-    for code, sets in codes:
-        fp = predict_footprint(code, "cuda", str(msg.get("task_id")))
         if fp is not None:
-            shapes.append(Shape(sets, fp.inputs, fp.outputs, fp.peak))
-    budget.admit(evaluation_bytes(shapes) / 2**30 if shapes else float(msg["gpu_admit_gib"]))
-    return budget
+            shapes.append(Shape(VARIANT_SETS, fp.inputs, fp.outputs, fp.peak))
+    return evaluation_bytes(shapes) / 2**30
 
 
 def _grow(budget, msg: dict[str, Any], sample: list[Any], outputs: list[torch.Tensor],

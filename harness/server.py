@@ -97,7 +97,20 @@ def main() -> None:
     if role == "candidate":
         from opforge.harness.candidate_process import setup
     elif role == "reference":
-        from opforge.harness.reference_process import setup
+        from opforge.harness.reference_process import admit, setup
+
+        if msg.get("op") == "admit":  # GPU memory for the whole evaluation, before its setup (reference_process)
+            try:
+                granted = admit(msg)
+            except BaseException as exc:  # noqa: BLE001 - reported as the setup's failure
+                traceback.print_exc()
+                send(conn, {"ok": False, "status": "load_error", "error": f"{type(exc).__name__}: {str(exc)[:500]}"})
+                return
+            send(conn, {"ok": True, "gib": granted["gib"]})
+            try:
+                msg, blob = recv(conn, allow_blob=True, max_bytes=1 << 31)
+            except ProtocolError:
+                return
     else:
         send(conn, {"ok": False, "error": f"unknown role {role!r}"})
         return

@@ -59,3 +59,21 @@ def test_model_level_hacks_on_cuda(name, tmp_path, build_root):
     res = _evaluate(on_cuda(name)(str(probe)), build_root,
                     profile_compile=name == "disable_dynamo_for_the_compile_baseline")
     assert_defeated(res, probe)
+
+
+def test_evaluations_queued_for_memory_all_finish_and_score(build_root):
+    """Eight honest evaluations at once on one GPU whose memory budget fits about two of them: the ones waiting
+    for memory hold no lock of the device, so those holding memory and waiting to time never wait on them;
+    every evaluation finishes ``correct`` with a reward >= 1 (no ``oom``, no ``crash``, no ``timeout``)."""
+    import torch
+    from opforge.harness.batch import evaluate_many
+    from opforge.harness.reference_process import predicted_need_gib
+
+    need = predicted_need_gib({"task_code": ROW["code"], "task_id": "x", "input_sets": 4}, "cuda")
+    total = torch.cuda.get_device_properties(0).total_memory / 2**30
+    cfg = config(device="cuda", timing_trials=5, gpu_memory_fraction=min(1.0, 2.5 * need / total),
+                 eval_timeout_s=300.0)
+    pairs = [({**ROW, "task_id": f"scale_relu_{i}"}, CUDA_HONEST) for i in range(8)]
+    results = evaluate_many(pairs, cfg, build_root=str(build_root), workers=8, progress=False)
+    assert [r["status"] for r in results] == ["correct"] * 8, [(r["status"], r.get("error")) for r in results]
+    assert all(r["reward"] >= 1.0 for r in results)

@@ -328,3 +328,24 @@ def test_an_evaluation_reserves_what_its_three_processes_hold():
     assert evaluation_bytes([pub, var]) > evaluation_bytes([pub]) > evaluation_bytes([Shape(2, *pub[1:])])
     with pytest.raises(ValueError):
         evaluation_bytes([])
+
+
+def test_the_reference_predicts_the_need_of_every_shape_it_will_run():
+    """``reference_process.predicted_need_gib``: the public shape with ``input_sets`` sets and each hidden variant
+    with two, from fake-tensor runs (inputs and outputs scale with the variant's batch); a variant the task cannot
+    take is left out; a task fake tensors cannot run gives None (the caller admits ``gpu_admit_gib``)."""
+    from opforge.engine.memory_estimate import predict_footprint
+    from opforge.harness.gpu_memory import Shape, evaluation_bytes
+    from opforge.harness.reference_process import predicted_need_gib
+    from opforge.task.sizes import with_sizes
+
+    sized = TASK.replace("    return [torch.randn(64, 256)]", "    return [torch.randn(batch_size, 256)]").replace(
+        "def get_inputs():", "batch_size = 64\n\n\ndef get_inputs():")
+    msg = {"task_code": sized, "task_id": "t", "input_sets": 4, "variants": [{"batch_size": 256}, {"no_such": 3}]}
+    pub, var = predict_footprint(sized, "cpu"), predict_footprint(with_sizes(sized, {"batch_size": 256}), "cpu")
+    assert pub.inputs == 64 * 256 * 4 and var.inputs == 256 * 256 * 4 and var.outputs == 4 * pub.outputs
+    want = evaluation_bytes([Shape(4, pub.inputs, pub.outputs, pub.peak), Shape(2, var.inputs, var.outputs, var.peak)])
+    assert predicted_need_gib(msg, "cpu") == want / 2**30
+    assert predicted_need_gib({**msg, "variants": []}, "cpu") < want / 2**30
+    assert predicted_need_gib({**msg, "task_code": sized.replace("return torch.relu(", "return x.sum().item() * (")},
+                              "cpu") is None
