@@ -76,6 +76,10 @@ RUN_FACTS: dict[str, Any] = {
     ],
     "torch": "2.11.0+cu130", "transformers": "5.17.0", "triton": "3.6.0", "python": "3.12.3",
 }
+# How the shape variants of the release were computed (the command's own report has no timing).
+VARIANTS_RUN = {"command": "opforge variants runs/release6k/hf --out runs/release6k/hf_variants --workers 2",
+                "commit": "c1fcb44a86aecbaa081670aaf04e1234e454579c", "machine": "cpu-2core (meta device)",
+                "wall_s": "about 540 (511 s generating variants)"}
 ABSOLUTE_PATH = re.compile(rb"(/work/|/home/|/root/|/tmp/|/Users/|[A-Z]:\\\\)")
 
 
@@ -289,21 +293,31 @@ for realistic tasks). {note} `realism.json` / `realism.txt` in this folder hold 
 
 
 def compare_section(cmp: dict[str, Any]) -> str:
+    """The card's side-by-side table: the headline rows of ``release_compare``'s table (rows where both
+    datasets show 0.0 % left out; "(sample)" dropped when the sample is every row)."""
     keep = ("rows", "distinct op labels", "distinct op-label signatures", "largest number of rows sharing",
             "distinct transformers modules", "label fidelity", "exact duplicates within", "near duplicates within",
             "rows exactly duplicating", "rows nearly duplicating", "KernelBench signature hits", "dtype ",
             "realism: batch_p50", "realism: low_precision_share", "realism: input_bytes_p95")
-    rows = ["| measure | opforge-Ops-6K | CUDA-Agent-Ops-6K |", "|---|---|---|"]
-    rows += [f"| {m} | {a} | {b} |" for m, a, b in cmp["table"] if m.startswith(keep)]
     s = cmp["settings"]
-    sample = ("all rows" if s["limit"] is None else f"a random sample of {s['limit']:,} rows per dataset (seed "
-              f"{s['seed']})")
+    every = s["limit"] is None
+    rows = ["| measure | opforge-Ops-6K | CUDA-Agent-Ops-6K |", "|---|---|---|"]
+    for m, a, b in cmp["table"]:
+        if not m.startswith(keep) or (a == b == "0.0 %") or (every and m.startswith("rows measured")):
+            continue
+        rows.append(f"| {m.replace(' (sample)', '') if every else m} | {a} | {b} |")
+    sample = ("all rows" if every else f"a random sample of {s['limit']:,} rows per dataset (seed {s['seed']})")
+    sig = " + ".join(f"`{x}`" for x in cmp["datasets"]["ours"]["labels"]["most_common_signature"] or [])
     return f"""
 The same measures for both datasets, computed by opforge's own functions (`benchmarks/release_compare.py`):
 labels, duplicates and dtype over all rows, the traced measures (label fidelity, KernelBench signature hits,
 realism) over {sample}, traced on the `meta` device.
 
 {chr(10).join(rows)}
+
+A signature here is a row's sorted set of op labels; selection's cap of 5 applies per (list of seed ops,
+dtype) within each op count, so one label set may hold more rows: the largest, {sig}, spans several op counts
+and dtypes.
 """
 
 
@@ -323,6 +337,10 @@ def rewrite_card(text: str, folder_name: str, funnel: dict[str, Any], selected: 
     _, fm, body = text.split("---", 2)
     meta = yaml.safe_load(fm)
     meta["dataset_info"]["splits"][0]["num_bytes"] = num_bytes
+    run_only = "Every number on this card was measured by the run that\nbuilt the dataset (run seed 2026)."
+    if run_only not in body:
+        raise ReleaseError(f"card: its opening no longer says {run_only!r}")
+    body = body.replace(run_only, run_only[:-1] + " or, where a section says so, on its published rows afterwards.")
     sections = _sections(body)
     titles = [t for t, _ in sections]
     for need in ("How to load", "Columns", "Filter funnel", "Hidden shape variants", "Environment", "Limitations"):
@@ -525,9 +543,14 @@ def record_payload(a: dict[str, Any], cmp: dict[str, Any] | None, out: Path) -> 
             "versions": {"python": RUN_FACTS["python"], "torch": RUN_FACTS["torch"],
                          "transformers": RUN_FACTS["transformers"], "triton": RUN_FACTS["triton"]},
             "tag": BUILD_TAG,
+            # the tag's code had one filter-logic version (pipeline/ledger.py FILTER_LOGIC_VERSION), no per-filter ones
+            "filter_logic": {"FILTER_LOGIC_VERSION": 10}, "composer": "opforge-compose/0.3",
             "assembled": {k: assembled[k] for k in ("commit", "dirty", "date", "command", "machine", "cpu_count")},
         },
         "run": RUN_FACTS,
+        "earlier_record": "the one-H200 calls' progress record (a fresh run from an empty directory with its harvest, "
+                          "3,232 verdicts, sandbox seconds per filter): benchmarks/results/h200/release6k_progress.json "
+                          "at commit c1fcb44",
         "result": {"candidates": a["run"]["candidates"], "accepted": a["run"]["accepted"],
                    "selected": a["run"]["selected"], "yield": a["funnel"]["yield"],
                    "stop_reason": a["run"]["stop_reason"], "rounds": a["run"]["rounds"]},
@@ -535,12 +558,13 @@ def record_payload(a: dict[str, Any], cmp: dict[str, Any] | None, out: Path) -> 
         "recheck": a["recheck"],
         "realism": {"figures": {k: v for k, v in real["figures"].items() if not isinstance(v, (dict, list))},
                     "targets": real["targets"], "measured_by": real["provenance"]["command"]},
-        "shape_variants": {k: v for k, v in a["variants"].items() if k != "output"},
+        "shape_variants": {**{k: v for k, v in a["variants"].items() if k != "output"}, **VARIANTS_RUN},
         "release_folder": a["checks"],
     }
     if cmp is not None:
         payload["comparison"] = {
-            "command": cmp.get("command"), "commit": cmp.get("commit"), "settings": cmp["settings"],
+            "command": cmp.get("command"), "commit": cmp.get("commit"), "machine": cmp.get("machine"),
+            "versions": cmp.get("versions"), "settings": cmp["settings"],
             "seconds": cmp["seconds"], "cross_duplicates": {k: cmp["cross_duplicates"][k]
                                                             for k in ("exact", "near", "near_min")},
             "table": cmp["table"],
