@@ -81,6 +81,13 @@ class Verdict(Exception):  # noqa: N818 - the end of an evaluation, carrying its
         self.status, self.error, self.hacks = status, error, hacks or []
 
 
+def _reference_failed(reply: dict[str, Any], error: str) -> Verdict:
+    """A failed reference step: ``oom`` when it ran out of device memory (on a shared GPU possibly the
+    neighbours' doing; ``harness.batch`` runs it again alone), else ``load_error`` (the task is broken)."""
+    oom = reply.get("oom") is True or reply.get("status") == "oom"
+    return Verdict("oom" if oom else "load_error", error)
+
+
 def timing_lock(device: str):
     """A fresh ``GpuLock`` (own file handles, so evaluations in threads of one process exclude each other
     too) over this evaluation's device: ``compute`` of the physical GPU, or ``cpu``'s."""
@@ -276,7 +283,7 @@ class Grader:
                 "gpu_admit_gib": cfg.gpu_admit_gib, "alone": self.alone, "variants": self.variants,
                 "input_sets": max(2, cfg.input_sets), **common})
             if not info.get("ok"):
-                raise Verdict("load_error", f"reference: {info.get('error')}\n{ref.log_tail()}")
+                raise _reference_failed(info, f"reference: {info.get('error')}\n{ref.log_tail()}")
         result: dict[str, Any] = {"precision": info.get("config", {})}
         layout, out_layout = info["inputs"], info["outputs"]
         k = max(2, cfg.input_sets)
@@ -305,7 +312,7 @@ class Grader:
         with self.lock.shared():
             reply, _, _ = self._ask(ref, {"op": "slots", "slots": [s.as_dict() for s in rset.specs]}, rset.ipc_blob())
             if reply.get("ok") is not True:
-                raise Verdict("load_error", f"reference slots: {reply.get('error')}")
+                raise _reference_failed(reply, f"reference slots: {reply.get('error')}")
             reply, _, _ = self._ask(cand, {"op": "setup", "model_new": self.model_new, "module_path": self.module_path,
                                            "namespaces": list(cfg.namespaces), "seed": secrets.randbits(62),
                                            "slots": [s.as_dict() for s in cset.specs], **common},
@@ -342,7 +349,7 @@ class Grader:
                 with self.lock.shared():
                     reply, blob, _ = self._ask(ref, msg)
                 if not reply.get("ok"):
-                    raise Verdict("load_error", f"reference draw: {reply.get('error')}")
+                    raise _reference_failed(reply, f"reference draw: {reply.get('error')}")
                 for values, lay in zip(self._load(blob), reply["layouts"], strict=True):
                     if [(a["tensor"], a.get("shape"), a.get("dtype")) for a in lay] != \
                             [(a["tensor"], a.get("shape"), a.get("dtype")) for a in want]:
@@ -395,7 +402,7 @@ class Grader:
                     raise Verdict("hacked", "the candidate modified its inputs",
                                   [f"input_modified:{c}" for c in changed])
             elif not reply.get("ok") or not reply.get("copied"):
-                raise Verdict("load_error", f"reference {target} call failed: {reply.get('error') or reply.get('outputs')}")
+                raise _reference_failed(reply, f"reference {target} call failed: {reply.get('error') or reply.get('outputs')}")
             return reply, wall, got
 
         variant_rounds: dict[int, int] = {}

@@ -117,8 +117,11 @@ def main() -> None:
     try:
         server, reply, out_blob = setup(msg, blob)
     except BaseException as exc:  # noqa: BLE001 - reported as the setup's failure
+        from opforge.engine.execution import is_oom
+
         traceback.print_exc()
-        send(conn, {"ok": False, "status": "load_error", "error": f"{type(exc).__name__}: {str(exc)[:500]}"})
+        status = "oom" if isinstance(exc, Exception) and is_oom(exc) else "load_error"
+        send(conn, {"ok": False, "status": status, "error": f"{type(exc).__name__}: {str(exc)[:500]}"})
         return
     send(conn, reply, out_blob)
     if server is None:
@@ -146,8 +149,11 @@ def main() -> None:
             else:
                 reply = {"ok": False, "error": f"unknown op {op!r}"}
         except BaseException as exc:  # noqa: BLE001 - a failed step is a reply, not a dead server
+            from opforge.engine.execution import is_oom
+
             traceback.print_exc()
-            reply, out_blob = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:500]}"}, None
+            reply, out_blob = {"ok": False, "oom": isinstance(exc, Exception) and is_oom(exc),
+                               "error": f"{type(exc).__name__}: {str(exc)[:500]}"}, None
         send(conn, reply, out_blob)
 
 

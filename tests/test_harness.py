@@ -349,3 +349,15 @@ def test_the_reference_predicts_the_need_of_every_shape_it_will_run():
     assert predicted_need_gib({**msg, "variants": []}, "cpu") < want / 2**30
     assert predicted_need_gib({**msg, "task_code": sized.replace("return torch.relu(", "return x.sum().item() * (")},
                               "cpu") is None
+
+
+def test_a_reference_out_of_memory_is_oom_and_a_broken_task_load_error(build_root):
+    """A task whose reference runs out of memory ends ``oom`` (re-run alone by ``harness.batch``: on a shared GPU
+    the neighbours may have caused it), while a task that fails otherwise is ``load_error``."""
+    oom_row = {**ROW, "task_id": "oom_task",
+               "code": TASK.replace("return torch.relu(x * self.scale + 1.0)", "raise MemoryError('simulated')")}
+    res = evaluate(oom_row, Solution(HONEST), FAST, build_root=build_root)
+    assert res.status == "oom" and res.reward == -1.0 and "simulated" in res.error, res
+    broken_row = {**oom_row, "task_id": "broken_task", "code": oom_row["code"].replace("MemoryError", "ValueError")}
+    res = evaluate(broken_row, Solution(HONEST), FAST, build_root=build_root)
+    assert res.status == "load_error" and res.reward == -1.0, res
