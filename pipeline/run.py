@@ -6,7 +6,9 @@ Run directory::
     seeds/catalog.parquet        seed catalog (harvested once, or copied from ``seeds_catalog``)
     candidates/round-NNNN.parquet  composed candidates, ``round_size`` per round, candidate indices
                                  ``NNNN * round_size ...`` (so a round is the same whenever it is composed)
-    candidates.parquet           all rounds so far (the filter stage's input)
+    candidates.parquet           all rounds so far (the filter stage's input), less the candidates of a round
+                                 whose (op set, dtype) signature already held ``max_per_signature`` accepted
+                                 tasks from earlier rounds (``skip_full_signatures``)
     filter/                      ledger.jsonl, verdicts.parquet, funnel.json (see ``opforge filter``)
     selection.json               what selection chose and why
     hf/                          the Hub folder (see ``pipeline.hub_folder``)
@@ -173,7 +175,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     from opforge.engine.cluster import open_cluster
     from opforge.filters.chain import check_thresholds
     from opforge.pipeline.filter_run import prepare_settings, run_filter, warm_sandboxes
-    from opforge.pipeline.select import bucket_shares, select_tasks
+    from opforge.pipeline.select import bucket_shares, capped_out, select_tasks
 
     cfg = cfg.resolved()
     settings = _filter_settings(cfg)
@@ -194,7 +196,8 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     warming: list = []
     warm_up = None
     rounds: list[Path] = []
-    selection = None
+    not_filtered: set[str] = set()  # task ids of candidates skipped for a full signature (skip_full_signatures)
+    selection = pool = None
     stop_reason = ""
     seconds["compose"] = seconds["filter"] = 0.0
     try:
@@ -211,7 +214,11 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
             t0 = time.perf_counter()
             rounds.append(_compose_round(cfg, catalog, k, run_dir, progress))
             candidates = pd.concat([pd.read_parquet(p) for p in rounds], ignore_index=True)
-            candidates.to_parquet(run_dir / "candidates.parquet", index=False)
+            if cfg.skip_full_signatures and pool is not None:
+                # decided from the verdicts of the earlier rounds only, so a resumed run skips the same ones
+                not_filtered |= capped_out(pd.read_parquet(rounds[-1]), pool, cfg.max_per_signature)
+            candidates[~candidates["task_id"].isin(not_filtered)].to_parquet(run_dir / "candidates.parquet",
+                                                                             index=False)
             seconds["compose"] += time.perf_counter() - t0
             t0 = time.perf_counter()
             res = run_filter(run_dir / "candidates.parquet", run_dir / "filter", settings, handle=handle,
@@ -242,7 +249,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
 
     rows["shape_variants"], variant_results = variants_column(rows, VariantSettings(), cfg.compose_workers,
                                                               run_dir / "variants.jsonl", progress)
-    funnel = _funnel_summary(candidates, res, len(rounds), stop_reason, settings)
+    funnel = _funnel_summary(candidates, res, len(rounds), stop_reason, settings, len(not_filtered))
     context = _card_context(cfg, rows, funnel, selection, res.funnel["environment"])
     context["variants"] = summary(variant_results)
     provenance = {"config": public_config(cfg, run_dir), "funnel": funnel, "environment": res.funnel["environment"],
@@ -257,7 +264,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     (run_dir / "run.json").write_text(json.dumps({
         "selected": result.selected, "accepted": result.accepted, "candidates": result.candidates,
         "rounds": len(rounds), "stop_reason": stop_reason, "seconds": result.seconds, "sandbox_warm_up": warm_up,
-        "yield": round(result.accepted / max(1, result.candidates), 4)}, indent=2))
+        "not_filtered_full_signature": len(not_filtered), "yield": round(funnel["yield"], 4)}, indent=2))
     return result
 
 
@@ -339,12 +346,16 @@ def _published_rows(sel: pd.DataFrame, funnel: dict[str, Any], cfg: RunConfig) -
     return out
 
 
-def _funnel_summary(candidates: pd.DataFrame, res, rounds: int, stop_reason: str, settings) -> dict[str, Any]:
+def _funnel_summary(candidates: pd.DataFrame, res, rounds: int, stop_reason: str, settings,
+                    not_filtered: int = 0) -> dict[str, Any]:
+    """Counts of the whole run: ``candidates`` composed, ``not_filtered`` of them skipped for a full signature,
+    ``accepted``, ``yield`` = accepted / filtered candidates, rejections per reason."""
     v = res.verdicts
     by_reason = v[~v["accepted"]]["reason"].map(lambda r: r.split(":")[0]).value_counts()
     accepted = int(v["accepted"].sum())
-    return {"candidates": len(candidates), "rounds": rounds, "stop_reason": stop_reason, "accepted": accepted,
-            "yield": accepted / max(1, len(candidates)),
+    return {"candidates": len(candidates), "not_filtered_full_signature": not_filtered, "rounds": rounds,
+            "stop_reason": stop_reason, "accepted": accepted,
+            "yield": accepted / max(1, len(candidates) - not_filtered),
             "by_reason": [(str(k), int(n)) for k, n in by_reason.items()],
             "by_reason_detail": res.funnel["by_reason_detail"], "filters": settings.names(),
             "window": list(settings.runtime_window_ms) if settings.runtime_window_ms else None}

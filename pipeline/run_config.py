@@ -42,6 +42,10 @@ class RunConfig(_EngineOptions):
         round_size: candidates composed per round (default: 1.5 x target, at least 16).
         candidate_budget: most candidates composed in all (default: 20 x target).
         max_per_signature: selection cap on tasks sharing one op-label set.
+        skip_full_signatures: candidates of a round whose (op set, dtype) signature already holds
+            ``max_per_signature`` accepted tasks from earlier rounds are not filtered (selection would not
+            take them; the opforge-Ops-6K run left 2,932 of 8,997 accepted tasks out by that cap,
+            benchmarks/results/h200/release6k.json).
         skip_filters: filters to leave out.
         timeout_s / memory_gib / gpu_step_limit_s / gpu_share_limit_s / gpu_admit_gib / gpu_admit_predicted /
             gpu_growth / gpu_memory_fraction / gpu_concurrency / compile_threads: the engine's settings
@@ -82,6 +86,7 @@ class RunConfig(_EngineOptions):
     round_size: int | None = Field(None, ge=1)
     candidate_budget: int | None = Field(None, ge=1)
     max_per_signature: int = Field(3, ge=1)
+    skip_full_signatures: bool = True
     skip_filters: list[str] = Field(default_factory=list)
     compile_autotune: bool = False
     thresholds: dict[str, dict[str, Any]] = Field(default_factory=dict)

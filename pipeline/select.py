@@ -98,6 +98,32 @@ def _categories(row) -> list[str]:
         return []
 
 
+def signature_keys(rows: pd.DataFrame) -> list[tuple[str, str]]:
+    """Per row, what the cap of ``select_tasks`` counts: (``data_source``, JSON of [sorted seed ops, dtype]),
+    dtype ``float32`` when the row has none."""
+    dtypes = rows["dtype"].fillna("float32") if "dtype" in rows else pd.Series(["float32"] * len(rows))
+    return [(str(r.data_source), json.dumps([sorted(_seed_ops(r)), d]))
+            for r, d in zip(rows.itertuples(), dtypes, strict=True)]
+
+
+def full_signatures(pool: pd.DataFrame, max_per_signature: int) -> set[tuple[str, str]]:
+    """The ``signature_keys`` of ``pool`` (accepted rows) held by at least ``max_per_signature`` distinct tasks:
+    selection takes no more of them, so a candidate with such a key need not be filtered."""
+    from collections import Counter
+
+    counts = Counter(signature_keys(pool.drop_duplicates("task_id")))
+    return {k for k, n in counts.items() if n >= max_per_signature}
+
+
+def capped_out(candidates: pd.DataFrame, accepted: pd.DataFrame, max_per_signature: int) -> set[str]:
+    """Task ids of ``candidates`` (not themselves in ``accepted``) whose ``signature_keys`` already hold
+    ``max_per_signature`` tasks of ``accepted``: filtering them cannot add a selected task."""
+    full = full_signatures(accepted, max_per_signature)
+    seen = set(accepted["task_id"])
+    return {t for t, key in zip(candidates["task_id"], signature_keys(candidates), strict=True)
+            if key in full and t not in seen}
+
+
 def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int = 0,
                  max_per_signature: int = 3) -> Selection:
     """Choose up to ``n`` rows of ``pool`` (columns ``task_id``, ``ops``, ``data_source``, optional
@@ -113,8 +139,7 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
     order = list(range(len(pool)))
     rng.shuffle(order)
     rank = {i: r for r, i in enumerate(order)}
-    dtypes = pool["dtype"].fillna("float32") if "dtype" in pool else pd.Series(["float32"] * len(pool))
-    signature = [json.dumps([sorted(_seed_ops(r)), d]) for r, d in zip(pool.itertuples(), dtypes, strict=True)]
+    signature = [sig for _, sig in signature_keys(pool)]
     buckets: dict[str, dict[str, list[int]]] = {}
     for i in order:
         b = pool.at[i, "data_source"]

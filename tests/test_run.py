@@ -333,3 +333,26 @@ def test_vocabulary_harvest_runs_in_a_child_beside_the_probes(tmp_path):
     vocab = load_vocabulary(path)
     assert len(vocab.models) > 100 and all(vocab.values(a) for a in ("hidden", "seq", "heads", "channels"))
     assert set(vocab.axes) == set(AXES)
+
+
+def test_candidates_of_a_full_signature_are_not_filtered():
+    """``capped_out``: a new round's candidates whose (data_source, op set, dtype) already holds the cap of accepted
+    tasks are skipped; another dtype, another bucket or a signature below the cap is filtered; and selecting from
+    the accepted pool with or without them gives as many tasks."""
+    from opforge.pipeline.select import capped_out, full_signatures
+
+    def row(i, ops, dtype="float32", source="torch#2"):
+        return {"task_id": f"t{i}", "ops": json.dumps(ops), "data_source": source, "dtype": dtype}
+
+    accepted = pd.DataFrame([row(i, ["nn.Linear", "F.gelu"]) for i in range(3)]
+                            + [row(10, ["nn.Conv2d", "F.relu"])])
+    new = pd.DataFrame([row(20, ["F.gelu", "nn.Linear"]), row(21, ["nn.Linear", "F.gelu"], "bfloat16"),
+                        row(22, ["nn.Linear", "F.gelu"], source="torch#3"), row(23, ["nn.Conv2d", "F.relu"]),
+                        row(1, ["nn.Linear", "F.gelu"])])
+    assert full_signatures(accepted, 3) == {("torch#2", json.dumps([["F.gelu", "nn.Linear"], "float32"]))}
+    assert capped_out(new, accepted, 3) == {"t20"}
+    assert capped_out(new, accepted, 4) == set() and capped_out(new, accepted, 1) == {"t20", "t23"}
+    shares = bucket_shares({2: 1.0}, 0.0)
+    both = pd.concat([accepted, new[new.task_id.isin(capped_out(new, accepted, 3))]], ignore_index=True)
+    assert len(select_tasks(both, 10, shares, max_per_signature=3).rows) == \
+        len(select_tasks(accepted, 10, shares, max_per_signature=3).rows)
