@@ -12,7 +12,7 @@ public sizes of the task (so as many kernels are built, each shared by its episo
 honest >= 1 (2 or 3 when faster than eager / ``torch.compile``), hard-coded and wrong -1.
 
 Writes ``results/<machine>/env_episodes.json`` through ``record.py`` (``--out FILE``: a scratch copy there
-instead): the settings, the device, ``summary`` (``harness.episodes.episode_summary``: episodes,
+instead; each episode is also appended to ``<out>.partial.jsonl`` as it ends): the settings, the device, ``summary`` (``harness.episodes.episode_summary``: episodes,
 episodes/min over the wall time of all episodes, reward counts, statuses, mean reward per agent, medians of
 turns and episode seconds) and one short record per episode. The wall time includes the builds (one per public
 size) and the cluster's start is excluded.
@@ -24,6 +24,7 @@ import argparse
 import importlib.util
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -94,11 +95,22 @@ def main(argv: list[str] | None = None) -> dict:
     config = EnvConfig(device=args.device, final=final, include_rules=False)
     workers = args.workers or default_workers(args.device)
     handle = open_cluster(args.device, workers)
+    # each episode as it ends, so a run cut by a time limit still shows what finished and when
+    partial = (Path(args.out) if args.out else Path(tempfile.gettempdir()) / "env_episodes").with_suffix(".partial.jsonl")
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    partial.write_text("")
+
+    def keep(i: int, r: dict) -> None:
+        with open(partial, "a") as fh:
+            fh.write(json.dumps({"episode": i, "at_s": round(time.perf_counter() - t0, 2),
+                                 **{k: r[k] for k in ("task_id", "agent", "reward", "status", "turns", "seconds")}})
+                     + "\n")
+
     try:
         t0 = time.perf_counter()
         results = run_episodes([agents.scripted_agent(k, args.device, args.profile) for k in kinds], task_ids,
                                tasks, config, client=handle.client, parallel=args.parallel,
-                               build_root=args.build_root, progress=sys.stderr.isatty())
+                               build_root=args.build_root, progress=sys.stderr.isatty(), on_result=keep)
         seconds = time.perf_counter() - t0
         description = handle.description
     finally:

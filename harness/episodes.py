@@ -42,11 +42,13 @@ def run_episode(agent: Agent, task_id: str, tasks: pd.DataFrame, config: EnvConf
 
 def run_episodes(agents: Sequence[Agent], task_ids: Sequence[str], tasks: pd.DataFrame, config: EnvConfig,
                  client=None, parallel: int = 64, workers: int | None = None, build_root: str | None = None,
-                 progress: bool = True) -> list[dict[str, Any]]:
+                 progress: bool = True, on_result: Callable[[int, dict[str, Any]], None] | None = None
+                 ) -> list[dict[str, Any]]:
     """Episode ``i`` runs ``agents[i]`` on ``task_ids[i]``, ``parallel`` episodes at once; results in input order
     (``run_episode``'s dicts). ``client``: a ``distributed.Client`` (default: a cluster for ``config.device``
     with ``workers`` evaluations at once - on CUDA per GPU, default ``engine.cluster.default_workers`` - closed
-    afterwards).
+    afterwards). ``on_result(i, result)`` is called as each episode ends (e.g. to keep what finished when a
+    time-limited run is cut).
 
     Raises:
         ValueError: ``agents`` and ``task_ids`` differ in length.
@@ -69,6 +71,8 @@ def run_episodes(agents: Sequence[Agent], task_ids: Sequence[str], tasks: pd.Dat
                        for i, (a, t) in enumerate(zip(agents, task_ids, strict=True))}
             for fut in as_completed(futures):
                 results[futures[fut]] = fut.result()
+                if on_result is not None:
+                    on_result(futures[fut], results[futures[fut]])
                 bar.update(1)
     finally:
         if handle is not None:

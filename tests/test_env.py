@@ -233,6 +233,9 @@ def test_env_benchmark_script_on_cpu(tmp_path, build_root):
     assert s["per_agent_mean_reward"]["scripted_honest"] >= 1.0
     assert s["per_agent_mean_reward"]["scripted_hardcoded"] == -1.0
     assert s["per_agent_mean_reward"]["scripted_wrong"] == -1.0
+    partial = [json.loads(line) for line in out.with_suffix(".partial.jsonl").read_text().splitlines()]
+    assert sorted(p["episode"] for p in partial) == [0, 1, 2]  # each episode kept as it ended
+    assert sorted(p["reward"] for p in partial) == sorted(e["reward"] for e in res["episodes"])
 
 
 def test_verifiers_taskset_and_episode_loop(tasks, build_root, tmp_path, monkeypatch):
