@@ -4,7 +4,7 @@ so this module imports none of its users.
 
 * ``run_child``: ``python -m MODULE STEP REQUEST.json RESULT.json`` (e.g. the harness's extension build),
   stdout and stderr in a log file; on timeout the child's whole process group is killed (compilers
-  included).
+  included), and so are the groups of its descendants (``kill_tree``).
 * ``ServerProcess``: ``python -m MODULE ROLE FD``, a server that answers messages (``engine.protocol``) over
   a socket pair until it is closed (the harness runs its candidate in one, its reference in another).
 
@@ -41,7 +41,7 @@ def run_child(module: str, step: str, request: dict[str, Any], work_dir: Path, t
         try:
             code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            kill_tree(proc.pid)
             proc.wait()
             return {"ok": False, "error": f"timeout: {step} ran past {timeout_s:g} s", "log": str(log)}, \
                 time.perf_counter() - t0
@@ -53,6 +53,30 @@ def run_child(module: str, step: str, request: dict[str, Any], work_dir: Path, t
     tail = log.read_text(errors="replace")[-800:]
     return {"ok": False, "error": f"{step} child exited with code {code} and no result: {tail}",
             "log": str(log)}, seconds
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL the process group of ``pid`` and of every process descended from it, found from the process
+    table (never from a file a child could write): a child's own one-shot servers start sessions of their
+    own, so killing the child's group alone would leave them running (a stopped one for ever)."""
+    import psutil
+
+    try:
+        descendants = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        descendants = []
+    groups = {pid}
+    for d in descendants:
+        try:
+            groups.add(os.getpgid(d.pid))
+        except OSError:
+            continue
+    groups.discard(os.getpgrp())  # never this process's own group
+    for g in groups:
+        try:
+            os.killpg(g, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 class ServerProcess:

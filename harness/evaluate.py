@@ -24,7 +24,6 @@ tolerance) unless ``atol`` / ``rtol`` are given.
 from __future__ import annotations
 
 import hashlib
-import os
 import sys
 import tempfile
 import time
@@ -219,7 +218,8 @@ def _grade(task: dict[str, Any], model_new: str, module_path: str | None, config
            alone: bool, variants: list[dict[str, int]]) -> dict[str, Any]:
     """``Grader.run``'s fields: in a process of its own where ``GRADER_IN_CHILD`` says so for the device
     (``harness.grader_child``), else here. A grader process that overruns the evaluation's time by
-    ``GRADER_CHILD_MARGIN_S`` is killed with its servers (``timeout``); one that dies gives ``crash``."""
+    ``GRADER_CHILD_MARGIN_S`` is killed with its servers (``engine.oneshot.kill_tree``; ``timeout``); one that
+    dies gives ``crash``."""
     from opforge.harness.grader import Grader
 
     if not GRADER_IN_CHILD.get(config.device, True):
@@ -229,32 +229,17 @@ def _grade(task: dict[str, Any], model_new: str, module_path: str | None, config
     request = {"task": {"task_id": str(task["task_id"]), "code": task["code"]}, "model_new": model_new,
                "module_path": module_path, "config": config.model_dump(mode="json"), "work_dir": str(work_dir),
                "alone": alone, "variants": variants}
-    out, _ = run_child("opforge.harness.grader_child", "grade", request, work_dir / "grader",
+    # its request and result live in a private folder of their own, not beside the candidate's working folder
+    private = Path(tempfile.mkdtemp(prefix="opforge-grader-"))
+    out, _ = run_child("opforge.harness.grader_child", "grade", request, private,
                        config.eval_timeout_s + GRADER_CHILD_MARGIN_S)
     log = out.pop("log", None)
     if out.pop("ok", False):
         out.setdefault("logs", {})["grader"] = log
         return out
-    _kill_servers(work_dir)
     error = str(out.get("error"))
     return {"status": "timeout" if error.startswith("timeout") else "crash", "error": f"grader: {error[:800]}",
             "logs": {"grader": log}}
-
-
-def _kill_servers(work_dir: Path) -> None:
-    """Kill the process groups named in ``work_dir/servers.pid`` (a killed grader's servers; a paused
-    candidate would otherwise wait for ever)."""
-    import signal
-
-    try:
-        pids = [int(p) for p in (work_dir / "servers.pid").read_text().split()]
-    except (OSError, ValueError):
-        return
-    for pid in pids:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def _null():

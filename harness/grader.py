@@ -195,14 +195,11 @@ class Grader:
             raise Verdict("incorrect", f"{text}\n{server.log_tail(800)}") from None
         return reply, out, (time.perf_counter() - t0) * 1e3
 
-    def _server(self, role: str, pids: Path, *others: ServerProcess) -> ServerProcess:
-        """Start the ``role`` server and list its process (and ``others``) in ``pids``."""
+    def _server(self, role: str) -> ServerProcess:
+        """Start the ``role`` server (the reference in the work directory, the candidate in its own)."""
         if role == "reference":
-            server = ServerProcess(SERVER_MODULE, role, self.work_dir, self.work_dir / "reference.log", trusted=True)
-        else:
-            server = ServerProcess(SERVER_MODULE, role, self.work_dir / role, self.work_dir / f"{role}.log")
-        pids.write_text(" ".join(str(s.proc.pid) for s in (*others, server)) + "\n")
-        return server
+            return ServerProcess(SERVER_MODULE, role, self.work_dir, self.work_dir / "reference.log", trusted=True)
+        return ServerProcess(SERVER_MODULE, role, self.work_dir / role, self.work_dir / f"{role}.log")
 
     def _admit(self, ref: ServerProcess) -> None:
         """The reference server's ``admit`` step (``harness.reference_process.admit``); waits as long as the
@@ -235,19 +232,18 @@ class Grader:
         out: dict[str, Any] = {"hacks": [], "flags": []}
         ref = cand = None
         slots: list[SlotSet] = []
-        pids = self.work_dir / "servers.pid"  # for a parent that has to kill this process (harness.grader_child)
         try:
             if self.cuda:
                 # GPU memory for the whole evaluation, admitted before this evaluation holds the device's lock:
                 # one waiting for memory must not hold up, even shared, one that holds memory and waits to time
-                ref = self._server("reference", pids)
+                ref = self._server("reference")
                 self._admit(ref)
             # the servers' start (imports of torch) is CPU work a neighbour's timing must not share: the lock
             # is held shared from here until both are set up (on CUDA the reference's import came before)
             self._startup = self.lock.shared()
             self._startup.__enter__()
-            ref = ref or self._server("reference", pids)
-            cand = self._server("candidate", pids, ref)
+            ref = ref or self._server("reference")
+            cand = self._server("candidate")
             self.logs = {"reference": str(ref.log), "candidate": str(cand.log)}
             out.update(self._schedule(ref, cand, slots))
             out["status"] = "correct"

@@ -9,8 +9,8 @@ This process never imports candidate code either (``harness.grader``).
 
 REQUEST (JSON): ``task`` (``task_id``, ``code``), ``model_new``, ``module_path``, ``config`` (an
 ``EvalConfig`` as JSON), ``work_dir``, ``alone``, ``variants``. RESULT (JSON): ``Grader.run``'s fields and
-``"ok": true``. The servers' process ids go to ``WORK_DIR/servers.pid`` as they start, so a parent that
-has to kill this process (``harness.evaluate``) can kill them too.
+``"ok": true``. A parent that has to kill this process kills its servers with it
+(``engine.oneshot.kill_tree``, from the process table).
 """
 
 from __future__ import annotations
