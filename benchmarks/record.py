@@ -28,7 +28,6 @@ import socket
 import subprocess
 import sys
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 VERSIONED = ("torch", "triton", "transformers", "dask", "distributed", "datasets", "numpy")
 
 
-def _git(*args: str) -> str | None:
+def git(*args: str) -> str | None:
+    """``git -C <repository> ARGS``'s stripped output, None outside git or when it fails."""
     try:
         return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True,
                               timeout=30).stdout.strip()
@@ -46,27 +46,12 @@ def _git(*args: str) -> str | None:
         return None
 
 
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def gpus() -> list[dict[str, str]]:
-    """``nvidia-smi``'s GPUs: name, memory (MiB) and driver each; empty without one. CUDA is not initialised."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30,
-                             check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    rows = []
-    for line in out.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 3:
-            rows.append({"name": parts[0], "memory_mib": parts[1], "driver": parts[2]})
-    return rows
+    """``nvidia-smi``'s GPUs: name, memory (MiB) and driver each (``opforge.engine.ledger.gpus``); empty
+    without one. CUDA is not initialised."""
+    from opforge.engine.ledger import gpus as listed
+
+    return [{k: g[k] for k in ("name", "memory_mib", "driver")} for g in listed()]
 
 
 def _command() -> str:
@@ -103,8 +88,10 @@ def describe() -> dict[str, Any]:
     ``composer`` (``opforge.compose.composer.GENERATOR``).
     """
     gpu_list = gpus()
-    versions: dict[str, Any] = {"python": platform.python_version(), "opforge": _version("opforge")}
-    versions.update({d: _version(d) for d in VERSIONED})
+    from opforge.engine.ledger import dist_version
+
+    versions: dict[str, Any] = {"python": platform.python_version(), "opforge": dist_version("opforge")}
+    versions.update({d: dist_version(d) for d in VERSIONED})
     try:
         import torch
 
@@ -121,9 +108,9 @@ def describe() -> dict[str, Any]:
         from opforge.compose.composer import GENERATOR
     except ImportError:
         GENERATOR = None  # noqa: N806
-    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
     return {
-        "commit": _git("rev-parse", "HEAD"),
+        "commit": git("rev-parse", "HEAD"),
         "dirty": bool(dirty) if dirty is not None else None,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": _command(),

@@ -79,7 +79,6 @@ import random
 import re
 import shlex
 import socket
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -91,6 +90,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # sibling benchmark modules
 
 import realism  # noqa: E402
+import record  # noqa: E402
 
 MEASURE_VERSION = 1
 OPS6K_CANDIDATES = (ROOT / "runs" / "reference" / "cuda_agent_ops_6k.parquet",
@@ -477,14 +477,6 @@ def sample_measures(rows: list[dict[str, Any]], sample: list[int], recs: list[di
             "realism": figures, "realism_targets": realism.check_targets(figures)}
 
 
-def _git(*args: str) -> str | None:
-    try:
-        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True,
-                              timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
 def _describe(argv: list[str] | None) -> dict[str, Any]:
     """What produced the result: commit (``-dirty`` with uncommitted changes to tracked files), date,
     command line, machine (hostname, CPU count, platform) and versions (python, torch, transformers)."""
@@ -496,8 +488,8 @@ def _describe(argv: list[str] | None) -> dict[str, Any]:
         tf_version = transformers.__version__
     except ImportError:
         tf_version = None
-    commit = _git("rev-parse", "HEAD")
-    if commit and _git("status", "--porcelain", "--untracked-files=no"):
+    commit = record.git("rev-parse", "HEAD")
+    if commit and record.git("status", "--porcelain", "--untracked-files=no"):
         commit += "-dirty"
     return {
         "commit": commit,

@@ -34,27 +34,41 @@ def json_safe(obj: Any) -> Any:
     return obj
 
 
-def _version(dist: str) -> str | None:
+def dist_version(dist: str) -> str | None:
+    """The installed version of distribution ``dist`` (``importlib.metadata``), None when not installed."""
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
 
 
-def gpu_names() -> list[str]:
-    """GPU model names from ``nvidia-smi`` (empty when there is none). Never initialises CUDA here."""
+def gpus() -> list[dict[str, str]]:
+    """One dict per GPU ``nvidia-smi`` lists (``index``, ``name``, ``memory_mib``, ``driver``); empty without
+    NVIDIA's tools or GPUs. Never initialises CUDA. Honours ``CUDA_VISIBLE_DEVICES`` only as far as
+    ``nvidia-smi`` does (not)."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30, check=True).stdout
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30,
+                             check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    return [line.strip() for line in out.splitlines() if line.strip()]
+    rows = []
+    for line in out.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 4:
+            rows.append({"index": parts[0], "name": parts[1], "memory_mib": parts[2], "driver": parts[3]})
+    return rows
+
+
+def gpu_names() -> list[str]:
+    """GPU model names from ``nvidia-smi`` (``gpus``; empty when there is none). Never initialises CUDA."""
+    return [g["name"] for g in gpus()]
 
 
 def environment(device: str) -> dict[str, Any]:
     """What results depend on besides the item and the settings: library versions, Python, machine, device
     model (the versions of the deciding logic are the callers' settings: per filter, the grader's)."""
-    env = {"torch": _version("torch"), "transformers": _version("transformers"), "triton": _version("triton"),
+    env = {"torch": dist_version("torch"), "transformers": dist_version("transformers"), "triton": dist_version("triton"),
            "python": platform.python_version(), "machine": platform.machine(), "device": device}
     if device == "cuda":
         names = gpu_names()

@@ -8,40 +8,16 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
 import sys
-from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from opforge.engine.ledger import dist_version, gpus
 
 # Distributions whose versions matter to opforge's results or its bugs, in report order.
 DISTRIBUTIONS = ("opforge", "torch", "triton", "transformers", "datasets", "huggingface_hub", "dask",
                  "distributed", "dask-cuda", "typer", "pydantic", "pandas", "pyarrow", "numpy", "networkx",
                  "datasketch", "rapidfuzz", "trl")
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def gpus() -> list[dict[str, str]]:
-    """One dict per GPU ``nvidia-smi`` lists (``index``, ``name``, ``memory`` in MiB, ``driver``); empty
-    without NVIDIA's tools or GPUs. Honours ``CUDA_VISIBLE_DEVICES`` only as far as ``nvidia-smi`` does (not)."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30,
-                             check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    rows = []
-    for line in out.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 4:
-            rows.append({"index": parts[0], "name": parts[1], "memory_mib": parts[2], "driver": parts[3]})
-    return rows
 
 
 def cache_dirs() -> dict[str, str]:
@@ -78,7 +54,7 @@ def collect() -> dict[str, Any]:
     info: dict[str, Any] = {
         "python": f"{platform.python_version()} ({sys.executable})",
         "platform": platform.platform(),
-        "versions": {d: _version(d) for d in DISTRIBUTIONS},
+        "versions": {d: dist_version(d) for d in DISTRIBUTIONS},
         "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
     }
