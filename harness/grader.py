@@ -204,13 +204,16 @@ class Grader:
     def _admit(self, ref: ServerProcess) -> None:
         """The reference server's ``admit`` step (``harness.reference_process.admit``); waits as long as the
         evaluation's time allows."""
-        cfg = self.cfg
-        reply, _, _ = self._ask(ref, {"op": "admit", "task_code": self.task["code"], "task_id": str(self.task["task_id"]),
-                                      "gpu_memory_fraction": cfg.gpu_memory_fraction, "gpu_admit_gib": cfg.gpu_admit_gib,
-                                      "alone": self.alone, "variants": self.variants,
-                                      "input_sets": max(2, cfg.input_sets)})
+        reply, _, _ = self._ask(ref, {"op": "admit", **self._admission()})
         if not reply.get("ok"):
             raise Verdict("load_error", f"reference admission: {reply.get('error')}\n{ref.log_tail()}")
+
+    def _admission(self) -> dict[str, Any]:
+        """What the reference needs to size the evaluation's GPU reservation (its ``admit`` and ``setup``)."""
+        cfg = self.cfg
+        return {"task_code": self.task["code"], "task_id": str(self.task["task_id"]),
+                "gpu_memory_fraction": cfg.gpu_memory_fraction, "gpu_admit_gib": cfg.gpu_admit_gib,
+                "alone": self.alone, "variants": self.variants, "input_sets": max(2, cfg.input_sets)}
 
     def _end_startup(self) -> None:
         if self._startup is not None:
@@ -273,11 +276,8 @@ class Grader:
         cfg = self.cfg
         common = {"device": self.device, "threads": self.threads, "allow_tf32": cfg.allow_tf32}
         with self.lock.shared():
-            info, payload, _ = self._ask(ref, {
-                "op": "setup", "task_code": self.task["code"], "task_id": str(self.task["task_id"]),
-                "seed": secrets.randbits(62), "gpu_memory_fraction": cfg.gpu_memory_fraction,
-                "gpu_admit_gib": cfg.gpu_admit_gib, "alone": self.alone, "variants": self.variants,
-                "input_sets": max(2, cfg.input_sets), **common})
+            info, payload, _ = self._ask(ref, {"op": "setup", **self._admission(), "seed": secrets.randbits(62),
+                                               **common})
             if not info.get("ok"):
                 raise _reference_failed(info, f"reference: {info.get('error')}\n{ref.log_tail()}")
         result: dict[str, Any] = {"precision": info.get("config", {})}

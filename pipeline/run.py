@@ -195,7 +195,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     handle = None
     warming: list = []
     warm_up = None
-    rounds: list[Path] = []
+    rounds: list[pd.DataFrame] = []  # each round's candidates, read once
     not_filtered: set[str] = set()  # task ids of candidates skipped for a full signature (skip_full_signatures)
     selection = pool = None
     stop_reason = ""
@@ -212,11 +212,11 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
                     warming = warm_sandboxes(handle, settings, run_dir / "filter")
                 seconds["cluster_start"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            rounds.append(_compose_round(cfg, catalog, k, run_dir, progress))
-            candidates = pd.concat([pd.read_parquet(p) for p in rounds], ignore_index=True)
+            rounds.append(pd.read_parquet(_compose_round(cfg, catalog, k, run_dir, progress)))
+            candidates = pd.concat(rounds, ignore_index=True)
             if cfg.skip_full_signatures and pool is not None:
                 # decided from the verdicts of the earlier rounds only, so a resumed run skips the same ones
-                not_filtered |= capped_out(pd.read_parquet(rounds[-1]), pool, cfg.max_per_signature)
+                not_filtered |= capped_out(rounds[-1], pool, cfg.max_per_signature)
             candidates[~candidates["task_id"].isin(not_filtered)].to_parquet(run_dir / "candidates.parquet",
                                                                              index=False)
             seconds["compose"] += time.perf_counter() - t0
