@@ -5,11 +5,12 @@
     python benchmarks/harness_bench.py --device cpu --workers 2            # -> results/cpu-<N>core/harness_batch.json
 
 With ``--device cpu`` the task and solutions are those of ``tests/harness_cases.py`` (a small task with a
-C++ extension and cheats of the same kinds), so the batch measurement runs on any machine. Two CPU
-measurements of the grader itself:
+C++ extension and cheats of the same kinds), so the batch measurement runs on any machine. Two
+measurements of the grader itself (``--overhead`` on CPU only):
 
     python benchmarks/harness_bench.py --device cpu --overhead 5          # -> harness_overhead.json
     python benchmarks/harness_bench.py --device cpu --consistency 5 --batch 16   # -> harness_consistency.json
+    python benchmarks/harness_bench.py --consistency 5 --batch 16 --workers 16   # the same on CUDA
 
 ``--overhead N``: the honest solution evaluated N times in a row (build cached): wall seconds per
 evaluation and the verify / profile parts (run it once per code version for a before / after).
@@ -64,15 +65,15 @@ def main() -> None:
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--skip-solutions", action="store_true", help="only the batch (step 2)")
     p.add_argument("--overhead", type=int, default=0, help="CPU: evaluations of the honest solution in a row")
-    p.add_argument("--consistency", type=int, default=0, help="CPU: repeats of alone vs batch (opforge eval)")
+    p.add_argument("--consistency", type=int, default=0, help="repeats of alone vs batch (opforge harness eval)")
     args = p.parse_args()
     args.name = args.name or ("harness_overhead" if args.device == "cpu" and args.overhead else
-                              "harness_consistency" if args.device == "cpu" and args.consistency else
+                              "harness_consistency" if args.consistency else
                               "harness_batch" if args.device == "cpu" or args.skip_solutions else "harness_solutions")
     if args.device == "cpu" and args.overhead:
         return cpu_overhead(args)
-    if args.device == "cpu" and args.consistency:
-        return cpu_consistency(args)
+    if args.consistency:
+        return consistency(args)
     if args.device == "cpu":
         return cpu_batch(args)
     tasks = load_tasks(ROOT / "tasks.jsonl")
@@ -187,39 +188,49 @@ def cpu_overhead(args) -> None:
     _save(args, out)
 
 
-def cpu_consistency(args) -> None:
-    """Reward of one honest solution alone and in a batch of ``args.batch`` through ``opforge eval``."""
+def consistency(args) -> None:
+    """Reward of one honest solution alone and in a batch of ``args.batch`` through ``opforge harness eval``
+    (its default local cluster; ``--workers`` evaluations at once on CUDA). CPU: the test suite's task and C++
+    solution, ``--no-compile``; CUDA: the first task of ``harness_solutions/`` and its hand-written kernel, with
+    the ``torch.compile`` baseline. Every copy has its own task id and the same code and solution."""
     import shutil
     import subprocess
     import sys
 
-    cases = _cases()
     work = Path(tempfile.mkdtemp(prefix="opforge-consistency-"))
-    rows = [{"task_id": f"scale_relu_{i:02d}", "code": cases.TASK, "data_source": "torch#2"}
-            for i in range(args.batch)]
+    if args.device == "cpu":
+        cases = _cases()
+        code, source, files = cases.TASK, "torch#2", cases.HONEST
+        extra = ["--no-compile"]
+    else:
+        tasks = load_tasks(ROOT / "tasks.jsonl")
+        tid = tasks.index[0]
+        code, source = tasks.loc[tid, "code"], tasks.loc[tid, "data_source"]
+        files = Solution.from_dir(ROOT / tid).files
+        extra = ["--device", "cuda", "--workers", str(args.workers)]
+    rows = [{"task_id": f"honest_{i:02d}", "code": code, "data_source": source} for i in range(args.batch)]
     (work / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     for n, name in ((1, "alone"), (args.batch, "batch")):
         for r in rows[:n]:
-            Solution(cases.HONEST).write_to(work / name / r["task_id"])
-    out: dict = {"alone": [], "batch": [], "batch_size": args.batch}
+            Solution(files).write_to(work / name / r["task_id"])
+    out: dict = {"device": args.device, "alone": [], "batch": [], "batch_size": args.batch, "extra_args": extra}
     for rep in range(args.consistency):
         for name in ("alone", "batch"):
             report = work / f"report_{name}_{rep}"
             shutil.rmtree(report, ignore_errors=True)
             t0 = time.perf_counter()
             subprocess.run([sys.executable, "-m", "opforge.pipeline.cli", "harness", "eval", str(work / "tasks.jsonl"),
-                            str(work / name), str(report), "--no-compile", "--quiet"], check=True,
-                           capture_output=True)
+                            str(work / name), str(report), *extra, "--quiet"], check=True, capture_output=True)
             res = [json.loads(line) for line in (report / "results.jsonl").read_text().splitlines()]
             out[name].append({"wall_s": time.perf_counter() - t0, "rewards": [r["reward"] for r in res],
                               "speedups": [r.get("speedup_eager") for r in res],
+                              "speedups_compile": [r.get("speedup_compile") for r in res],
                               "eager_ms": [r.get("eager_ms") for r in res],
                               "status": sorted({r["status"] for r in res})})
             print(name, rep, json.dumps(out[name][-1]), flush=True)
+            rewards = [x for key in ("alone", "batch") for r in out[key] for x in r["rewards"]]
+            out["reward_range"] = [min(rewards), max(rewards)]
             _save(args, out)
-    rewards = [x for name in ("alone", "batch") for r in out[name] for x in r["rewards"]]
-    out["reward_range"] = [min(rewards), max(rewards)]
-    _save(args, out)
 
 
 if __name__ == "__main__":
