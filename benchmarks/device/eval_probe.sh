@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One CUDA evaluation with the grader in its own process, then one with it in the caller's (eval_probe.py);
+# DUMP_AT seconds into each, a state dump under $OUT/probe/<mode>/: process tree, GPU lock and budget files,
+# nvidia-smi, then SIGABRT to every opforge process (PYTHONFAULTHANDLER prints each one's Python stacks into
+# its log). Usage: DUMP_AT=150 LIMIT=170 bash benchmarks/device/eval_probe.sh
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+. benchmarks/device/device_setup.sh > "$OUT/setup.log" 2>&1 || { cat "$OUT/setup.log"; exit 1; }
+export PYTHONFAULTHANDLER=1
+for mode in ${MODES:-child in-process}; do
+    P=$OUT/probe/$mode
+    mkdir -p "$P"
+    flag=""; [ "$mode" = in-process ] && flag=--in-process
+    python3 benchmarks/device/eval_probe.py --work "$P/work" $flag --repeat "${REPEAT:-1}" > "$P/probe.log" 2>&1 &
+    PID=$!
+    T0=$(date +%s)
+    while kill -0 $PID 2>/dev/null && [ $(( $(date +%s) - T0 )) -lt "${DUMP_AT:-150}" ]; do sleep 1; done
+    if kill -0 $PID 2>/dev/null; then
+        ps -eo pid,ppid,pgid,stat,etimes,rss,args --forest > "$P/ps.txt"
+        for f in /tmp/opforge-gpu-* /tmp/.opforge-gpu-*; do [ -e "$f" ] && { echo "== $f"; cat "$f"; echo; }; done > "$P/locks.txt" 2>&1
+        ls -la /tmp > "$P/tmp_ls.txt"
+        nvidia-smi > "$P/smi.txt" 2>&1
+        pkill -ABRT -f "eval_probe.py|opforge\." ; sleep 3; pkill -KILL -f "eval_probe.py|opforge\."
+    fi
+    wait $PID
+    echo "$mode rc=$? wall_s=$(( $(date +%s) - T0 ))" | tee -a "$OUT/probe/times.txt"
+    find "$P/work" -name "*.so" -delete 2>/dev/null
+    find "$P/work" -name "*.o" -delete 2>/dev/null
+done
