@@ -24,7 +24,9 @@ def main() -> None:
     ap.add_argument("--in-process", action="store_true")
     ap.add_argument("--repeat", type=int, default=1)
     args = ap.parse_args()
-    from opforge.harness import evaluate as ev
+    import importlib
+
+    ev = importlib.import_module("opforge.harness.evaluate")
     from opforge.harness.dataset import get_task, load_tasks
     from opforge.harness.solution import Solution
 
