@@ -2,16 +2,18 @@
 # One CUDA evaluation with the grader in its own process, then one with it in the caller's (eval_probe.py);
 # DUMP_AT seconds into each, a state dump under $OUT/probe/<mode>/: process tree, GPU lock and budget files,
 # nvidia-smi, then SIGABRT to every opforge process (PYTHONFAULTHANDLER prints each one's Python stacks into
-# its log). Usage: DUMP_AT=150 LIMIT=170 bash benchmarks/device/eval_probe.sh
+# its log). Usage: MODES="child in-process" CASES="harness redteam" DUMP_AT=150 bash benchmarks/device/eval_probe.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 . benchmarks/device/device_setup.sh > "$OUT/setup.log" 2>&1 || { cat "$OUT/setup.log"; exit 1; }
 export PYTHONFAULTHANDLER=1
 for mode in ${MODES:-child in-process}; do
-    P=$OUT/probe/$mode
+  for case in ${CASES:-harness}; do
+    P=$OUT/probe/$mode-$case
     mkdir -p "$P"
     flag=""; [ "$mode" = in-process ] && flag=--in-process
-    python3 benchmarks/device/eval_probe.py --work "$P/work" $flag --repeat "${REPEAT:-1}" > "$P/probe.log" 2>&1 &
+    python3 benchmarks/device/eval_probe.py --work "$P/work" $flag --case "$case" --repeat "${REPEAT:-1}" \
+        > "$P/probe.log" 2>&1 &
     PID=$!
     T0=$(date +%s)
     while kill -0 $PID 2>/dev/null && [ $(( $(date +%s) - T0 )) -lt "${DUMP_AT:-150}" ]; do sleep 1; done
@@ -23,7 +25,12 @@ for mode in ${MODES:-child in-process}; do
         pkill -ABRT -f "eval_probe.py|opforge\." ; sleep 3; pkill -KILL -f "eval_probe.py|opforge\."
     fi
     wait $PID
-    echo "$mode rc=$? wall_s=$(( $(date +%s) - T0 ))" | tee -a "$OUT/probe/times.txt"
-    find "$P/work" -name "*.so" -delete 2>/dev/null
-    find "$P/work" -name "*.o" -delete 2>/dev/null
+    echo "$mode $case rc=$? wall_s=$(( $(date +%s) - T0 ))" | tee -a "$OUT/probe/times.txt"
+    # the servers' and the grader process's logs (Python stacks included), flat; the build tree stays
+    mkdir -p "$P/logs"
+    for f in "$P"/work/eval*/*.log /tmp/opforge-grader-*/grade.log; do
+        [ -e "$f" ] && cp "$f" "$P/logs/$(echo "${f#/}" | tr / _)"
+    done
+    rm -rf "$P/work" /tmp/opforge-grader-*
+  done
 done
