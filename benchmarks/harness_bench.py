@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -128,6 +129,9 @@ def score_batch(dataset, completions, ids, expect, config, device: str, workers:
         "verify_s_total": sum(r.get("verify_s") or 0 for r in res),
         "profile_s_total": sum(r.get("profile_s") or 0 for r in res),
         "eval_child_s_total": sum(r.get("eval_s") or 0 for r in res),
+        # median seconds of the grader's steps over the batch (EvalResult.phases_s: admit, setup, draw, total)
+        "phases_median_s": {k: statistics.median(r["phases_s"][k] for r in res if k in (r.get("phases_s") or {}))
+                            for k in sorted({k for r in res for k in (r.get("phases_s") or {})})},
         "cheats_all_minus_one": all(r == -1 for r, k in zip(rewards, expect, strict=True) if k != "honest"),
         "honest_rewards": [r for r, k in zip(rewards, expect, strict=True) if k == "honest"],
         "status": {s: sum(1 for r in res if r["status"] == s) for s in {r["status"] for r in res}},

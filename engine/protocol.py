@@ -14,7 +14,8 @@ Grader -> server (``op``):
   target on the input slots (indices) with the non-tensor arguments ``scalars`` (positions as in the task's
   ``get_inputs()``), copy its flat outputs into the output slots, synchronise the device, reply. Timed and
   checked calls are the same message.
-* ``draw`` (reference only): fresh inputs for the given seeds, returned as a blob.
+* ``draw`` (reference only): fresh inputs for the given seeds, written into the given slots of the reference's
+  own slot set; the reply holds their layouts.
 * ``exit``.
 
 Server -> grader: ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``; a ``call`` reply holds

@@ -108,6 +108,7 @@ class EvalResult(BaseModel):
     timing: dict[str, Any] = {}  # per function: median / min / max / wall / hint median ms, trials
     overhead_ms: float | None = None  # median wall - hint of the reference's eager calls (harness.grader)
     variants_checked: int = 0  # hidden shape variants the candidate answered correctly (harness.grader)
+    phases_s: dict[str, float] = {}  # seconds of the grader's steps: admit, setup, draw, total (harness.grader)
     device: str = "cpu"
     logs: dict[str, str] = {}
 

@@ -48,7 +48,6 @@ the verdict depends on:
 
 from __future__ import annotations
 
-import io
 import math
 import secrets
 import statistics
@@ -164,6 +163,9 @@ class Grader:
         self.lock = timing_lock(self.device)
         self._startup = None
         self.logs: dict[str, str] = {}
+        # seconds of the evaluation's steps (EvalResult.phases_s): admit (reference start and GPU memory
+        # admission, CUDA), setup (both servers ready), draw (the reference's input draws), total
+        self.phases: dict[str, float] = {}
 
     # -- plumbing ------------------------------------------------------------------------------------
     def _left(self) -> float:
@@ -227,22 +229,22 @@ class Grader:
             self._l2 = l2_flush_buffer(torch.device(self.device))
         return self._l2
 
-    def _load(self, blob: bytes | None) -> Any:
-        return torch.load(io.BytesIO(blob or b""), map_location=self.device, weights_only=True)
-
     # -- the evaluation ----------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         out: dict[str, Any] = {"hacks": [], "flags": []}
         ref = cand = None
         slots: list[SlotSet] = []
+        t0 = time.perf_counter()
         try:
             if self.cuda:
                 # GPU memory for the whole evaluation, admitted before this evaluation holds the device's lock:
                 # one waiting for memory must not hold up, even shared, one that holds memory and waits to time
                 ref = self._server("reference")
                 self._admit(ref)
+                self.phases["admit"] = time.perf_counter() - t0
             # the servers' start (imports of torch) is CPU work a neighbour's timing must not share: the lock
             # is held shared from here until both are set up (on CUDA the reference's import came before)
+            self._t_setup = time.perf_counter()
             self._startup = self.lock.shared()
             self._startup.__enter__()
             ref = ref or self._server("reference")
@@ -269,7 +271,9 @@ class Grader:
             if ref is not None:
                 ref.close()
             self.lock.close()
+        self.phases["total"] = time.perf_counter() - t0
         out["logs"] = self.logs
+        out["phases_s"] = {k: round(v, 3) for k, v in self.phases.items()}
         return out
 
     def _schedule(self, ref: ServerProcess, cand: ServerProcess, slot_sets: list[SlotSet]) -> dict[str, Any]:
@@ -303,6 +307,10 @@ class Grader:
             return out
 
         c_slots, r_slots = allocate(cset), allocate(rset)
+        # the reference draws each shape's input sets straight into slots of its own set (device to device):
+        # the grader copies them into both servers' input slots, and nothing drawn crosses the socket
+        d_slots = {key: [[rset.new(a["shape"], dtype_from(a["dtype"]))[0] for a in lay if a["tensor"]]
+                         for _ in range(n)] for key, (lay, _olay, n) in shapes.items()}
         c_in, c_out = c_slots[None]
         r_in, r_out = r_slots[None]
         with self.lock.shared():
@@ -321,6 +329,7 @@ class Grader:
                 raise Verdict(status, reply.get("error"))
         result["weights_missing"] = reply.get("weights_missing")
         self._end_startup()
+        self.phases["setup"] = time.perf_counter() - self._t_setup
 
         # the final check: the re-verify rounds and each variant's rounds, in a secret random order
         final: list[Any] = ["reverify"] * cfg.reverify_trials + [j for j in shapes if j is not None
@@ -339,18 +348,24 @@ class Grader:
             queue = pending[variant]
             if not queue:
                 want, n = shapes[variant][0], shapes[variant][2]
-                msg = {"op": "draw", "seeds": [secrets.randbits(62) for _ in range(n)]}
+                targets = d_slots[variant]
+                msg = {"op": "draw", "seeds": [secrets.randbits(62) for _ in range(n)], "slots": targets}
                 if variant is not None:
                     msg["variant"] = variant
+                t0 = time.perf_counter()
                 with self.lock.shared():
-                    reply, blob, _ = self._ask(ref, msg)
+                    reply, _, _ = self._ask(ref, msg)
+                self.phases["draw"] = self.phases.get("draw", 0.0) + time.perf_counter() - t0
                 if not reply.get("ok"):
                     raise _reference_failed(reply, f"reference draw: {reply.get('error')}")
-                for values, lay in zip(self._load(blob), reply["layouts"], strict=True):
-                    if [(a["tensor"], a.get("shape"), a.get("dtype")) for a in lay] != \
-                            [(a["tensor"], a.get("shape"), a.get("dtype")) for a in want]:
-                        raise Verdict("load_error", "the task's get_inputs() changes shapes or dtypes between draws")
-                    queue.append((values, lay))
+                layouts = reply.get("layouts") or []
+                if len(layouts) != n or any([(a["tensor"], a.get("shape"), a.get("dtype")) for a in lay] !=
+                                            [(a["tensor"], a.get("shape"), a.get("dtype")) for a in want]
+                                            for lay in layouts) or reply.get("copied") is not True:
+                    raise Verdict("load_error", "the task's get_inputs() changes shapes or dtypes between draws")
+                for idx, lay in zip(targets, layouts, strict=True):
+                    tensors = iter(idx)
+                    queue.append(([rset.tensors[next(tensors)] if a["tensor"] else a["value"] for a in lay], lay))
             return queue.pop(0)
 
         slowest: dict[str, float] = {}  # target -> slowest untimed call, ms

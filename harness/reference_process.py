@@ -15,7 +15,9 @@ The reply lists each variant's input and output layouts, or its error.
 
 Targets: ``eager`` (the model) and ``compile`` (``torch.compile(model)``, Inductor default mode, compiled on
 its first call). ``draw``: ``get_inputs()`` (of variant ``variant`` when the message names one) after
-``torch.manual_seed(seed)`` for each of the message's ``seeds``; blob: ``torch.save`` bytes of the list of input lists (tensors on the device).
+``torch.manual_seed(seed)`` for each of the message's ``seeds``, its tensors copied into the grader's slots
+``slots`` (per seed, one slot index per tensor, in order; slots of this server's set, so a draw never crosses
+the socket); reply: each set's layout (JSON values included) and ``copied``.
 """
 
 from __future__ import annotations
@@ -89,10 +91,11 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
 
     server.targets["compile"] = compile_target
 
-    def handle_draw(m: dict[str, Any], _blob) -> tuple[dict[str, Any], bytes]:
+    def handle_draw(m: dict[str, Any], _blob) -> tuple[dict[str, Any], None]:
         v = m.get("variant")
         sets = [draw(s) if v is None else variants[v]["draw"](s) for s in m["seeds"]]
-        return {"ok": True, "layouts": [_layout(s, "get_inputs()") for s in sets]}, _save(sets)
+        layouts = [_layout(s, "get_inputs()") for s in sets]
+        return {"ok": True, "layouts": layouts, "copied": _into_slots(server, sets, m["slots"])}, None
 
     server.handlers["draw"] = handle_draw
     # the same per-call bookkeeping as the candidate's server, so both sides' calls cost the same
@@ -105,6 +108,29 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
              "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")} for o in outputs],
              "variants": [{k: v for k, v in var.items() if k != "draw"} for var in variants]}
     return server, reply, _save({"init_inputs": init_inputs, "state": state})
+
+
+def _into_slots(server: Server, sets: list[list[Any]], targets: list[list[int]]) -> bool:
+    """Copy each drawn set's tensors into the grader's slots ``targets`` (per set, the slot index of each
+    tensor in order), then synchronise the device. False, and nothing copied, when a set's tensors do not
+    match their slots in count, shape and dtype (the grader's layout check names the fault)."""
+    if len(sets) != len(targets):
+        return False
+    pairs = []
+    for values, idx in zip(sets, targets, strict=True):
+        tensors = [x for x in values if isinstance(x, torch.Tensor)]
+        if len(tensors) != len(idx):
+            return False
+        for i, x in zip(idx, tensors, strict=True):
+            slot = server.slots[i]
+            if slot.shape != x.shape or slot.dtype != x.dtype:
+                return False
+            pairs.append((slot, x))
+    for slot, x in pairs:
+        slot.copy_(x)
+    if server.device == "cuda":
+        torch.cuda.synchronize()
+    return True
 
 
 _ADMITTED: dict[str, Any] = {}  # this process's admission (one evaluation per process)

@@ -7,7 +7,8 @@
 #   harness  benchmarks/harness_bench.py --skip-solutions --batch 64 --workers 16 (rewards/min, issue #22)
 #   env      benchmarks/env_episodes.py --device cuda --episodes 64 (episodes/min, issue #26)
 #   ab       benchmarks/device/engine_ab.sh (old engine vs this tree on the same candidates, issue #23)
-#   redteam  pytest -m gpu tests/test_grader_redteam_gpu.py (the grader's CUDA red-team suite, issue #22)
+#   redteam  pytest -m gpu tests/test_grader_redteam_gpu.py (the grader's CUDA red-team suite, issue #22; with
+#            -n REDTEAM_N (8) evaluations at once when pytest-xdist is carried in .whl/)
 #   consistency  benchmarks/harness_bench.py --consistency 5 --batch 16 (one honest kernel alone vs in a batch)
 set -uo pipefail
 . benchmarks/device/device_setup.sh > /dev/null || exit 1
@@ -30,7 +31,8 @@ for job in ${JOBS:-harness env ab}; do
             CANDS=${CANDS:-runs/ab/cands_1100.parquet} WORK=/tmp/engine_ab OUT="$S" \
                 timeout "${AB_TOTAL_S:-600}" $PIN bash benchmarks/device/engine_ab.sh > "$S/ab.log" 2>&1 ;;
         redteam)
-            timeout "${REDTEAM_S:-400}" $PIN python3 -m pytest -q -m gpu -p no:cacheprovider -rA --durations=15 \
+            XDIST=""; python3 -c "import xdist" 2>/dev/null && XDIST="-n ${REDTEAM_N:-8}"
+            timeout "${REDTEAM_S:-400}" $PIN python3 -m pytest -q -m gpu -p no:cacheprovider -rA --durations=15 $XDIST \
                 tests/test_grader_redteam_gpu.py > "$S/redteam.log" 2>&1 ;;
         consistency)
             timeout "${CONS_S:-400}" $PIN python3 benchmarks/harness_bench.py --consistency "${CONS_REPEATS:-5}" \
