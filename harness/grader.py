@@ -61,6 +61,12 @@ from opforge.engine.protocol import ProtocolError, pack_pair
 from opforge.harness.slots import SlotSet, dtype_from
 
 SERVER_MODULE = "opforge.harness.server"  # the model servers' entry point (``harness.server``)
+# environment of both model servers. OpenMP threads sleep at once when idle instead of spinning: the eager
+# model's ATen pool and the OpenMP pool of Inductor's compiled C++ kernel (a second runtime in the same
+# process) otherwise spin against each other, and the CPU compile baseline of tests/harness_cases.py's task
+# measured 3.5-4.0 ms instead of 0.1-0.3 ms in 2 of 5 evaluations on a 2-core machine (0 of 6 with PASSIVE;
+# docs/benchmark-log.md, 2026-11-23 night)
+SERVER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 # A timed call slower than this many times its kind's slowest untimed call (verification and warm-up calls
 # on the same inputs' shapes, the device shared) is a stall, not noise; the floor covers sub-ms calls.
@@ -200,8 +206,9 @@ class Grader:
     def _server(self, role: str) -> ServerProcess:
         """Start the ``role`` server (the reference in the work directory, the candidate in its own)."""
         if role == "reference":
-            return ServerProcess(SERVER_MODULE, role, self.work_dir, self.work_dir / "reference.log", trusted=True)
-        return ServerProcess(SERVER_MODULE, role, self.work_dir / role, self.work_dir / f"{role}.log")
+            return ServerProcess(SERVER_MODULE, role, self.work_dir, self.work_dir / "reference.log", env=SERVER_ENV,
+                                 trusted=True)
+        return ServerProcess(SERVER_MODULE, role, self.work_dir / role, self.work_dir / f"{role}.log", env=SERVER_ENV)
 
     def _admit(self, ref: ServerProcess) -> None:
         """The reference server's ``admit`` step (``harness.reference_process.admit``); waits as long as the

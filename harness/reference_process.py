@@ -3,7 +3,8 @@
 
 Setup: on CUDA, admission of the whole evaluation to the GPU's memory budget (``harness.gpu_memory``: predicted
 on fake tensors before any GPU work, grown to the measured layouts and peak after setup); pin the same
-runtime settings as the candidate's server (``harness.guard.pin_config``), load the task
+runtime settings as the candidate's server (``harness.guard.pin_config``) and Inductor's ``compile_threads``
+to ``COMPILE_THREADS``, load the task
 (``opforge.task.source.load_task``), build ``Model(*get_init_inputs())`` after ``torch.manual_seed(seed)``
 (a seed the grader draws per evaluation), run it once on one draw of inputs to learn the output layout.
 Reply: the input layout (per position: a tensor's shape and dtype, or a JSON value) and the output layout;
@@ -29,6 +30,10 @@ from typing import Any
 import torch
 from opforge.harness.guard import config_state, pin_config
 from opforge.harness.server import Server
+
+
+# Inductor compile_threads of the reference server (see setup)
+COMPILE_THREADS = 1
 
 
 def _layout(values: list[Any], where: str) -> list[dict[str, Any]]:
@@ -57,8 +62,14 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
     from opforge.engine.execution import flatten_tensors
     from opforge.task.source import load_task
 
+    import torch._inductor.config as inductor_config
+
     device = msg["device"]
     pinned = pin_config(msg["threads"], msg["allow_tf32"])
+    # Inductor compiles the compile baseline's kernels in this process, as the filter stage's sandboxes do
+    # (engine.settings: compile_threads 1): a pool of compile processes per evaluation would put one process
+    # per core next to every neighbour's timing (16 of ~380 MB each per reference server on a 16-core H200 host)
+    inductor_config.compile_threads = COMPILE_THREADS
     budget = (_ADMITTED.get("budget") or admit(msg)["budget"]) if device == "cuda" else None
     task = load_task(msg["task_code"], msg["task_id"])
     torch.manual_seed(int(msg["seed"]))
