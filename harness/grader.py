@@ -172,6 +172,7 @@ class Grader:
         # seconds of the evaluation's steps (EvalResult.phases_s): admit (reference start and GPU memory
         # admission, CUDA), setup (both servers ready), draw (the reference's input draws), total
         self.phases: dict[str, float] = {}
+        self._t_setup = 0.0  # perf_counter when the servers' setup began
 
     # -- plumbing ------------------------------------------------------------------------------------
     def _left(self) -> float:

@@ -31,7 +31,6 @@ import torch
 from opforge.harness.guard import config_state, pin_config
 from opforge.harness.server import Server
 
-
 # Inductor compile_threads of the reference server (see setup)
 COMPILE_THREADS = 1
 
@@ -59,10 +58,9 @@ def _save(obj: Any) -> bytes:
 
 def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, Any], bytes]:
     """Build the reference (see the module docstring). Raises what the task raises (a broken task)."""
+    import torch._inductor.config as inductor_config
     from opforge.engine.execution import flatten_tensors
     from opforge.task.source import load_task
-
-    import torch._inductor.config as inductor_config
 
     device = msg["device"]
     pinned = pin_config(msg["threads"], msg["allow_tf32"])
