@@ -26,10 +26,10 @@ for mode in ${MODES:-child in-process}; do
     fi
     wait $PID
     echo "$mode $case rc=$? wall_s=$(( $(date +%s) - T0 ))" | tee -a "$OUT/probe/times.txt"
-    # the servers' and the grader process's logs (Python stacks included), flat; the build tree stays
-    mkdir -p "$P/logs"
+    # the servers' and the grader process's logs (Python stacks included) beside probe.log: the device tool
+    # brings back no folder deeper than $OUT/probe/<mode-case>/
     for f in "$P"/work/eval*/*.log /tmp/opforge-grader-*/grade.log; do
-        [ -e "$f" ] && cp "$f" "$P/logs/$(echo "${f#/}" | tr / _)"
+        [ -e "$f" ] && cp "$f" "$P/log_$(basename "$(dirname "$f")")_$(basename "$f")"
     done
     rm -rf "$P/work" /tmp/opforge-grader-*
   done
