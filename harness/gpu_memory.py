@@ -64,14 +64,11 @@ def evaluation_bytes(shapes: list[Shape]) -> int:
 
 def layout_bytes(layout: list[dict]) -> int:
     """Bytes of the tensors of a layout (``harness.reference_process``: dicts with ``shape`` and ``dtype``;
-    entries with ``"tensor": False`` are JSON values and count 0)."""
-    import torch
+    entries with ``"tensor": False`` are JSON values and count 0). Raises ValueError for a dtype name that is
+    not a torch dtype (``harness.slots.dtype_from``)."""
+    import math
 
-    total = 0
-    for a in layout:
-        if a.get("tensor", True):
-            n = 1
-            for d in a["shape"]:
-                n *= int(d)
-            total += n * torch.empty((), dtype=getattr(torch, a["dtype"])).element_size()
-    return total
+    from opforge.harness.slots import dtype_from
+
+    return sum(math.prod(int(d) for d in a["shape"]) * dtype_from(a["dtype"]).itemsize
+               for a in layout if a.get("tensor", True))

@@ -110,11 +110,12 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
     # the same per-call bookkeeping as the candidate's server, so both sides' calls cost the same
     server.after_call = lambda: {"violations": [], "config": sorted(k for k, v in config_state().items()
                                                                     if pinned[k] != v)}
+    in_layout = _layout(sample, "get_inputs()")
+    out_layout = [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")} for o in outputs]
     if budget is not None:
-        _grow(budget, msg, sample, outputs, variants)
+        _grow(budget, msg, in_layout, out_layout, variants)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()} if isinstance(model, torch.nn.Module) else {}
-    reply = {"ok": True, "config": pinned, "inputs": _layout(sample, "get_inputs()"),
-             "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")} for o in outputs],
+    reply = {"ok": True, "config": pinned, "inputs": in_layout, "outputs": out_layout,
              "variants": [{k: v for k, v in var.items() if k != "draw"} for var in variants]}
     return server, reply, _save({"init_inputs": init_inputs, "state": state})
 
@@ -194,15 +195,15 @@ def predicted_need_gib(msg: dict[str, Any], device: str) -> float | None:
     return evaluation_bytes(shapes) / 2**30
 
 
-def _grow(budget, msg: dict[str, Any], sample: list[Any], outputs: list[torch.Tensor],
+def _grow(budget, msg: dict[str, Any], in_layout: list[dict[str, Any]], out_layout: list[dict[str, Any]],
           variants: list[dict[str, Any]]) -> None:
     """Grow the evaluation's reservation (never waiting) to ``harness.gpu_memory.evaluation_bytes`` over the
-    measured layouts and this process's measured peak, when that is more than was admitted."""
+    measured layouts (the public shape's ``in_layout`` / ``out_layout`` and each variant's) and this process's
+    measured peak, when that is more than was admitted."""
     from opforge.harness.gpu_memory import VARIANT_SETS, Shape, evaluation_bytes, layout_bytes
 
     peak = torch.cuda.max_memory_reserved()
-    shapes = [Shape(int(msg.get("input_sets") or 4), layout_bytes(_layout(sample, "get_inputs()")),
-                    sum(o.numel() * o.element_size() for o in outputs), peak)]
+    shapes = [Shape(int(msg.get("input_sets") or 4), layout_bytes(in_layout), layout_bytes(out_layout), peak)]
     for v in variants:
         if "error" not in v:
             shapes.append(Shape(VARIANT_SETS, layout_bytes(v["inputs"]), layout_bytes(v["outputs"]), peak))
