@@ -384,3 +384,34 @@ def test_a_reference_out_of_memory_is_oom_and_a_broken_task_load_error(build_roo
     broken_row = {**oom_row, "task_id": "broken_task", "code": oom_row["code"].replace("MemoryError", "ValueError")}
     res = evaluate(broken_row, Solution(HONEST), FAST, build_root=build_root)
     assert res.status == "load_error" and res.reward == -1.0, res
+
+
+def test_the_reference_draws_into_the_graders_slots_or_not_at_all():
+    """Drawn inputs land in the grader's slots (shared files on CPU) only when every tensor matches its slot
+    in shape and dtype; a mismatch copies nothing (no broadcasting into a larger slot)."""
+    import torch
+    from opforge.harness.reference_process import _into_slots
+    from opforge.harness.server import Server
+    from opforge.harness.slots import SlotSet, map_slots
+
+    grader = SlotSet("cpu")
+    try:
+        a, _ = grader.new([4, 3], torch.float32)
+        b, _ = grader.new([5], torch.int64)
+        c, _ = grader.new([4, 3], torch.float32)
+        server = Server("cpu")
+        server.slots = map_slots([s.as_dict() for s in grader.specs], None)
+        first = [torch.randn(4, 3), 7, torch.arange(5)]
+        second = [torch.randn(4, 3)]
+        assert _into_slots(server, [first, second], [[a, b], [c]]) is True
+        assert torch.equal(grader.tensors[a], first[0]) and torch.equal(grader.tensors[b], first[2])
+        assert torch.equal(grader.tensors[c], second[0])
+        before = [t.clone() for t in grader.tensors]
+        for bad in ([torch.randn(1, 3), 7, torch.arange(5)],          # broadcastable, wrong shape
+                    [torch.randn(4, 3).double(), 7, torch.arange(5)],  # wrong dtype
+                    [torch.randn(4, 3), 7]):                           # a tensor missing
+            assert _into_slots(server, [second, bad], [[c], [a, b]]) is False
+            assert all(torch.equal(x, y) for x, y in zip(grader.tensors, before, strict=True))
+        assert _into_slots(server, [first], [[a, b], [c]]) is False  # sets and targets differ in number
+    finally:
+        grader.close()
