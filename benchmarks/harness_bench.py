@@ -11,6 +11,7 @@ measurements of the grader itself (``--overhead`` on CPU only):
     python benchmarks/harness_bench.py --device cpu --overhead 5          # -> harness_overhead.json
     python benchmarks/harness_bench.py --device cpu --consistency 5 --batch 16   # -> harness_consistency.json
     python benchmarks/harness_bench.py --consistency 5 --batch 16 --workers 16   # the same on CUDA
+    python benchmarks/harness_bench.py --consistency 5 --batch 16 --workers 16 --case scale_relu  # near eager
 
 ``--overhead N``: the honest solution evaluated N times in a row (build cached): wall seconds per
 evaluation and the verify / profile parts (run it once per code version for a before / after).
@@ -67,6 +68,10 @@ def main() -> None:
     p.add_argument("--skip-solutions", action="store_true", help="only the batch (step 2)")
     p.add_argument("--overhead", type=int, default=0, help="CPU: evaluations of the honest solution in a row")
     p.add_argument("--consistency", type=int, default=0, help="repeats of alone vs batch (opforge harness eval)")
+    p.add_argument("--case", choices=["harness", "scale_relu"], default="harness",
+                   help="--consistency on CUDA: a harness_solutions kernel or the scripted agent's honest kernel")
+    p.add_argument("--task", default=None, help="--case harness: the task id of harness_solutions/ (default the first)")
+    p.add_argument("--size", default="16x1024x2048", help="--case scale_relu: batch x seq_len x channels")
     args = p.parse_args()
     args.name = args.name or ("harness_overhead" if args.device == "cpu" and args.overhead else
                               "harness_consistency" if args.consistency else
@@ -192,34 +197,66 @@ def cpu_overhead(args) -> None:
     _save(args, out)
 
 
+def _consistency_case(args) -> tuple[str, str, dict[str, str], list[str], dict | None]:
+    """(task code, data source, solution files, extra CLI args, task row extras) of ``--case``."""
+    if args.device == "cpu":
+        cases = _cases()
+        return cases.TASK, "torch#2", cases.HONEST, ["--no-compile"], None
+    extra = ["--device", "cuda", "--workers", str(args.workers)]
+    if args.case == "harness":
+        tasks = load_tasks(ROOT / "tasks.jsonl")
+        tid = args.task or tasks.index[0]
+        if tid not in tasks.index:
+            raise SystemExit(f"--task {tid!r}: not in {ROOT / 'tasks.jsonl'} ({', '.join(tasks.index)})")
+        return tasks.loc[tid, "code"], tasks.loc[tid, "data_source"], Solution.from_dir(ROOT / tid).files, extra, None
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("scripted_agent", ROOT.parents[1] / "examples" / "scripted_agent.py")
+    agents = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(agents)
+    b, n, c = (int(v) for v in args.size.split("x"))
+    row = agents.task_row(f"scale_relu_{b}x{n}x{c}", b, n, c)
+    files = agents.kernel_files("honest", "cuda", b, n, c)
+    return row["code"], row["data_source"], files, extra, {k: row[k] for k in ("size_context", "shape_variants",
+                                                                                  "dtype")}
+
+
 def consistency(args) -> None:
     """Reward of one honest solution alone and in a batch of ``args.batch`` through ``opforge harness eval``
     (its default local cluster; ``--workers`` evaluations at once on CUDA). CPU: the test suite's task and C++
-    solution, ``--no-compile``; CUDA: the first task of ``harness_solutions/`` and its hand-written kernel, with
-    the ``torch.compile`` baseline. Every copy has its own task id and the same code and solution."""
+    solution, ``--no-compile``. CUDA, with the ``torch.compile`` baseline: ``--case harness``, a task of
+    ``harness_solutions/`` (``--task``, default the first) and its hand-written kernel (about 2x eager, near
+    ``torch.compile``); ``--case scale_relu``: the scripted agent's honest kernel of examples/scripted_agent.py
+    at ``--size`` (near eager's speed, so its reward sits on the 1.05 threshold). Every copy has its own task
+    id and the same code and solution. Each repeat is saved as it ends; with ``--out`` an existing file of the
+    same settings is resumed (its finished repeats kept)."""
     import shutil
     import subprocess
     import sys
 
     work = Path(tempfile.mkdtemp(prefix="opforge-consistency-"))
-    if args.device == "cpu":
-        cases = _cases()
-        code, source, files = cases.TASK, "torch#2", cases.HONEST
-        extra = ["--no-compile"]
-    else:
-        tasks = load_tasks(ROOT / "tasks.jsonl")
-        tid = tasks.index[0]
-        code, source = tasks.loc[tid, "code"], tasks.loc[tid, "data_source"]
-        files = Solution.from_dir(ROOT / tid).files
-        extra = ["--device", "cuda", "--workers", str(args.workers)]
-    rows = [{"task_id": f"honest_{i:02d}", "code": code, "data_source": source} for i in range(args.batch)]
+    code, source, files, extra, row_extra = _consistency_case(args)
+    rows = [{"task_id": f"honest_{i:02d}", "code": code, "data_source": source, **(row_extra or {})}
+            for i in range(args.batch)]
     (work / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     for n, name in ((1, "alone"), (args.batch, "batch")):
         for r in rows[:n]:
             Solution(files).write_to(work / name / r["task_id"])
-    out: dict = {"device": args.device, "alone": [], "batch": [], "batch_size": args.batch, "extra_args": extra}
+    settings = {"device": args.device, "case": args.case if args.device == "cuda" else "cpu",
+                "task": args.task if args.case == "harness" else args.size, "batch_size": args.batch,
+                "extra_args": extra}
+    out: dict = {**settings, "alone": [], "batch": []}
+    if args.out and Path(args.out).exists():
+        old = json.loads(Path(args.out).read_text())
+        if all(old.get(k) == v for k, v in settings.items()):
+            out.update(alone=old.get("alone", []), batch=old.get("batch", []))
+            print(f"resuming: {len(out['alone'])} alone, {len(out['batch'])} batch repeats done", flush=True)
+    keys = ("reward", "status", "speedup_eager", "speedup_compile", "eager_ms", "compile_ms", "candidate_ms",
+            "overhead_ms")
     for rep in range(args.consistency):
         for name in ("alone", "batch"):
+            if len(out[name]) > rep:
+                continue
             report = work / f"report_{name}_{rep}"
             shutil.rmtree(report, ignore_errors=True)
             t0 = time.perf_counter()
@@ -230,12 +267,13 @@ def consistency(args) -> None:
                               "speedups": [r.get("speedup_eager") for r in res],
                               "speedups_compile": [r.get("speedup_compile") for r in res],
                               "eager_ms": [r.get("eager_ms") for r in res],
-                              "status": sorted({r["status"] for r in res})})
-            print(name, rep, json.dumps(out[name][-1]), flush=True)
+                              "status": sorted({r["status"] for r in res}),
+                              "evaluations": [{k: r.get(k) for k in keys} | {"timing": r.get("timing")}
+                                              for r in res]})
+            print(name, rep, json.dumps({k: v for k, v in out[name][-1].items() if k != "evaluations"}), flush=True)
             rewards = [x for key in ("alone", "batch") for r in out[key] for x in r["rewards"]]
             out["reward_range"] = [min(rewards), max(rewards)]
             _save(args, out)
-
 
 if __name__ == "__main__":
     main()

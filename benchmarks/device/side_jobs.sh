@@ -9,7 +9,9 @@
 #   ab       benchmarks/device/engine_ab.sh (old engine vs this tree on the same candidates, issue #23)
 #   redteam  pytest -m gpu tests/test_grader_redteam_gpu.py (the grader's CUDA red-team suite, issue #22; with
 #            -n REDTEAM_N (8) evaluations at once when pytest-xdist is carried in .whl/)
-#   consistency  benchmarks/harness_bench.py --consistency 5 --batch 16 (one honest kernel alone vs in a batch)
+#   consistency  benchmarks/harness_bench.py --consistency 5 --batch 16 (one honest kernel alone vs in a batch;
+#            CONS_ARGS adds arguments, e.g. "--case scale_relu"; CONS_TAG suffixes the result's name; CONS_RESUME
+#            names an earlier result of the same settings to go on from)
 set -uo pipefail
 . benchmarks/device/device_setup.sh > /dev/null || exit 1
 OUT=${OUT:-/tmp/out}
@@ -35,8 +37,10 @@ for job in ${JOBS:-harness env ab}; do
             timeout "${REDTEAM_S:-400}" $PIN python3 -m pytest -q -m gpu -p no:cacheprovider -rA --durations=15 $XDIST \
                 tests/test_grader_redteam_gpu.py > "$S/redteam.log" 2>&1 ;;
         consistency)
+            C="$S/harness_consistency${CONS_TAG:-}.json"
+            [ -n "${CONS_RESUME:-}" ] && cp "$CONS_RESUME" "$C"
             timeout "${CONS_S:-400}" $PIN python3 benchmarks/harness_bench.py --consistency "${CONS_REPEATS:-5}" \
-                --batch 16 --workers 16 --out "$S/harness_consistency.json" 2>&1 | filt > "$S/consistency.log" ;;
+                --batch 16 --workers 16 ${CONS_ARGS:-} --out "$C" 2>&1 | filt > "$S/consistency${CONS_TAG:-}.log" ;;
         *) echo "unknown job $job" >> "$S/times.txt"; continue ;;
     esac
     echo "$job rc=$? wall_s=$(( $(date +%s) - T0 ))" | tee -a "$S/times.txt"
