@@ -105,7 +105,8 @@ class EvalResult(BaseModel):
     profile_s: float | None = None
     eval_s: float = 0.0
     precision: dict[str, Any] = {}
-    timing: dict[str, Any] = {}  # per function: median / min / max / wall / hint median ms, trials
+    # per function: median / min / max / wall / hint median ms, trials, and each timed round's walls_ms / hints_ms
+    timing: dict[str, Any] = {}
     overhead_ms: float | None = None  # median wall - hint of the reference's eager calls (harness.grader)
     variants_checked: int = 0  # hidden shape variants the candidate answered correctly (harness.grader)
     phases_s: dict[str, float] = {}  # seconds of the grader's steps: admit, setup, draw, total (harness.grader)

@@ -470,7 +470,8 @@ class Grader:
             wall, hint = med(walls[n]), med(hints[n])
             timing[n] = {"median_ms": min(max(hint, wall - overhead), wall), "trials": len(walls[n]),
                          "wall_median_ms": wall, "hint_median_ms": hint, "min_wall_ms": min(walls[n]),
-                         "max_wall_ms": max(walls[n])}
+                         "max_wall_ms": max(walls[n]), "walls_ms": [round(w, 4) for w in walls[n]],
+                         "hints_ms": [round(h, 4) for h in hints[n]]}
         result.update(max_error=worst, verify_s=t_verify, profile_s=t_profile, timing=timing,
                       overhead_ms=overhead, variants_checked=len(variant_rounds))
         return result
