@@ -93,6 +93,11 @@ class GpuLock:
     # backs off for BACKOFF_S (doubling per failed try, at most BACKOFF_MAX_S) with the turnstile free; a
     # shared acquisition waits at most GATE_S for the queued exclusive holders before it queues itself
     DRAIN_S, BACKOFF_S, BACKOFF_MAX_S, POLL_S, GATE_S = 0.25, 0.05, 1.0, 0.0005, 0.25
+    # a polling wait (a shared slot, the gate) sleeps POLL_S, then twice as long per failed try up to
+    # POLL_MAX_S: fifteen evaluations polling the gate every 0.5 ms while one times its round woke the host
+    # 30,000 times a second, and the timed calls of a near-eager kernel on an H200 came out 10-30 % slower
+    # in a batch of 16 than alone (benchmarks/results/h200/harness_consistency.json)
+    POLL_MAX_S = 0.008
 
     def __init__(self, gpu: str, name: str, before_release: Callable[[], None] | None = None, slots: int = 0):
         base = os.path.join(tempfile.gettempdir(), f"opforge-gpu-{gpu}.{name}")
@@ -150,9 +155,10 @@ class GpuLock:
             on_hold(True, self)
 
     def _poll(self, attempt: Callable[[], bool], timeout_s: float | None = None) -> None:
-        """Call ``attempt`` every ``POLL_S`` until it returns True or, with ``timeout_s``, that many seconds
-        after its first failure; reports waiting through ``on_wait`` once it has to wait."""
-        deadline, waiting = None, False
+        """Call ``attempt`` until it returns True or, with ``timeout_s``, that many seconds after its first
+        failure, sleeping ``POLL_S`` after the first failure and twice as long after each next one (at most
+        ``POLL_MAX_S``); reports waiting through ``on_wait`` once it has to wait."""
+        deadline, waiting, pause = None, False, self.POLL_S
         try:
             while not attempt():
                 if timeout_s is not None:
@@ -161,7 +167,8 @@ class GpuLock:
                     if now > deadline:
                         return
                 waiting = waiting or self._start_waiting()
-                time.sleep(self.POLL_S)
+                time.sleep(pause)
+                pause = min(2 * pause, self.POLL_MAX_S)
         finally:
             if waiting and on_wait is not None:
                 on_wait(False)

@@ -266,23 +266,30 @@ class Grader:
             out.update(status="oom", error=f"grader: {str(exc)[:300]}")
         finally:
             self._end_startup()
-            # the reference server holds the evaluation's GPU reservation (harness.gpu_memory): it exits last,
-            # after the candidate has unmapped the slots and this process has freed them and emptied its cache
-            if cand is not None:
-                cand.close()
-            for s in slots:
-                s.close()
-            slots.clear()
-            if self.cuda:
-                self.__dict__.pop("_l2", None)
-                torch.cuda.empty_cache()
-            if ref is not None:
-                ref.close()
+            # the teardown (servers' exits, their CUDA contexts, the slots' unmapping and freeing) is work on
+            # the device and its host a neighbour's timed round must not share: held shared, like the start
+            with self.lock.shared():
+                self._teardown(ref, cand, slots)
             self.lock.close()
         self.phases["total"] = time.perf_counter() - t0
         out["logs"] = self.logs
         out["phases_s"] = {k: round(v, 3) for k, v in self.phases.items()}
         return out
+
+    def _teardown(self, ref: ServerProcess | None, cand: ServerProcess | None, slots: list[SlotSet]) -> None:
+        """The servers' exits and the slots' release. The reference server holds the evaluation's GPU
+        reservation (``harness.gpu_memory``): it exits last, after the candidate has unmapped the slots and
+        this process has freed them and emptied its cache."""
+        if cand is not None:
+            cand.close()
+        for s in slots:
+            s.close()
+        slots.clear()
+        if self.cuda:
+            self.__dict__.pop("_l2", None)
+            torch.cuda.empty_cache()
+        if ref is not None:
+            ref.close()
 
     def _schedule(self, ref: ServerProcess, cand: ServerProcess, slot_sets: list[SlotSet]) -> dict[str, Any]:
         cfg = self.cfg
