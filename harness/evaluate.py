@@ -105,9 +105,10 @@ class EvalResult(BaseModel):
     profile_s: float | None = None
     eval_s: float = 0.0
     precision: dict[str, Any] = {}
-    # per function: median / min / max / wall / hint median ms, trials, and each timed round's walls_ms / hints_ms
+    # per function: median_ms (the time used), wall median / low quantile, hint median, min / max wall ms,
+    # trials, and each timed round's walls_ms / hints_ms (harness.grader)
     timing: dict[str, Any] = {}
-    overhead_ms: float | None = None  # median wall - hint of the reference's eager calls (harness.grader)
+    overhead_ms: float | None = None  # low quantile of wall - hint of the reference's eager calls (harness.grader)
     variants_checked: int = 0  # hidden shape variants the candidate answered correctly (harness.grader)
     phases_s: dict[str, float] = {}  # seconds of the grader's steps: admit, setup, draw, total (harness.grader)
     device: str = "cpu"
