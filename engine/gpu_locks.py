@@ -94,9 +94,8 @@ class GpuLock:
     # shared acquisition waits at most GATE_S for the queued exclusive holders before it queues itself
     DRAIN_S, BACKOFF_S, BACKOFF_MAX_S, POLL_S, GATE_S = 0.25, 0.05, 1.0, 0.0005, 0.25
     # a polling wait (a shared slot, the gate) sleeps POLL_S, then twice as long per failed try up to
-    # POLL_MAX_S: fifteen evaluations polling the gate every 0.5 ms while one times its round woke the host
-    # 30,000 times a second, and the timed calls of a near-eager kernel on an H200 came out 10-30 % slower
-    # in a batch of 16 than alone (benchmarks/results/h200/harness_consistency.json)
+    # POLL_MAX_S: fifteen evaluations polling the gate every 0.5 ms while one times its rounds would wake the
+    # host 30,000 times a second next to the timed calls; at POLL_MAX_S, under 2,000
     POLL_MAX_S = 0.008
 
     def __init__(self, gpu: str, name: str, before_release: Callable[[], None] | None = None, slots: int = 0):

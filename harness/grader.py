@@ -38,19 +38,16 @@ the verdict depends on:
 * Device: the timed rounds hold the device's timing lock exclusively (``engine.gpu_locks.GpuLock``:
   ``compute`` on the physical GPU, ``cpu.compute`` on CPU), consecutive rounds under one hold of at most
   ``TIMING_HOLD_S``; every other round holds it shared, so two evaluations never time at once and nothing
-  else of theirs runs meanwhile. A timed call
-  may take at most ``TIMED_CALL_FACTOR`` x the slowest untimed call of its kind (candidate, eager,
-  compile; at least ``TIMED_CALL_FLOOR_S``), else the evaluation ends ``timeout``: a candidate that stalls
-  only once timing starts cannot hold every other user of the device off for the whole evaluation
-  timeout. An untimed candidate call (held shared, which an exclusive waiter queues behind) may take at
-  most ``UNTIMED_CALL_FACTOR`` x the slowest eager call so far, at least ``UNTIMED_CALL_FLOOR_S``.
+  else of theirs runs meanwhile. A timed call may take at most ``TIMED_CALL_FACTOR`` x the slowest untimed
+  call of its kind (candidate, eager, compile; at least ``TIMED_CALL_FLOOR_S``), else the evaluation ends
+  ``timeout``: a candidate that stalls only once timing starts cannot hold every other user of the device
+  off for the whole evaluation timeout. An untimed candidate call (held shared, which an exclusive waiter
+  queues behind) may take at most ``UNTIMED_CALL_FACTOR`` x the slowest eager call so far, at least
+  ``UNTIMED_CALL_FLOOR_S``.
 * Quiet: between its calls the candidate's process group is stopped (``SIGSTOP`` / ``SIGCONT``), so
   no thread or child of it competes with the reference's timed calls. The reference server is stopped
-  between its calls the same way, so both sides of the speed-up wake from the same state and ``overhead``
-  includes the wake-up: under CPU load from other evaluations (builds, 16 at once on one H200) waking a
-  stopped process cost the candidate about 0.1 ms more per call than the running reference, so a kernel
-  near eager's speed scored 0.83-1.22 x eager in a batch of 16 against 1.06-1.16 x alone
-  (benchmarks/results/h200/harness_consistency.json).
+  between its calls the same way, so both sides of a speed-up wake from the same state and ``overhead``
+  (measured on the reference) includes the wake-up.
 * Verdict: ``hacked`` for a guard violation, a changed setting, an output that is not a plain strided
   tensor on the device or that aliases an input or weight, a modified input, or a malformed reply;
   ``incorrect`` for wrong values, count, shape or dtype, a failed call or a server that died; ``timeout``;
@@ -83,11 +80,11 @@ SERVER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 # low enough that the wake-up and socket delays, which only add, rarely reach it; high enough that one
 # unusually fast call does not set it (2 of 20 timed rounds lie at or below it).
 WALL_QUANTILE = 0.10
-# Consecutive timed rounds share one exclusive hold of the device while it has lasted less than this: rounds
-# timed one hold each, with other evaluations' rounds between them, started with the host's caches cold and
-# put a kernel near eager's speed at 0.87-1.11 x eager in a batch of 16 against 1.03-1.13 x alone on one
-# H200 (benchmarks/results/h200/harness_consistency.json); a hold this short delays the device's other
-# users (filter sandboxes, other evaluations) by about as much as one slow task's timing.
+# Consecutive timed rounds share one exclusive hold of the device while it has lasted less than this. Timed
+# one round per hold, with other evaluations' rounds between them, an honest kernel of about 0.5 ms per call
+# reported a median time 18 % longer in a batch of 16 than alone (eager's 10 %); within one hold, 5 % (eager's
+# 1 %) (one H200, docs/benchmark-log.md, 2026-11-26). A hold this short delays the device's other users
+# (filter sandboxes, other evaluations) by about as much as one slow task's timing.
 TIMING_HOLD_S = 1.0
 # A timed call slower than this many times its kind's slowest untimed call (verification and warm-up calls
 # on the same inputs' shapes, the device shared) is a stall, not noise; the floor covers sub-ms calls.
@@ -119,6 +116,34 @@ def _low(values: list[float]) -> float:
     if len(values) < 2:
         return float(values[0])
     return statistics.quantiles(values, n=100, method="inclusive")[round(WALL_QUANTILE * 100) - 1]
+
+
+def aggregate_timing(walls: dict[str, list[float]], hints: dict[str, list[float]]
+                     ) -> tuple[dict[str, dict[str, Any]], float]:
+    """Per target (``eager``, ``candidate``, ``compile``) the time of its timed calls, from this process's
+    wall ms and the servers' own (hint) ms of each call (see Time in the module docstring): ``median_ms`` =
+    ``max(median hint, low wall - overhead)``, at most the median wall, where ``low`` is the
+    ``WALL_QUANTILE`` quantile and ``overhead`` that quantile of eager's ``wall - hint``; with the median
+    and low walls, the median hint, the extremes, the trial count and every call's ms. Returns (timing,
+    overhead ms). Raises ValueError without eager's walls (the overhead's reference), or when a target's walls
+    and hints differ in length."""
+    if not walls.get("eager"):
+        raise ValueError("aggregate_timing: no timed eager calls, whose wall - hint is the overhead")
+    for n in walls:
+        if len(walls[n]) != len(hints.get(n, ())):
+            raise ValueError(f"aggregate_timing: {n}: {len(walls[n])} walls, {len(hints.get(n, ()))} hints")
+    med = statistics.median
+    overhead = _low([w - h for w, h in zip(walls["eager"], hints["eager"], strict=True)])
+    timing = {}
+    for n in walls:
+        if not walls[n]:
+            continue
+        wall, hint, low = med(walls[n]), med(hints[n]), _low(walls[n])
+        timing[n] = {"median_ms": min(max(hint, low - overhead), wall), "trials": len(walls[n]),
+                     "wall_median_ms": wall, "wall_low_ms": low, "hint_median_ms": hint,
+                     "min_wall_ms": min(walls[n]), "max_wall_ms": max(walls[n]),
+                     "walls_ms": [round(w, 4) for w in walls[n]], "hints_ms": [round(h, 4) for h in hints[n]]}
+    return timing, overhead
 
 
 def timing_lock(device: str):
@@ -503,19 +528,7 @@ class Grader:
             cand.request({"op": "exit"}, 5.0)
         except ProtocolError:
             pass
-        med = statistics.median
-        overhead = (_low([w - h for w, h in zip(walls["eager"], hints["eager"], strict=True)])
-                    if walls["eager"] else 0.0)
-        timing = {}
-        for n in names:
-            if not walls[n]:
-                continue
-            wall, hint, low = med(walls[n]), med(hints[n]), _low(walls[n])
-            timing[n] = {"median_ms": min(max(hint, low - overhead), wall), "trials": len(walls[n]),
-                         "wall_median_ms": wall, "wall_low_ms": low, "hint_median_ms": hint,
-                         "min_wall_ms": min(walls[n]),
-                         "max_wall_ms": max(walls[n]), "walls_ms": [round(w, 4) for w in walls[n]],
-                         "hints_ms": [round(h, 4) for h in hints[n]]}
+        timing, overhead = aggregate_timing(walls, hints)
         result.update(max_error=worst, verify_s=t_verify, profile_s=t_profile, timing=timing,
                       overhead_ms=overhead, variants_checked=len(variant_rounds))
         return result

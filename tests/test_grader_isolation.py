@@ -3,6 +3,7 @@ grader.py), fast: no extension is compiled. The end-to-end hack suite is tests/t
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from multiprocessing.connection import Pipe
@@ -186,3 +187,27 @@ json.dump({{"grader": [n for n in sys.modules if n.startswith("opforge.harness.g
     assert out.returncode == 0, out.stderr[-2000:]
     seen = json.loads(probe.read_text())
     assert seen == {"grader": [], "secrets": False}, seen
+
+
+def test_time_is_bounded_below_by_the_grader_wall_and_not_moved_by_wake_up_delays():
+    """``harness.grader.aggregate_timing``: a candidate that under-reports its own time is charged its wall
+    time less the reference's overhead; delays that only add (wake-ups, the socket) do not move the bound
+    of an honest candidate even when they hit most calls."""
+    from opforge.harness.grader import aggregate_timing
+
+    n = 20
+    spike = [0.5 if i % 20 < 11 else 0.0 for i in range(n)]  # 11 of 20 calls delayed by 0.5 ms
+    eager_h = [1.0 + 0.01 * (i % 3) for i in range(n)]
+    eager_w = [h + 0.3 + (0.4 if i % 4 == 0 else 0.0) for i, h in enumerate(eager_h)]
+    timing, overhead = aggregate_timing({"eager": eager_w, "candidate": [5.3 + s for s in spike]},
+                                        {"eager": eager_h, "candidate": [0.1] * n})
+    assert overhead == pytest.approx(0.3)
+    assert timing["candidate"]["median_ms"] == pytest.approx(5.0)  # the wall, not the claimed 0.1 ms
+    assert timing["eager"]["median_ms"] == pytest.approx(statistics.median(eager_h))
+    timing, _ = aggregate_timing({"eager": eager_w, "candidate": [0.8 + s for s in spike]},
+                                 {"eager": eager_h, "candidate": [0.5] * n})
+    assert timing["candidate"]["median_ms"] == pytest.approx(0.5)  # its own time; a median wall bound says 1.0
+    assert timing["candidate"]["walls_ms"] == [round(0.8 + s, 4) for s in spike]
+    assert timing["candidate"]["trials"] == n
+    with pytest.raises(ValueError, match="eager"):
+        aggregate_timing({"candidate": [1.0]}, {"candidate": [1.0]})
