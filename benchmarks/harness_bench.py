@@ -275,5 +275,6 @@ def consistency(args) -> None:
             out["reward_range"] = [min(rewards), max(rewards)]
             _save(args, out)
 
+
 if __name__ == "__main__":
     main()

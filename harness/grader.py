@@ -32,9 +32,9 @@ the verdict depends on:
   socket latency only ever add time: over 15 evaluations (alone, one H200) of an honest kernel of about
   0.5 ms per call, its speed-up over eager spread 0.97-1.17 (sd 0.064) with a median-based bound, 1.05-1.17
   (sd 0.031) with this one and 1.08-1.17 (sd 0.028) from the hints alone (docs/benchmark-log.md,
-  2026-11-26). On CPU each call
-  starts in a process that slept since its previous call (cold caches): a 64 x 256 elementwise task takes
-  about 0.14 ms per call here against 0.01 ms in a hot loop, on both sides of the speed-up.
+  2026-11-26). On CPU each call starts in a process that slept since its previous call (cold caches): a
+  64 x 256 elementwise task takes about 0.14 ms per call here against 0.01 ms in a hot loop, on both sides
+  of the speed-up.
 * Device: the timed rounds hold the device's timing lock exclusively (``engine.gpu_locks.GpuLock``:
   ``compute`` on the physical GPU, ``cpu.compute`` on CPU), consecutive rounds under one hold of at most
   ``TIMING_HOLD_S``; every other round holds it shared, so two evaluations never time at once and nothing
