@@ -196,7 +196,7 @@ def test_time_is_bounded_below_by_the_grader_wall_and_not_moved_by_wake_up_delay
     from opforge.harness.grader import aggregate_timing
 
     n = 20
-    spike = [0.5 if i % 20 < 11 else 0.0 for i in range(n)]  # 11 of 20 calls delayed by 0.5 ms
+    spike = [0.5 if i < 11 else 0.0 for i in range(n)]  # 11 of 20 calls delayed by 0.5 ms
     eager_h = [1.0 + 0.01 * (i % 3) for i in range(n)]
     eager_w = [h + 0.3 + (0.4 if i % 4 == 0 else 0.0) for i, h in enumerate(eager_h)]
     timing, overhead = aggregate_timing({"eager": eager_w, "candidate": [5.3 + s for s in spike]},
