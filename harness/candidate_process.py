@@ -1,13 +1,15 @@
 """The candidate's side of the grader: a one-shot server process that only runs ``ModelNew`` on the inputs
 it is given (``harness.server``, role ``candidate``).
 
-Setup, in this order (``setup``): pin the runtime settings (``harness.guard.pin_config``); enter the
+Setup, in this order (``setup``): pin the runtime settings (``harness.guard.pin_config``); snapshot the
+timing, synchronisation, event and statistics functions (``harness.timing_tamper.TimingSnapshot``); enter the
 dispatcher guard in this thread and every later one (``harness.guard.guard_all_threads``, construction
 rules); load the built extension; import ``model_new.py``; build ``ModelNew(*init_inputs)``; then forward
 rules, and the reference's weights are loaded (``load_state_dict``, non-strict: the names must match).
 
 This process holds no reference output, tolerance, seed, timing aggregate or verdict: each reply reports
-what was seen here (guard violations, changed settings, aliasing), and the grader decides.
+what was seen here (guard violations, changed settings, replaced timing functions, aliasing), and the grader
+decides.
 
 Setup message fields: ``model_new`` (source), ``module_path`` (built ``.so`` or None), ``device``,
 ``threads``, ``allow_tf32``, ``namespaces``, ``seed``, ``slots`` (``harness.slots.SlotSpec`` dicts, mapped
@@ -26,6 +28,7 @@ from typing import Any
 import torch
 from opforge.harness.guard import GuardState, config_state, guard_all_threads, pin_config
 from opforge.harness.server import Server
+from opforge.harness.timing_tamper import TimingSnapshot
 
 
 def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server | None, dict[str, Any], None]:
@@ -46,6 +49,7 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server | None, dict[
     init_inputs = payload.get("init_inputs", [])
     state_dict = payload.get("state", {})
     pinned = pin_config(msg["threads"], msg["allow_tf32"])
+    timing = TimingSnapshot()  # before any candidate code is imported
     server = Server(device)
     server.slots = map_slots(msg["slots"], ipc)
     state = GuardState(tuple(msg["namespaces"]))
@@ -79,12 +83,13 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server | None, dict[
     except BaseException as exc:  # noqa: BLE001 - the candidate does not import or build (a guard stop too)
         status = "oom" if isinstance(exc, Exception) and is_oom(exc) else "load_error"
         return None, {"ok": False, "status": status, "error": f"{type(exc).__name__}: {str(exc)[:500]}",
-                      "violations": list(state.violations)}, None
+                      "violations": list(state.violations), "timing": timing.changes()}, None
     server.targets["candidate"] = model
 
     def findings() -> dict[str, Any]:
         now = config_state()
-        return {"violations": list(state.violations), "config": sorted(k for k, v in now.items() if pinned[k] != v)}
+        return {"violations": list(state.violations), "config": sorted(k for k, v in now.items() if pinned[k] != v),
+                "timing": timing.changes()}
 
     server.after_call = findings
     return server, {"ok": True, "config": pinned, "weights_missing": missing, **findings()}, None

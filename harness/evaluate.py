@@ -5,7 +5,9 @@ Steps:
 
 1. the workspace (when given) against what ``opforge harness init`` recorded outside it
    (``harness.workspace``), and the harness's own modules by SHA-256 before and after;
-2. ``model_new.py`` against the static rules (``harness.policy``);
+2. ``model_new.py`` against the static rules (``harness.policy``) and the timing-tamper audit
+   (``harness.timing_tamper``: patched or wrapped clocks, synchronisation, events or statistics; behaviour by
+   call count, seed or repeated input);
 3. build ``kernels/`` into ``opforge_kernels`` (``harness.build``, cached by source hash) and audit the
    sources and the imported symbols of the ``.so`` (``harness.symbols``);
 4. verification and timing by ``harness.grader.Grader``: the reference and the candidate each in a one-shot
@@ -14,7 +16,7 @@ Steps:
 
 Statuses: ``build_error``, ``load_error`` (model_new.py does not import or build, weights do not load),
 ``incorrect``, ``hacked`` (any rule broken; ``hacks`` names which: ``protected_file:``, ``policy:``,
-``symbol:`` / ``source:``, ``torch_op:``, ``config:``, ``alias:``, ``input_modified:``, ``output:``,
+``timing:``, ``symbol:`` / ``source:``, ``torch_op:``, ``config:``, ``alias:``, ``input_modified:``, ``output:``,
 ``protocol:``), ``timeout``, ``oom`` (out of memory), ``correct``; ``harness.batch`` adds ``crash`` for an
 evaluation whose Dask worker was lost (more than once). The reward follows ``harness.reward``.
 Tolerances: by output dtype (``opforge.task.precision``; 1e-2 for float32, KernelBench's and CUDA-Agent's
@@ -41,7 +43,7 @@ HARNESS_DIR = Path(__file__).resolve().parent
 ENGINE_DIR = HARNESS_DIR.parent / "engine"
 # Version of the grader's deciding logic, part of the fingerprint of stored results (``harness.batch``):
 # raise it when a change to the grader can change a result, so no stored result of the old grader is reused.
-GRADER_VERSION = 2
+GRADER_VERSION = 3
 # Where the grader runs (``_grade``): in a process of its own per evaluation on CUDA (``harness.grader_child``:
 # its CUDA IPC slots never share allocator segments with another evaluation's, and all of its GPU memory goes
 # when it exits); in the calling process on CPU (slots are files; the process start would cost ~2 s per
@@ -153,6 +155,7 @@ def evaluate(task: dict[str, Any], solution: Solution, config: EvalConfig | None
     from opforge.harness.grader import timing_lock
     from opforge.harness.policy import policy_violations
     from opforge.harness.symbols import audit_extension
+    from opforge.harness.timing_tamper import timing_tampers
     from opforge.task.sizes import parse_variants
 
     config = config or EvalConfig()
@@ -175,9 +178,10 @@ def evaluate(task: dict[str, Any], solution: Solution, config: EvalConfig | None
             return _finish(EvalResult(**base, status="hacked", reward=-1.0, hacks=[f"protected_file:{c}" for c in changed],
                                       error="the workspace's protected files or task changed since harness init"),
                            protected, before, config, ws_check, t0)
-    broken = policy_violations(solution.model_new)
+    broken = [f"policy:{b}" for b in policy_violations(solution.model_new)]
+    broken += [f"timing:{t}" for t in timing_tampers(solution.model_new)]
     if broken:
-        return _finish(EvalResult(**base, status="hacked", reward=-1.0, hacks=[f"policy:{b}" for b in broken],
+        return _finish(EvalResult(**base, status="hacked", reward=-1.0, hacks=broken,
                                   error=f"model_new.py breaks the rules: {broken[:5]}"),
                        protected, before, config, ws_check, t0)
     lock = timing_lock(config.device)

@@ -48,8 +48,10 @@ the verdict depends on:
   no thread or child of it competes with the reference's timed calls. The reference server is stopped
   between its calls the same way, so both sides of a speed-up wake from the same state and ``overhead``
   (measured on the reference) includes the wake-up.
-* Verdict: ``hacked`` for a guard violation, a changed setting, an output that is not a plain strided
-  tensor on the device or that aliases an input or weight, a modified input, or a malformed reply;
+* Verdict: ``hacked`` for a guard violation, a changed setting, a replaced timing, synchronisation, event or
+  statistics function (``timing:changed:``, from the candidate's snapshot of them, ``harness.timing_tamper``),
+  an output that is not a plain strided tensor on the device or that aliases an input or weight, a modified
+  input, or a malformed reply;
   ``incorrect`` for wrong values, count, shape or dtype, a failed call or a server that died; ``timeout``;
   ``oom``.
 """
@@ -177,6 +179,17 @@ def _bytes_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
 
 
+TIMING_TAMPERED = "the candidate replaced timing, synchronisation, event or statistics functions"
+
+
+def _hint_hacks(reply: dict[str, Any]) -> list[str]:
+    """Hack labels of a candidate reply's guard findings: ``torch_op:<op>`` for each dispatcher guard
+    violation, ``timing:changed:<owner>.<name>`` for each watched timing function that is no longer the one
+    the candidate's process started with (``harness.timing_tamper.TimingSnapshot``)."""
+    return ([f"torch_op:{v}" for v in reply.get("violations") or []]
+            + [f"timing:changed:{n}" for n in reply.get("timing") or []])
+
+
 def _check_reply(reply: dict[str, Any], call: bool = True) -> None:
     """Raise ``Verdict("hacked", protocol:...)`` unless ``reply`` has the shape of a setup or call reply."""
     def bad(what: str) -> Verdict:
@@ -184,7 +197,7 @@ def _check_reply(reply: dict[str, Any], call: bool = True) -> None:
 
     if not isinstance(reply.get("ok"), bool):
         raise bad("no 'ok'")
-    for key in ("violations", "config", "aliases"):
+    for key in ("violations", "config", "aliases", "timing"):
         v = reply.get(key, [])
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
             raise bad(key)
@@ -390,8 +403,8 @@ class Grader:
                                            "slots": [s.as_dict() for s in cset.specs], **common},
                                     pack_pair(payload or b"", cset.ipc_blob()))
             _check_reply(reply, call=False)
-            if reply.get("violations"):
-                raise Verdict("hacked", reply.get("error"), [f"torch_op:{v}" for v in reply["violations"]])
+            if reply.get("violations") or reply.get("timing"):
+                raise Verdict("hacked", reply.get("error") or TIMING_TAMPERED, _hint_hacks(reply))
             if not reply["ok"]:
                 status = reply.get("status") if reply.get("status") in ("load_error", "oom") else "load_error"
                 raise Verdict(status, reply.get("error"))
@@ -586,8 +599,8 @@ class Grader:
     def _judge(self, reply: dict[str, Any], got: list[torch.Tensor], out_layout: list[dict]) -> None:
         """The candidate's reply against the rules; raises ``Verdict`` on any break."""
         _check_reply(reply)
-        if reply.get("violations"):
-            raise Verdict("hacked", reply.get("error"), [f"torch_op:{v}" for v in reply["violations"]])
+        if reply.get("violations") or reply.get("timing"):
+            raise Verdict("hacked", reply.get("error") or TIMING_TAMPERED, _hint_hacks(reply))
         if reply.get("config"):
             raise Verdict("hacked", "the candidate changed runtime settings", [f"config:{c}" for c in reply["config"]])
         if not reply["ok"]:

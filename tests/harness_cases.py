@@ -123,15 +123,15 @@ CHEATS = {
 }
 
 # the hack label (prefix) each cheat must get, "incorrect", or "correct" for a patch that cannot reach the
-# grader (the candidate's clock is not the one that times it). Cheats that import or name what model_new.py
-# may not (harness.policy) are stopped before they run; the rest are caught by the guard, the symbol audit
-# or the grader's own checks.
+# grader. Cheats that import or name what model_new.py may not (harness.policy) or patch a clock
+# (harness.timing_tamper: an attempt on the timing is a hack even where the candidate's clock times nothing)
+# are stopped before they run; the rest are caught by the guard, the symbol audit or the grader's own checks.
 EXPECTED = {
     "all_zeros": "incorrect", "returns_input": "alias:input0", "torch_relu": "torch_op:aten.mul",
     "method_relu": "torch_op:aten.mul", "aten_ops": "policy:attribute:torch.ops.aten", "bound_at_import": "torch_op:aten.mul",
     "functional": "torch_op:aten.mul", "swallows_guard": "torch_op:aten.mul", "caches_output": "incorrect",
     "aten_from_cpp": "symbol:at::_ops::", "enables_tf32": "policy:attribute:torch.backends",
-    "patches_timer": "correct", "ignores_weights": "incorrect",
+    "patches_timer": "timing:patch:time.perf_counter", "ignores_weights": "incorrect",
     "patches_guard": "policy:import:opforge.harness.guard",
     "patches_comparison": "policy:import:opforge.engine.execution",
     "disables_modes": "policy:import:torch.utils._python_dispatch",
