@@ -22,7 +22,8 @@ eager, 3 faster than eager and ``torch.compile``; or the ``speedup`` scheme). Bu
 ``grade_unsubmitted`` is off, or ``model_new.py`` was never written: -1).
 
 Heavy steps (compile, verify, profile, submit) run through ``harness.env_steps.run_step``: on a
-``distributed.Client``'s workers when one is given (``engine.cluster.open_cluster``: one worker per GPU on
+``distributed.Client``'s workers when one is given (held as a ``harness.dask_client.SchedulerClient``, so an
+environment's settings pickle into a trainer's worker processes) (``engine.cluster.open_cluster``: one worker per GPU on
 CUDA, so many environments share the machine's GPUs and cores the way ``opforge eval`` does), else in this
 process (each evaluation still runs the candidate in its own server process, ``harness.grader``). The files
 travel as values, so the workers need no shared filesystem. The workspace and its record are deleted by the
@@ -42,12 +43,25 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 import pandas as pd
+from opforge.harness.dask_client import SchedulerClient
 from opforge.harness.evaluate import EvalConfig
 from opforge.harness.solution import EXTENSION_SUFFIXES
 from pydantic import BaseModel, ConfigDict, Field
 
 TOOLS = ("write_file", "read_file", "list_files", "compile", "verify", "profile", "submit")
 FIXED = ("kernels/binding.cpp", "kernels/registry.h")
+
+
+def registration_rules() -> str:
+    """The part of RULES.md that says how a kernel is registered and called (its section "Where the work must
+    happen": sources under ``kernels/``, ``#include "registry.h"``, ``OPFORGE_EXPORT(fn, "doc")``, ``import
+    opforge_kernels``), with its heading."""
+    from opforge.harness.workspace import TEMPLATES
+
+    text = (TEMPLATES / "RULES.md").read_text()
+    start = text.index("## Where the work must happen")
+    end = text.index("\n## ", start + 1)
+    return text[start:end].strip()
 
 
 class EnvError(ValueError):
@@ -67,7 +81,8 @@ class EnvConfig(BaseModel):
         verify_timing_trials / profile_timing_trials: timed rounds of ``verify`` / ``profile``.
         max_file_chars: the largest file ``write_file`` accepts.
         max_output_chars: the longest text a tool returns.
-        include_rules: the prompt holds RULES.md in full (else it points to it).
+        include_rules: the prompt holds RULES.md in full (else its registration part, ``registration_rules``,
+            and a pointer to the rest).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -106,7 +121,8 @@ class KernelEnv:
         dataset: an opforge dataset (path, Hub folder, Hub id) or its rows as a ``pandas.DataFrame``
             (``harness.dataset.load_tasks``; ``shape_variants`` is used when present).
         config: ``EnvConfig``.
-        client: a ``distributed.Client`` whose workers run the heavy steps (None: this process).
+        client: a ``distributed.Client``, a scheduler address or a ``SchedulerClient`` whose workers run the
+            heavy steps (None: this process).
         build_root: extension build cache (default ``$OPFORGE_CACHE/extensions``), shared by episodes.
 
     Attributes after ``reset``: ``task_id``, ``workspace`` (Path), ``turns``, ``done``, ``reward`` (None until
@@ -121,7 +137,7 @@ class KernelEnv:
         self.tasks = load_tasks(dataset)
         self.dataset_label = "<frame>" if isinstance(dataset, pd.DataFrame) else str(dataset)
         self.config = config or EnvConfig()
-        self.client = client
+        self.scheduler = SchedulerClient.wrap(client)
         self.build_root = str(build_root) if build_root else None
         self._root = tempfile.mkdtemp(prefix="opforge-env-")
         self._finalizer = weakref.finalize(self, _cleanup, self._root)
@@ -168,8 +184,9 @@ class KernelEnv:
     def prompt(self) -> str:
         """The task prompt of the current episode."""
         ws = self._ws()
-        rules = (ws / "RULES.md").read_text() if self.config.include_rules else \
-            "The rules are in RULES.md (read_file('RULES.md')): read them before you write code."
+        rules = (ws / "RULES.md").read_text() if self.config.include_rules else (
+            f"{registration_rules()}\n\nEverything else that is allowed or forbidden is in RULES.md "
+            "(read_file('RULES.md')): read it before you write code.")
         cfg = self.config
         return (
             f"Task {self.task_id}: write `ModelNew` in model_new.py, with your own C++"
@@ -352,9 +369,10 @@ class KernelEnv:
             return {"task_id": self.task_id, "status": "load_error", "reward": -1.0, "error": error}
         config_json = self.config.tool_config("submit" if kind == "compile" else kind).model_dump_json()
         row = {k: _plain(v) for k, v in (self._row or {}).items()}
-        if self.client is None:
+        if self.scheduler is None:
             return run_step(kind, row, files, config_json, self.build_root)
-        return self.client.submit(run_step, kind, row, files, config_json, self.build_root, pure=False).result()
+        return self.scheduler.get().submit(run_step, kind, row, files, config_json, self.build_root,
+                                           pure=False).result()
 
 
 def _plain(v: Any) -> Any:

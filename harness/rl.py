@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from opforge.harness.dask_client import SchedulerClient
 from opforge.harness.dataset import get_task, load_tasks
 from opforge.harness.evaluate import EvalConfig
 from opforge.harness.solution import SolutionError, extract_solution
@@ -32,7 +33,9 @@ class KernelReward:
 
     Args:
         config: evaluation settings (``reward="milestone"`` or ``"speedup"``, device, tolerances).
-        client: a ``distributed.Client`` to evaluate on (default: a local cluster per call).
+        client: a ``distributed.Client`` (or its scheduler's address) to evaluate on (default: a local cluster
+            per call); held as a ``harness.dask_client.SchedulerClient``, so the reward pickles into a trainer's
+            worker processes with it.
         build_root: extension build cache directory.
 
     Attributes:
@@ -46,7 +49,7 @@ class KernelReward:
         self.dataset = "<frame>" if isinstance(dataset, pd.DataFrame) else dataset
         self.tasks = load_tasks(dataset)
         self.config = config or EvalConfig()
-        self.client = client
+        self.scheduler = SchedulerClient.wrap(client)
         self.build_root = build_root
         self.last_results: list[dict[str, Any]] = []
 
@@ -74,7 +77,8 @@ class KernelReward:
                 continue
             pairs.append((task, files))
             index.append(i)
-        results = evaluate_many(pairs, self.config, client=self.client, build_root=self.build_root,
+        client = self.scheduler.get() if self.scheduler is not None else None
+        results = evaluate_many(pairs, self.config, client=client, build_root=self.build_root,
                                 progress=False) if pairs else []
         for i, res in zip(index, results, strict=True):
             rewards[i] = float(res["reward"])

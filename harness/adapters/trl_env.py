@@ -3,11 +3,16 @@ through the environment's tools, and ``trl_dataset`` for the training rows; the 
 ``harness.rl.KernelReward`` as a reward function.
 
 TRL (1.16) builds one ``KernelToolEnv`` per concurrent rollout and reuses it: ``reset(**row)`` starts the
-episode of the row's ``task_id`` and returns the task prompt (appended to the row's last user message), every
+episode of the row's ``task_id`` and returns the task prompt after a blank line (TRL appends it to the row's last
+user message, the instruction), every
 public method other than ``reset`` / ``get_reward`` is offered to the model as a tool (schema from its type hints
 and Google-style docstring), and ``get_reward()`` - the environment owning its reward - is called once per
 finished rollout: the grader's reward of the submitted workspace, or of the workspace as it stands when the
 model never called ``submit`` (``harness.env.KernelEnv.final_reward``).
+
+``AsyncGRPOTrainer`` (``trl.experimental.async_grpo``) takes the same factory and runs the rollouts' tool calls
+in parallel, in a spawned process; the factory pickles, a Dask client included (see
+``trl_environment_factory``), so the heavy steps of every rollout still run on the cluster's workers.
 """
 
 from __future__ import annotations
@@ -18,19 +23,22 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from opforge.harness.adapters.tools import KernelTools
+from opforge.harness.dask_client import SchedulerClient
 from opforge.harness.env import EnvConfig, KernelEnv
 
 INSTRUCTION = ("Make the PyTorch task below faster with your own kernels. Work in the workspace with the tools: "
                "write your files, compile, verify, profile, then submit.")
+SEPARATOR = "\n\n"  # between the row's instruction and the task text ``reset`` returns
 
 
-class KernelToolEnv:
+class KernelToolEnv(KernelTools):
     """One rollout's environment for TRL's ``environment_factory`` (see the module docstring). Its public
-    methods are the tools the model sees."""
+    methods are the tools the model sees (``harness.adapters.tools.KernelTools``)."""
 
     def __init__(self, dataset: str | Path | pd.DataFrame, config: EnvConfig | None = None, client=None,
                  build_root: str | None = None):
-        self._env = KernelEnv(dataset, config, client=client, build_root=build_root)
+        super().__init__(KernelEnv(dataset, config, client=client, build_root=build_root))
 
     @property
     def episode(self) -> KernelEnv:
@@ -40,77 +48,14 @@ class KernelToolEnv:
 
     def reset(self, **row: Any) -> str:
         """Start the episode of ``row["task_id"]`` (TRL passes every column of the training row); returns the
-        task prompt."""
+        task prompt after a blank line (TRL appends it to the row's instruction)."""
         if "task_id" not in row:
             raise ValueError("KernelToolEnv.reset: the training rows need a 'task_id' column (trl_dataset)")
-        return self._env.reset(str(row["task_id"]))
+        return SEPARATOR + self._env.reset(str(row["task_id"]))
 
     def get_reward(self) -> float:
         """The episode's reward (grader's milestone or speed-up scheme)."""
         return self._env.final_reward()
-
-    def write_file(self, path: str, content: str) -> str:
-        """Write one file of your solution into the workspace, replacing it.
-
-        Args:
-            path: `model_new.py` or a kernel source under `kernels/` (.cpp, .cu, .h, .cuh).
-            content: The whole text of the file.
-
-        Returns:
-            What was written, or why it was refused.
-        """
-        return self._env.write_file(path, content)
-
-    def read_file(self, path: str) -> str:
-        """Read a file of the workspace, e.g. `model.py` (the task) or `RULES.md` (what is allowed).
-
-        Args:
-            path: Path relative to the workspace.
-
-        Returns:
-            The file's text.
-        """
-        return self._env.read_file(path)
-
-    def list_files(self) -> str:
-        """List the workspace's files.
-
-        Returns:
-            One path per line.
-        """
-        return self._env.list_files()
-
-    def compile(self) -> str:
-        """Build the sources under `kernels/` into the module `opforge_kernels`.
-
-        Returns:
-            Whether it built, or the compiler's errors.
-        """
-        return self._env.compile()
-
-    def verify(self) -> str:
-        """Check `ModelNew` against `Model` on fresh random inputs, with every rule of RULES.md.
-
-        Returns:
-            correct, or what is wrong (mismatch, rule broken, build or load error).
-        """
-        return self._env.verify()
-
-    def profile(self) -> str:
-        """Verify, then time your version against eager PyTorch and torch.compile.
-
-        Returns:
-            The verdict, the median times, the speed-ups and the reward on the task's shape.
-        """
-        return self._env.profile()
-
-    def submit(self) -> str:
-        """Run the final check (fresh inputs of the task's shape and of other input shapes) and end the episode.
-
-        Returns:
-            The verdict and the episode's reward.
-        """
-        return self._env.submit()
 
     def __del__(self):
         env = getattr(self, "_env", None)
@@ -120,12 +65,15 @@ class KernelToolEnv:
 
 def trl_environment_factory(dataset: str | Path | pd.DataFrame, config: EnvConfig | None = None, client=None,
                             build_root: str | None = None) -> Callable[[], KernelToolEnv]:
-    """A zero-argument factory of ``KernelToolEnv`` for ``GRPOTrainer(environment_factory=...)``; the dataset
-    is read once and shared by every environment it makes."""
+    """A zero-argument factory of ``KernelToolEnv`` for ``GRPOTrainer`` / ``AsyncGRPOTrainer``
+    (``environment_factory=...``); the dataset is read once and shared by every environment it makes. It
+    pickles (``AsyncGRPOTrainer`` copies it into its rollout process): the rows travel as a frame and
+    ``client`` (a ``distributed.Client`` or a scheduler address) as its scheduler's address
+    (``harness.dask_client.SchedulerClient``)."""
     from opforge.harness.dataset import load_tasks
 
     dataset = load_tasks(dataset).reset_index(drop=True)
-    return functools.partial(KernelToolEnv, dataset, config, client, build_root)
+    return functools.partial(KernelToolEnv, dataset, config, SchedulerClient.wrap(client), build_root)
 
 
 def task_prompt(row: dict[str, Any]) -> str:
