@@ -1,8 +1,8 @@
 """Device profiles for the composer's cost model.
 
-Peak numbers are datasheet values (NVIDIA H100 SXM5 and H200 SXM datasheets: FP32 non-tensor 67 TFLOP/s,
-BF16 / FP16 dense tensor-core 989 TFLOP/s, HBM3 3.35 TB/s and HBM3e 4.8 TB/s). Eager PyTorch reaches only part
-of them; the ``*_efficiency`` factors and ``launch_overhead_ms`` are calibrated loosely against measured eager
+Peak numbers are datasheet values, taken from ``opforge.task.peaks`` (NVIDIA H100 SXM5 and H200 SXM
+datasheets: FP32 non-tensor 67 TFLOP/s, BF16 / FP16 dense tensor-core 989 TFLOP/s, HBM3 3.35 TB/s and HBM3e
+4.8 TB/s). Eager PyTorch reaches only part of them; the ``*_efficiency`` factors and ``launch_overhead_ms`` are calibrated loosely against measured eager
 times (benchmarks/results/h200/filter_run.json: predicted / measured eager time). The ``cpu`` profile describes one 2-core CI machine (measured
 loosely: ~20 GFLOP/s fp32 GEMM, ~5 GB/s effective elementwise bandwidth).
 
@@ -15,6 +15,8 @@ CI machine, and scale the batch up to ``max_batch``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from opforge.task.peaks import H100_SXM, H200_SXM
 
 
 @dataclass(frozen=True)
@@ -55,12 +57,13 @@ class DeviceProfile:
 
 
 _GPU = dict(launch_overhead_ms=0.006, flop_efficiency=0.35, bandwidth_efficiency=0.6, memory_cap_bytes=8 << 30,
-            window_ms=(1.0, 100.0), sizes={}, max_batch=512, realistic=True, peak_flops_half=989e12,
+            window_ms=(1.0, 100.0), sizes={}, max_batch=512, realistic=True,
+            peak_flops_half=H200_SXM.peak_for("bfloat16"),
             input_cap_bytes=900_000_000, window_margin=1.6, max_op_share=0.97)
 
 PROFILES: dict[str, DeviceProfile] = {
-    "h100": DeviceProfile("h100", 67e12, 3.35e12, **_GPU),
-    "h200": DeviceProfile("h200", 67e12, 4.8e12, **_GPU),
+    "h100": DeviceProfile("h100", H100_SXM.peak_for("float32"), H100_SXM.bandwidth, **_GPU),
+    "h200": DeviceProfile("h200", H200_SXM.peak_for("float32"), H200_SXM.bandwidth, **_GPU),
     "cpu": DeviceProfile("cpu", 20e9, 5e9, 0.02, 1.0, 1.0, 1 << 30, (1.0, 100.0),
                          {"C": (8, 16, 32), "K": (8, 16, 32, 64), "L": (16, 32, 64), "H": (8, 16, 32),
                           "W": (8, 16, 32), "D": (4, 8)}, 4096, peak_flops_half=20e9),
