@@ -1,5 +1,5 @@
-"""Red-team suite of the grader (harness/) on CPU: every reward hack of issue #22 by class, plus honest,
-wrong and broken controls.
+"""Red-team suite of the grader (harness/) on CPU: every reward hack by class (verdict state, timed calls,
+contract, compute, workspace, timing tamper), plus honest, wrong and broken controls.
 
 A hack passes this suite when the grader scores it ``hacked`` or ``incorrect`` with reward -1. A cheat
 that acts only where the grader lets it (steal what is in its process, tell timed calls apart, patch a
@@ -29,10 +29,13 @@ from .redteam.solutions import (
     HONEST_KERNEL,
     LAYOUT_OPS,
     NEEDS_COMPILE_BASELINE,
+    RUNTIME_TIMING_TAMPERS,
     TASK,
+    TIMING_TAMPERS,
     WRONG,
     ZERO_TASK,
     honest,
+    honest_timing,
     model_new,
 )
 
@@ -140,6 +143,38 @@ def test_no_compute_outside_the_kernels(name, tmp_path, build_root):
     assert_defeated(*run_attack(name, tmp_path, build_root))
 
 
+# -- timing tamper --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(TIMING_TAMPERS))
+def test_timing_tamper_is_hacked_before_anything_runs(name, tmp_path, build_root):
+    """Patched or wrapped clocks, synchronisation, events or statistics, behaviour by call count or seed, earlier
+    inputs recognised: ``hacked`` with its ``timing:`` label from the static audit, before the extension is
+    built or any candidate code runs (no probe line, no build, no timing)."""
+    label, build = TIMING_TAMPERS[name]
+    probe = tmp_path / "probe.txt"
+    res = evaluate(ROW, Solution(build(str(probe))), config(), build_root=build_root)
+    assert res.status == "hacked" and res.reward == -1.0 and label in res.hacks, _summary(res)
+    assert res.build_s == 0.0 and not res.build_cached and res.timing == {} and not probe.exists(), _summary(res)
+
+
+@pytest.mark.parametrize("name", sorted(RUNTIME_TIMING_TAMPERS))
+def test_timing_tamper_the_audit_cannot_resolve_is_caught_at_run_time(name, tmp_path, build_root):
+    """A timing function replaced through a loop variable (at import, or in the first call): the candidate's
+    process reports the replaced function and the grader scores ``hacked`` (``timing:changed:``)."""
+    label, build = RUNTIME_TIMING_TAMPERS[name]
+    probe = tmp_path / "probe.txt"
+    res = evaluate(ROW, Solution(build(str(probe))), config(), build_root=build_root)
+    assert res.status == "hacked" and res.reward == -1.0 and label in res.hacks, _summary(res)
+    assert any(e.startswith("cheat:") for e in probe.read_text().split()), "the tamper never ran"
+
+
+def test_honest_solution_timing_itself_is_accepted(build_root):
+    """``time`` and ``statistics`` for the candidate's own log, buffers rotated by ``(i + 1) % 2``, weights
+    prepared lazily: neither the static audit nor the run-time snapshot flags it."""
+    res = evaluate(ROW, Solution(honest_timing()), config(), build_root=build_root)
+    assert res.status == "correct" and res.reward >= 1.0 and res.hacks == [], _summary(res)
+
+
 # -- workspace ------------------------------------------------------------------------------------------------
 
 @pytest.fixture()
@@ -226,12 +261,20 @@ STALL_FORWARD = '''        self.calls = getattr(self, "calls", 0) + 1
 
 @pytest.mark.parametrize("after, sleep, limit", [(6, 100, "2 s"), (1, 100, "30 s")],
                          ids=["stalls_once_timing_starts", "stalls_in_verification"])
-def test_a_stalling_candidate_cannot_hold_the_device(after, sleep, limit, build_root):
+def test_a_stalling_candidate_cannot_hold_the_device(after, sleep, limit, build_root, monkeypatch):
     """A candidate whose calls stall (only in the timed rounds: 5 verification calls and 1 warm-up come
     first; or from its second call) ends ``timeout`` at the per-call bound (``TIMED_CALL_FLOOR_S``,
     ``UNTIMED_CALL_FLOOR_S``), not at the evaluation timeout: while it stalls it holds the device's timing
-    lock, exclusively in a timed round, so every other evaluation and filter sandbox would wait."""
+    lock, exclusively in a timed round, so every other evaluation and filter sandbox would wait. Its call
+    counter is a timing tamper (``hacked`` before it runs); the per-call bound is tested with the timing audit
+    switched off, as for a counter the audit could not see."""
+    import opforge.harness.timing_tamper as tamper
+
     forward = STALL_FORWARD.replace("@AFTER@", str(after)).replace("@SLEEP@", str(sleep))
-    res = evaluate(ROW, Solution(honest(forward, STALL_HEAD)), config(eval_timeout_s=90.0), build_root=build_root)
+    files = honest(forward, STALL_HEAD)
+    flagged = evaluate(ROW, Solution(files), config(), build_root=build_root)
+    assert flagged.status == "hacked" and "timing:call_count:self.calls" in flagged.hacks, _summary(flagged)
+    monkeypatch.setattr(tamper, "timing_tampers", lambda source, filename="model_new.py": [])
+    res = evaluate(ROW, Solution(files), config(eval_timeout_s=90.0), build_root=build_root)
     assert res.status == "timeout" and res.reward == -1.0, _summary(res)
     assert f"candidate call ran past its limit of {limit}" in (res.error or ""), _summary(res)
