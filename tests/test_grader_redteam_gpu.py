@@ -1,5 +1,6 @@
 """Red-team suite of the grader on CUDA (skipped without a GPU): CUDA-only hacks (side streams, returns
-before the work is done, CUDA-event patching) and the CPU suite's model-level cheats with a CUDA kernel.
+before the work is done, CUDA-event patching), timing tampers (static and run-time) and the CPU suite's
+model-level cheats with a CUDA kernel. Run: ``python -m pytest -q -m gpu tests/test_grader_redteam_gpu.py``.
 Verdict rule as in ``tests/test_grader_redteam.py``: caught (hacked / incorrect, reward -1), or correct
 with a probe showing the cheat never acted; the honest CUDA control must be accepted."""
 
@@ -9,6 +10,9 @@ from opforge.harness.solution import Solution
 from .redteam.solutions_cuda import (
     CUDA_ATTACKS,
     CUDA_HONEST,
+    CUDA_HONEST_TIMING,
+    CUDA_RUNTIME_TIMING_TAMPERS,
+    CUDA_TIMING_TAMPERS,
     PORTABLE,
     SIDE_STREAM_ATTACKS,
     SIDE_STREAM_MIN_MS,
@@ -59,6 +63,34 @@ def test_model_level_hacks_on_cuda(name, tmp_path, build_root):
     res = _evaluate(on_cuda(name)(str(probe)), build_root,
                     profile_compile=name == "disable_dynamo_for_the_compile_baseline")
     assert_defeated(res, probe)
+
+
+@pytest.mark.parametrize("name", sorted(CUDA_TIMING_TAMPERS))
+def test_timing_tamper_is_hacked_before_anything_runs_on_cuda(name, tmp_path, build_root):
+    """Patched or wrapped clocks, synchronisation, events or statistics, behaviour by call count or seed,
+    earlier inputs recognised: ``hacked`` with its ``timing:`` label, before any build or candidate code."""
+    label, build = CUDA_TIMING_TAMPERS[name]
+    probe = tmp_path / "probe.txt"
+    res = _evaluate(build(str(probe)), build_root)
+    assert res.status == "hacked" and res.reward == -1.0 and label in res.hacks, _summary(res)
+    assert res.build_s == 0.0 and not res.build_cached and res.timing == {} and not probe.exists(), _summary(res)
+
+
+@pytest.mark.parametrize("name", sorted(CUDA_RUNTIME_TIMING_TAMPERS))
+def test_timing_tamper_caught_at_run_time_on_cuda(name, tmp_path, build_root):
+    """Timing functions replaced through a loop variable: reported by the candidate's process, ``hacked``."""
+    label, build = CUDA_RUNTIME_TIMING_TAMPERS[name]
+    probe = tmp_path / "probe.txt"
+    res = _evaluate(build(str(probe)), build_root)
+    assert res.status == "hacked" and res.reward == -1.0 and label in res.hacks, _summary(res)
+    assert any(e.startswith("cheat:") for e in probe.read_text().split()), "the tamper never ran"
+
+
+def test_honest_cuda_solution_timing_itself_is_accepted(build_root):
+    """CUDA events, ``torch.cuda.synchronize()``, the current stream's ``synchronize()`` and ``time`` used for
+    the candidate's own log: not flagged, statically or at run time."""
+    res = _evaluate(CUDA_HONEST_TIMING, build_root)
+    assert res.status == "correct" and res.reward >= 1.0 and res.hacks == [], _summary(res)
 
 
 def test_evaluations_queued_for_memory_all_finish_and_score(build_root):
