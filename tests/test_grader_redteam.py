@@ -9,7 +9,8 @@ left nothing to steal or patch) and the probe shows the candidate did run. Hones
 accepted (reward >= 1); wrong and broken controls keep their statuses.
 
 One honest C++ source serves almost all solutions (they differ in ``model_new.py``; builds are cached
-by source hash), one more source holds the C++ cheats. About 40 evaluations: slow on 2 cores.
+by source hash), one more source holds the C++ cheats. About 45 evaluations: slow on 2 cores (the timing
+tampers the static audit stops take milliseconds each).
 """
 
 import json

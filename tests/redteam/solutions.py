@@ -12,8 +12,9 @@ impossible (nothing to steal, no way to tell timed calls apart) never acts, so a
 no ``cheat:`` line is a defeated attack rather than a hole; see ``tests/test_grader_redteam.py``.
 
 Each ``ATTACKS`` entry maps a name to ``(hack class, model_new.py builder, kernel source)``; the builder
-takes the probe path. Hack classes follow issue #22 (verdict state, timed calls, contract, compute,
-workspace).
+takes the probe path. Hack classes: verdict state, timed calls, contract, compute, workspace; the timing
+tampers (``TIMING_TAMPERS``, stopped by the static audit; ``RUNTIME_TIMING_TAMPERS``, caught in the
+candidate's process) carry the label the grader must give instead of a class.
 """
 
 from __future__ import annotations
