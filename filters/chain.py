@@ -31,6 +31,7 @@ FILTERS: tuple[tuple[str, str], ...] = (
     ("duplicate", "opforge.filters.duplicate:DuplicateFilter"),  # corpus: the whole input, on the client
     ("static", "opforge.filters.static:StaticFilter"),
     ("contamination", "opforge.filters.contamination:ContaminationFilter"),
+    ("roofline", "opforge.filters.headroom:RooflineFilter"),  # static: traced on meta
     ("eager", "opforge.filters.eager:EagerFilter"),
     ("runtime_screen", "opforge.filters.runtime:RuntimeScreenFilter"),
     ("determinism", "opforge.filters.determinism:DeterminismFilter"),
@@ -38,6 +39,7 @@ FILTERS: tuple[tuple[str, str], ...] = (
     ("trivial", "opforge.filters.trivial:TrivialFilter"),
     ("compile", "opforge.filters.torch_compile:CompileFilter"),
     ("runtime", "opforge.filters.runtime:RuntimeFilter"),
+    ("headroom", "opforge.filters.headroom:HeadroomFilter"),  # decides on roofline + runtime metrics
 )
 
 
@@ -208,9 +210,10 @@ def run_chain(task: TaskInput, chain: list[Filter],
 
     Returns a JSON-ready dict: ``accepted``, ``reason``, ``filter`` (the rejecting one, None when
     accepted), ``metrics`` (filter name -> metrics of every filter that ran), ``seconds`` (filter name ->
-    wall seconds). ``on_stage(name)`` is called before each filter. An exception escaping a filter's
-    ``score`` becomes its rejection: ``oom`` for out-of-memory, otherwise ``compile_error:<Exc>`` in the
-    ``compile`` filter and ``eager_error:<Exc>`` in any other.
+    wall seconds). A filter with ``reads`` gets the metrics of those earlier filters (``Filter.reads``).
+    ``on_stage(name)`` is called before each filter. An exception escaping a filter's ``score`` becomes its
+    rejection: ``oom`` for out-of-memory, otherwise ``compile_error:<Exc>`` in the ``compile`` filter and
+    ``eager_error:<Exc>`` in any other.
     """
     from opforge.engine.execution import failure_metrics
 
@@ -222,7 +225,8 @@ def run_chain(task: TaskInput, chain: list[Filter],
         start = time.perf_counter()
         try:
             with _device_work(f, task):
-                metrics_f = f.score(task)
+                metrics_f = (f.score(task, {n: metrics[n] for n in f.reads if n in metrics}) if f.reads
+                             else f.score(task))
             verdict = f.decide(metrics_f)
         except Exception as exc:  # noqa: BLE001 - a filter's own crash on odd output is still a verdict
             verdict = f.reject_failure(failure_metrics(exc),

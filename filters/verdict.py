@@ -71,12 +71,15 @@ class Filter:
             lock around its GPU parts itself.
         version: the version of its logic, part of the ledger fingerprint: raise it when a change can change
             a verdict, so no verdict of the old logic is reused.
+        reads: names of earlier filters whose metrics ``score`` reads: a filter that lists any is called as
+            ``score(task, earlier)``, ``earlier`` mapping each of them that ran on the task to its metrics.
     """
 
     name: ClassVar[str] = "filter"
     cost: ClassVar[Cost] = Cost.STATIC
     gpu_work_lock: ClassVar[bool] = True
     version: ClassVar[int] = 1
+    reads: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **thresholds):
         defaults = self.default_thresholds()
@@ -99,7 +102,7 @@ class Filter:
     def __call__(self, task: TaskInput | str, task_id: str = "<task>") -> Verdict:
         if isinstance(task, str):
             task = TaskInput(task, task_id)
-        return self.decide(self.score(task))
+        return self.decide(self.score(task, {}) if self.reads else self.score(task))
 
     def reject_failure(self, metrics: dict[str, Any], prefix: str) -> Verdict | None:
         """For metrics that record a caught exception (keys ``oom``, ``error``, ``error_type``): ``oom`` or

@@ -1,0 +1,160 @@
+"""``roofline`` and ``headroom`` filters: a task where neither fusion nor a better kernel can win much is
+rejected ``trivial:no_headroom``.
+
+Two stages of one rule, each where its inputs exist:
+
+* ``roofline`` (static, right after ``contamination``, before any execution): the task's roofline traced on
+  ``meta`` (``opforge.task.roofline``): per-op and fused times on the run's GPU peaks, ``fusion_gain =
+  per_op_ms / roofline_ms``. Cheap (about 10 ms a task on one core). Records only by default; a number in
+  ``min_fusion_gain`` rejects below it here, whatever the device (the screen for CPU runs, which have no GPU
+  times). A task that cannot be traced on ``meta`` (an op with no meta kernel, ``.item()``) is not judged:
+  ``roofline_error`` says why.
+* ``headroom`` (after ``runtime``, which times eager and the ``torch.compile``-d model): ``room =
+  min(eager_ms, compile_ms) / roofline_ms``, what a perfect kernel wins over the better of the two. Rejects
+  when ``fusion_gain < min_fusion_gain`` *and* ``room < min_room``: fusing saves little and the best of
+  eager and Inductor is already close to the ideal kernel. Without GPU times (CPU runs, ``--skip runtime``)
+  ``room`` is None and the rule does not apply.
+
+Peaks (``peaks`` threshold of ``roofline``): ``auto`` takes the run's GPU (``nvidia-smi``'s model name of the
+sandbox's visible GPU, never initialising CUDA) and falls back to the H200 SXM datasheet for a CPU run or a
+GPU not in ``opforge.task.peaks.GPU_PEAKS``; ``peaks_source`` in the metrics says which. A name (``h100``,
+``h200``) fixes them.
+
+Defaults ``min_fusion_gain`` 1.1 and ``min_room`` 1.5: below 1.1 a perfect fused kernel saves under 10 % over
+running each op at its own roofline; below 1.5 a hand-written kernel at a realistic 70-80 % of the roofline
+is at most ~1.1-1.2x faster than the better of eager and Inductor. The distributions behind them (Ops-6K,
+opforge-Ops-6K v1 with its H200 times) are in benchmarks/results/cpu-2core/headroom.json
+(``benchmarks/headroom_bench.py``, figures in benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+from opforge.filters.verdict import Cost, Filter, TaskInput, Verdict
+
+REASON = "trivial:no_headroom"
+MAX_LISTED_OPS = 16  # ``ops`` metric of ``roofline``: the costliest ops, at most this many
+
+
+@functools.cache
+def visible_gpu_name() -> str | None:
+    """Model name of this process's GPU: ``nvidia-smi``'s entry at the first index of
+    ``CUDA_VISIBLE_DEVICES`` (the first GPU when it is unset or not an index); None without one. Never
+    initialises CUDA (``engine.ledger.gpus``)."""
+    from opforge.engine.ledger import gpus
+
+    listed = gpus()
+    if not listed:
+        return None
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    for g in listed:
+        if first.isdigit() and g["index"] == first:
+            return g["name"]
+    return listed[0]["name"]
+
+
+def resolve_peaks(setting: str, device: str):
+    """(``DevicePeaks``, how they were chosen) for the ``peaks`` threshold (``auto`` or a name) on
+    ``device`` ("cpu" / "cuda..."). Raises ValueError for an unknown name."""
+    from opforge.task.peaks import DEFAULT_PEAKS, get_peaks, peaks_for_gpu
+
+    if setting != "auto":
+        return get_peaks(setting), "threshold"
+    if not str(device).startswith("cuda"):
+        return DEFAULT_PEAKS, "cpu run: default"
+    name = visible_gpu_name()
+    found = peaks_for_gpu(name)
+    if found is None:
+        return DEFAULT_PEAKS, f"GPU {name!r} not listed: default"
+    return found, f"GPU {name!r}"
+
+
+class RooflineFilter(Filter):
+    """Scores a task's roofline on ``meta`` (module docstring); rejects ``trivial:no_headroom`` only when
+    ``min_fusion_gain`` is a number and the task's fusion gain is below it.
+
+    Thresholds: ``peaks`` (``auto`` or a ``GPU_PEAKS`` name), ``min_fusion_gain`` (None = record only).
+    Metrics: ``opforge.task.roofline.Roofline.as_metrics`` (``flops``, ``bytes``, ``compute_ms``,
+    ``memory_ms``, ``per_op_ms``, ``roofline_ms`` in ms, ``fusion_gain``, ``bound``, ``peaks``, ``op_count``,
+    ``ops``: the costliest ``MAX_LISTED_OPS`` as ``{"op", "flops", "bytes", "ms"}``), ``device``,
+    ``peaks_source``; or ``roofline_error`` when the task could not be traced on ``meta``.
+    """
+
+    name = "roofline"
+    cost = Cost.STATIC
+    version = 1
+
+    @classmethod
+    def default_thresholds(cls) -> dict[str, Any]:
+        return {"peaks": "auto", "min_fusion_gain": None}
+
+    def score(self, task: TaskInput) -> dict[str, Any]:
+        from opforge.task.roofline import RooflineError, roofline
+
+        device = str(getattr(task, "device", "cpu"))
+        peaks, source = resolve_peaks(self.thresholds["peaks"], device)
+        m: dict[str, Any] = {"device": device, "peaks": peaks.name, "peaks_source": source}
+        try:
+            m.update(roofline(task.code, peaks, name=task.task_id).as_metrics(MAX_LISTED_OPS))
+        except RooflineError as exc:
+            m["roofline_error"] = str(exc)[:400]
+        return m
+
+    def decide(self, m: dict[str, Any]) -> Verdict:
+        floor = self.thresholds["min_fusion_gain"]
+        gain = m.get("fusion_gain")
+        if floor is not None and gain is not None and gain < floor:
+            return self.reject(REASON, m)
+        return self.accept(m)
+
+
+class HeadroomFilter(Filter):
+    """Rejects ``trivial:no_headroom`` when ``fusion_gain < min_fusion_gain`` and ``room < min_room``
+    (module docstring). Reads the ``roofline`` and ``runtime`` filters' metrics of the same task; measures
+    the roofline itself (``auto`` peaks) when the ``roofline`` filter did not run.
+
+    Thresholds: ``min_fusion_gain``, ``min_room``.
+    Metrics: ``roofline_ms``, ``fusion_gain``, ``peaks`` (from ``roofline``; None when it did not run or could
+    not trace the task), ``eager_ms``, ``compile_ms`` (from ``runtime``, on CUDA; None otherwise),
+    ``best_ms`` (the smaller of the two), ``room`` (``best_ms / roofline_ms``, None without GPU times).
+    """
+
+    name = "headroom"
+    cost = Cost.STATIC  # reads earlier metrics only
+    version = 1
+    reads = ("roofline", "runtime")
+
+    @classmethod
+    def default_thresholds(cls) -> dict[str, Any]:
+        return {"min_fusion_gain": 1.1, "min_room": 1.5}
+
+    def score(self, task: TaskInput, earlier: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+        earlier = earlier or {}
+        device = str(getattr(task, "device", "cpu"))
+        rl, rt = earlier.get("roofline"), earlier.get("runtime", {})
+        if rl is None:  # the roofline filter was left out of the chain: measure here (``auto`` peaks)
+            rl = RooflineFilter().score(task)
+        m = {"roofline_ms": rl.get("roofline_ms"), "fusion_gain": rl.get("fusion_gain"), "peaks": rl.get("peaks"),
+             "eager_ms": None, "compile_ms": None, "best_ms": None, "room": None}
+        if device.startswith("cuda"):
+            m["eager_ms"], m["compile_ms"] = _number(rt.get("eager_ms")), _number(rt.get("compile_ms"))
+        times = [t for t in (m["eager_ms"], m["compile_ms"]) if t is not None and t > 0]
+        if times:
+            m["best_ms"] = min(times)
+            if m["roofline_ms"]:
+                m["room"] = round(m["best_ms"] / m["roofline_ms"], 4)
+        return m
+
+    def decide(self, m: dict[str, Any]) -> Verdict:
+        t = self.thresholds
+        gain, room = m.get("fusion_gain"), m.get("room")
+        if gain is not None and room is not None and gain < t["min_fusion_gain"] and room < t["min_room"]:
+            return self.reject(REASON, m)
+        return self.accept(m)
+
+
+def _number(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None

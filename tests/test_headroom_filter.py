@@ -1,0 +1,103 @@
+"""``roofline`` and ``headroom`` filters (filters/headroom.py): ``trivial:no_headroom``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from opforge.filters import headroom
+from opforge.filters.chain import FILTER_NAMES, FilterSettings, make_chain, run_chain
+from opforge.filters.headroom import HeadroomFilter, RooflineFilter, resolve_peaks
+from opforge.task.peaks import H100_SXM, H200_SXM
+
+from .filter_tasks import GOOD, task
+
+SINGLE = task("        return self.lin(x)")
+NO_META = task("        return self.lin(x)[torch.nonzero(x[:, 0] > 0)[:, 0]]")
+
+
+@dataclass
+class _Run:  # what the filters read of a TaskRun
+    code: str
+    task_id: str = "t"
+    device: str = "cpu"
+
+
+def test_roofline_runs_before_execution_and_headroom_after_the_timing():
+    names = list(FILTER_NAMES)
+    assert names.index("contamination") < names.index("roofline") < names.index("eager")
+    assert names.index("runtime") < names.index("headroom") == len(names) - 1
+
+
+def test_roofline_scores_on_the_default_peaks_and_only_records_by_default():
+    v = RooflineFilter()(_Run(SINGLE))
+    assert v.accepted and v.metrics["peaks"] == "h200" and v.metrics["peaks_source"] == "cpu run: default"
+    assert v.metrics["fusion_gain"] == pytest.approx(1.0) and v.metrics["ops"][0]["op"] == "nn.Linear"
+    assert v.metrics["roofline_ms"] > 0 and v.metrics["op_count"] == 1
+    good = RooflineFilter()(_Run(GOOD)).metrics["fusion_gain"]
+    assert good > 1.5  # linear + relu + scale: the epilogue's round trips are what fusion saves
+
+
+def test_roofline_with_a_floor_rejects_below_it():
+    f = RooflineFilter(min_fusion_gain=1.1)
+    assert f(_Run(SINGLE)).reason == "trivial:no_headroom"
+    assert f(_Run(GOOD)).accepted
+
+
+def test_a_task_without_meta_kernels_is_not_judged():
+    v = RooflineFilter(min_fusion_gain=1.1)(_Run(NO_META))
+    assert v.accepted and "NotImplementedError" in v.metrics["roofline_error"]
+    assert "fusion_gain" not in v.metrics
+
+
+def test_peaks_resolution(monkeypatch):
+    assert resolve_peaks("h100", "cuda") == (H100_SXM, "threshold")
+    assert resolve_peaks("auto", "cpu")[0] is H200_SXM
+    monkeypatch.setattr(headroom, "visible_gpu_name", lambda: "NVIDIA H100 80GB HBM3")
+    assert resolve_peaks("auto", "cuda") == (H100_SXM, "GPU 'NVIDIA H100 80GB HBM3'")
+    monkeypatch.setattr(headroom, "visible_gpu_name", lambda: "NVIDIA A100-SXM4-80GB")
+    peaks, source = resolve_peaks("auto", "cuda")
+    assert peaks is H200_SXM and "not listed" in source
+    with pytest.raises(ValueError, match="unknown device peaks"):
+        resolve_peaks("v100", "cuda")
+
+
+def _decide(gain, room, **thresholds):
+    return HeadroomFilter(**thresholds).decide({"fusion_gain": gain, "room": room})
+
+
+def test_headroom_rejects_only_when_neither_fusion_nor_a_better_kernel_wins():
+    assert _decide(1.05, 1.2).reason == "trivial:no_headroom"
+    assert _decide(1.05, 3.0).accepted  # eager / Inductor far from the ideal kernel
+    assert _decide(2.0, 1.2).accepted  # fusion wins
+    assert _decide(1.05, None).accepted  # no GPU times: the rule does not apply
+    assert _decide(None, 1.0).accepted  # no roofline
+    assert _decide(1.25, 1.2, min_fusion_gain=1.3).reason == "trivial:no_headroom"
+
+
+def test_headroom_room_is_the_better_measured_time_over_the_roofline():
+    f = HeadroomFilter()
+    earlier = {"roofline": {"roofline_ms": 0.5, "fusion_gain": 1.02, "peaks": "h200"},
+               "runtime": {"eager_ms": 1.0, "compile_ms": 0.6}}
+    m = f.score(_Run(SINGLE, device="cuda"), earlier)
+    assert (m["best_ms"], m["room"]) == (0.6, 1.2) and f.decide(m).reason == "trivial:no_headroom"
+    cpu = f.score(_Run(SINGLE), earlier)  # CPU times say nothing about the GPU roofline
+    assert cpu["eager_ms"] is None and cpu["room"] is None and f.decide(cpu).accepted
+
+
+def test_headroom_measures_the_roofline_itself_when_that_filter_was_left_out():
+    m = HeadroomFilter().score(_Run(GOOD, device="cuda"), {"runtime": {"eager_ms": 2.0}})
+    assert m["fusion_gain"] > 1.5 and m["room"] == pytest.approx(2.0 / m["roofline_ms"], rel=1e-3)
+
+
+def test_the_chain_hands_headroom_the_earlier_metrics():
+    from opforge.engine.execution import TaskRun
+
+    chain = make_chain(FilterSettings(skip=["contamination", "compile", "trivial", "determinism", "degenerate"]))
+    res = run_chain(TaskRun(GOOD, "good"), chain)
+    assert res["accepted"], res["reason"]
+    assert res["metrics"]["headroom"]["fusion_gain"] == res["metrics"]["roofline"]["fusion_gain"] > 1.5
+    assert res["metrics"]["headroom"]["room"] is None  # CPU
+    res = run_chain(_Run(SINGLE), make_chain(FilterSettings(only=["roofline"],
+                                                            thresholds={"roofline": {"min_fusion_gain": 1.1}})))
+    assert res["reason"] == "trivial:no_headroom" and res["filter"] == "roofline"
