@@ -22,11 +22,20 @@ from opforge.seeds.seed_op import SeedOp
 from opforge.task.identity import task_id_for
 from tqdm import tqdm
 
-GENERATOR = "opforge-compose/0.3"  # 0.3: vocabulary sizes, relevance weights, dtypes, self-contained blocks
+GENERATOR = "opforge-compose/0.4"  # 0.4: motifs mined from real models
 COLUMNS = ["task_id", "code", "ops", "data_source", "num_ops", "graph", "categories", "input_shapes", "dtype",
            "size_context", "pattern", "predicted_ms", "device_profile", "generator", "generator_seed",
-           "candidate_index"]
+           "candidate_index", "provenance"]
 DEFAULT_DTYPE_MIX = "float32:0.7,bfloat16:0.18,float16:0.12"
+# Op counts of the random composer's graphs (``compose.sampler.OP_MIXES``): ``models`` follows what real models
+# fuse (3-8 ops are common); ``ops6k`` keeps CUDA-Agent-Ops-6K's mix (84 % two-op chains).
+DEFAULT_OP_MIX = "models"
+DEFAULT_MOTIF_SHARE = 0.6
+# Share of motif candidates rendered with a mutation (activation swapped, residual added); the others keep the
+# model's computation as traced. A motif is drawn in the family's own dtype with probability NATIVE_DTYPE_SHARE,
+# else from the run's dtype mix.
+MOTIF_MUTATION_SHARE = 0.3
+NATIVE_DTYPE_SHARE = 0.7
 
 
 def parse_dtype_mix(spec: str) -> dict[str, float]:
@@ -56,11 +65,14 @@ class ComposeConfig:
     vocabulary JSON (default: the packaged one, ``opforge.seeds.vocabulary.default_vocabulary``).
     ``transformers_share``: share of self-contained transformers block tasks (``compose.blocks``).
     ``window_ms``: the runtime window (ms) the tasks are sized into, the filter run's (``opforge run`` passes
-    its own); None = the device profile's ``window_ms``."""
+    its own); None = the device profile's ``window_ms``. ``motif_share``: share of candidates drawn from the
+    motif library (``compose.motifs``; ``motif_library`` a path, default the packaged library), the rest from
+    the random composer and transformers blocks. ``op_mix``: op counts of the random composer's graphs
+    (``DEFAULT_OP_MIX``, or ``ops6k`` for CUDA-Agent-Ops-6K's mix)."""
 
     n: int
     seed: int = 0
-    op_mix: str = "ops6k"
+    op_mix: str = DEFAULT_OP_MIX
     device_profile: str = "h100"
     transformers_share: float = 0.04
     allow_stochastic: bool = False
@@ -72,6 +84,8 @@ class ComposeConfig:
     heavy_start: float | None = None
     vocabulary: str | None = None
     window_ms: tuple[float, float] | None = None
+    motif_share: float = DEFAULT_MOTIF_SHARE
+    motif_library: str | None = None
 
 
 def profile_for(cfg: ComposeConfig) -> DeviceProfile:
@@ -106,6 +120,7 @@ def _init(catalog: list[SeedOp], cfg: ComposeConfig):
                                 op_weights=weights, include_internal=cfg.include_internal, heavy_start=heavy)
     _STATE["vocab"] = vocab
     _STATE["blocks"] = _block_specs(profile) if cfg.transformers_share > 0 else []
+    _STATE["motifs"] = _motif_pool(cfg, profile) if cfg.motif_share > 0 else None
     _STATE["cfg"], _STATE["profile"] = cfg, profile
     _STATE["mix"] = parse_op_mix(cfg.op_mix)
     mix = parse_dtype_mix(cfg.dtype_mix)
@@ -139,6 +154,18 @@ def _block_specs(profile):
     return [s for s in specs if s.param_count() <= SMALL_PROFILE_BLOCK_PARAMS]
 
 
+def _motif_pool(cfg: ComposeConfig, profile):
+    """The motif pool of ``cfg`` (``compose.motifs``); a fixed-size profile draws only motifs whose modules
+    hold at most ``SMALL_PROFILE_BLOCK_PARAMS`` parameters."""
+    from opforge.compose.motif_candidates import small_enough
+    from opforge.compose.motifs import MotifPool, load_motifs
+
+    motifs = load_motifs(cfg.motif_library)
+    if not profile.realistic:
+        motifs = [m for m in motifs if small_enough(m, SMALL_PROFILE_BLOCK_PARAMS)]
+    return MotifPool(motifs)
+
+
 def _batches(profile) -> list[int]:
     vocab = _STATE["vocab"]
     return [b for b in vocab.values("batch", 1, profile.max_batch)] or [1]
@@ -154,8 +181,16 @@ def _candidate(i: int) -> dict | None:
     dtype = first.choices(list(dtypes), list(dtypes.values()))[0]
     block = bool(_STATE["blocks"]) and first.random() < cfg.transformers_share
     k = first.choices(list(mix), list(mix.values()))[0]
+    motif = _STATE["motifs"] is not None and not block and first.random() < cfg.motif_share
     for attempt in range(40):
         rng = random.Random(f"{cfg.seed}:{i}:{attempt}")
+        if motif:
+            from opforge.compose.motif_candidates import motif_candidate
+
+            row = motif_candidate(_STATE, rng, i, dtype)
+            if row is not None:
+                return row
+            continue
         if block:
             row = _block_candidate(rng, i, dtype)
             if row is not None:
@@ -183,7 +218,7 @@ def _candidate(i: int) -> dict | None:
             "input_shapes": json.dumps([list(graph.input_shape(n)) for n in graph.inputs()]), "dtype": dtype,
             "size_context": sampler.context.family if profile.realistic and sampler.context else "",
             "pattern": pattern, "predicted_ms": float(predicted), "device_profile": profile.name,
-            "generator": GENERATOR, "generator_seed": cfg.seed, "candidate_index": i,
+            "generator": GENERATOR, "generator_seed": cfg.seed, "candidate_index": i, "provenance": "",
         }
     return None  # no graph fits: the candidate index is left out (compose() counts them)
 
@@ -222,7 +257,8 @@ def _block_candidate(rng: random.Random, i: int, dtype: str) -> dict | None:
                 "input_shapes": json.dumps([[batch, seq, int(spec.config.get("hidden_size", 0))]]),
                 "dtype": dtype, "size_context": spec.family, "pattern": "transformers", "predicted_ms": float(t),
                 "device_profile": profile.name, "generator": GENERATOR, "generator_seed": cfg.seed,
-                "candidate_index": i,
+                "candidate_index": i, "provenance": json.dumps({"source": f"transformers:{spec.family}",
+                                                                "block": spec.label}),
             }
         bigger = [s for s in seqs if s > seq]
         smaller = [s for s in seqs if s < seq]

@@ -23,6 +23,16 @@ import re
 from collections import defaultdict
 
 from opforge.compose.avoid import CONSTANT_OUTPUT, IDENTITY_ON_REAL, noop_reason
+from opforge.compose.axes import (
+    BATCH,
+    batch_stays_first,
+    bind_dims,
+    input_roles,
+    input_violation,
+    op_name,
+    output_roles,
+    template_fits,
+)
 from opforge.compose.device_profiles import DeviceProfile
 from opforge.compose.graph import OpGraph
 from opforge.compose.sizing import SizeContext, draw_context, layout_kind
@@ -60,11 +70,14 @@ OP_MIXES = {
     # CUDA-Agent-Ops-6K: share of rows with 1..5 ops (204/5026/457/168/74 of 5,929 torch rows).
     "ops6k": {1: 0.034, 2: 0.838, 3: 0.076, 4: 0.028, 5: 0.012},
     "uniform": {1: 0.2, 2: 0.2, 3: 0.2, 4: 0.2, 5: 0.2},
+    # what real models fuse: 3-5 ops common (the mined motifs, compose.motifs: p50 5 ops); the selection keeps
+    # the accepted pool's own op-count mix (pipeline.select.bucket_shares)
+    "models": {2: 0.2, 3: 0.3, 4: 0.3, 5: 0.2},
 }
 
 
 def parse_op_mix(spec: str) -> dict[int, float]:
-    """``ops6k`` | ``uniform`` | ``1:0.2,2:0.3,...`` -> normalised {k: weight}. Raises ValueError."""
+    """``models`` | ``ops6k`` | ``uniform`` | ``1:0.2,2:0.3,...`` -> normalised {k: weight}. Raises ValueError."""
     if spec in OP_MIXES:
         return dict(OP_MIXES[spec])
     out: dict[int, float] = {}
@@ -73,7 +86,7 @@ def parse_op_mix(spec: str) -> dict[int, float]:
             k, w = part.split(":")
             out[int(k)] = float(w)
     except ValueError:
-        raise ValueError(f"bad --op-mix {spec!r}: use ops6k, uniform or '1:0.2,2:0.3,...'") from None
+        raise ValueError(f"bad --op-mix {spec!r}: use models, ops6k, uniform or '1:0.2,2:0.3,...'") from None
     if not out or any(k < 1 or k > 5 for k in out) or any(w < 0 for w in out.values()) or sum(out.values()) <= 0:
         raise ValueError(f"bad --op-mix {spec!r}: op counts must be 1..5 with non-negative weights")
     total = sum(out.values())
@@ -123,6 +136,8 @@ class Sampler:
         self.reducers = [o for o in ops if o.label in REDUCERS and o.library == "torch"]
         self.dtype = "float32"
         self.context: SizeContext | None = None
+        self.names = {o.label: op_name(o.label) for o in ops}
+        self._fitting: dict[tuple, list[tuple[SeedOp, str]]] = {}  # (rank, roles) -> chainable options
 
     def supports(self, seed: SeedOp, dtype: str) -> bool:
         """Whether ``seed`` runs in ``dtype``: its probed ``dtypes`` when the catalog records them, else any
@@ -171,6 +186,7 @@ class Sampler:
                     g.sizes.setdefault(SIZE_NAMES[d], local[d])
             local.update({s: g.sizes[SIZE_NAMES[s]] for s in shape if isinstance(s, str)})
             first = g.add_input(names, seed.inputs[0].dtype, _resolve_index(seed.inputs[0].values, local))
+            g.g.nodes[first]["roles"] = input_roles(shape, t)
             node = self._apply(rng, g, seed, [first], local, first_shape=names)
             if node:
                 return node
@@ -206,6 +222,8 @@ class Sampler:
         local.setdefault("E", ctx.get("E", 64))
         new_inputs = []
         all_args = list(args)
+        in_shape = tuple(g.run("meta")[args[0]].shape)
+        roles = g.g.nodes[args[0]].get("roles") or input_roles(["N", *["C"] * (len(in_shape) - 1)])
         if extra_from is None:
             for spec in seed.inputs[1:]:
                 if isinstance(spec.shape, str):  # like:<i>: the same shape as that input
@@ -222,6 +240,7 @@ class Sampler:
                         self._drop(g, new_inputs)
                         return None
                 inp = g.add_input(shape, spec.dtype, spec.values)
+                g.g.nodes[inp]["roles"] = list(roles) if isinstance(spec.shape, str) else input_roles(spec.shape)
                 new_inputs.append(inp)
                 all_args.append(inp)
         else:
@@ -232,6 +251,12 @@ class Sampler:
         except KeyError:  # a size symbol this position does not bind
             self._drop(g, new_inputs)
             return None
+        name = self.names.get(seed.label) or op_name(seed.label)
+        bound = bind_dims(name, seed, roles, in_shape, init, call, rng)
+        if bound is None or input_violation(name, seed, roles, bound[0], bound[1]):
+            self._drop(g, new_inputs)
+            return None
+        init, call, node_attrs = bound
         params = {k: ([local[d] if isinstance(d, str) else d for d in s.shape], s.dtype, s.values)
                   for k, s in seed.params.items()}
         if any(isinstance(v, str) and v.startswith("index:") for _, _, v in params.values()):
@@ -244,7 +269,14 @@ class Sampler:
             out = g.run("meta")[node]
             if not out.is_floating_point() or out.dim() == 0 or out.numel() == 0:
                 raise SamplingError("non-float, scalar or empty output")
-            g.run("meta", {**g.sizes, "batch_size": PROBE_BATCH})
+            probe = g.run("meta", {**g.sizes, "batch_size": PROBE_BATCH})[node]
+            if not batch_stays_first(tuple(out.shape), tuple(probe.shape), g.sizes.get("batch_size", BASE_BATCH),
+                                     PROBE_BATCH):
+                raise SamplingError("the batch does not stay axis 0 alone")
+            out_roles = output_roles(name, seed, roles, in_shape, tuple(out.shape), init, call)
+            if out_roles is None or len(out_roles) != out.dim() or out_roles[0] != BATCH:
+                raise SamplingError("output roles unknown")
+            g.g.nodes[node].update(node_attrs, roles=out_roles)
             if noop_reason(g, node):
                 raise SamplingError("changes nothing")
         except Exception:
@@ -289,9 +321,19 @@ class Sampler:
                     g.frozen.add(name)
         return out
 
+    def _options(self, g: OpGraph, node: str, rank: int) -> list[tuple[SeedOp, str]]:
+        """Chainable (op, template) pairs whose template fits the roles of ``node``'s output
+        (``axes.template_fits``)."""
+        roles = tuple(g.g.nodes[node].get("roles") or ())
+        key = (rank, roles)
+        if key not in self._fitting:
+            self._fitting[key] = [(o, t) for o, t in self.chainable.get(rank, [])
+                                  if template_fits(t, list(roles), self.names[o.label])]
+        return self._fitting[key]
+
     def _next(self, rng, g: OpGraph, prev: str, tries: int = 25) -> str | None:
         shape = tuple(g.run("meta")[prev].shape)
-        options = self.chainable.get(len(shape), [])
+        options = self._options(g, prev, len(shape))
         if not options:
             return None
         for _ in range(tries):
@@ -351,6 +393,8 @@ class Sampler:
             if y is None:
                 return False
             src = g.args_of(x)[0]  # the graph input feeding the first op
+            if g.g.nodes[y].get("roles") != g.g.nodes[src].get("roles"):
+                return False
             if tuple(g.run("meta")[y].shape) != g.input_shape(src) or g.g.nodes[src]["dtype"] != "float32" \
                     or g.run("meta")[y].dtype != g.run("meta")[src].dtype:
                 return False
@@ -368,7 +412,7 @@ class Sampler:
             if g.g.nodes[src]["dtype"] != "float32" or len(g.args_of(x)) != 1:
                 return False
             shape = g.input_shape(src)
-            options = self.chainable.get(len(shape), [])
+            options = self._options(g, src, len(shape))
             for _ in range(25):
                 seed, t = self._pick(rng, options, key=lambda it: it[0])
                 local = dict(zip(TEMPLATES[t], shape, strict=True))
@@ -376,7 +420,8 @@ class Sampler:
                 if b is None:
                     continue
                 vals = g.run("meta")
-                if vals[b].shape == vals[x].shape and seed.label != g.g.nodes[x]["label"]:
+                if vals[b].shape == vals[x].shape and seed.label != g.g.nodes[x]["label"] \
+                        and g.g.nodes[b]["roles"] == g.g.nodes[x]["roles"]:
                     break
                 g.remove(b)
             else:

@@ -203,6 +203,28 @@ def seeds_relevance(
                    f"call share {o.call_share:6.2%}")
 
 
+@app.command("motifs")
+def motifs_cmd(
+    out: Path = typer.Option(Path("runs/motifs.json.gz"), help="Motif library to write (gzip JSON)."),
+    families: str = typer.Option(None, help="Only these transformers model types, comma-separated (default all)."),
+    torchvision: str = typer.Option(None, help="torchvision models, comma-separated (default: a fixed list of "
+                                               "classification models; '' for none)."),
+    timm: str = typer.Option(None, help="timm models, comma-separated (default: a fixed list; '' for none)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
+):
+    """Mine fusion motifs from real models (transformers, torchvision, timm as installed) into a library."""
+    from opforge.compose.motifs import write_motif_library
+
+    def models(value):
+        return None if value is None else tuple(v for v in value.split(",") if v.strip())
+
+    path, meta = write_motif_library(out, families=_names(families), torchvision_models=models(torchvision),
+                                     timm_models=models(timm), progress=_progress(quiet))
+    cats = ", ".join(f"{k} {v}" for k, v in sorted(meta["categories"].items(), key=lambda kv: -kv[1]))
+    typer.echo(f"wrote {path}: {sum(meta['categories'].values())} motifs from {len(meta['traced'])} models "
+               f"({len(meta['skipped'])} skipped); per category: {cats}")
+
+
 @seeds_app.command("list")
 def seeds_list(
     catalog: Path = typer.Option(DEFAULT_CATALOG, help="Catalog Parquet."),
@@ -234,8 +256,13 @@ def compose_cmd(
     n: int = typer.Option(1000, help="Number of candidates."),
     seed: int = typer.Option(0, help="Generator seed; the same seed gives byte-identical output."),
     out: Path = typer.Option(Path("runs/candidates.parquet"), help="Candidates Parquet to write."),
-    op_mix: str = typer.Option("ops6k", callback=_check_op_mix,
-                               help="ops6k | uniform | '1:0.2,2:0.3,...' (share of 1..5-op tasks)."),
+    op_mix: str = typer.Option("models", callback=_check_op_mix,
+                               help="models | ops6k | uniform | '1:0.2,2:0.3,...' (share of 1..5-op tasks of "
+                                    "the random composer)."),
+    motif_share: float = typer.Option(0.6, min=0.0, max=1.0, help="Share of candidates drawn from the motif "
+                                      "library (fusions mined from real models)."),
+    motif_library: Path = typer.Option(None, help="Motif library (default: the packaged one; `opforge "
+                                                  "motifs` mines one)."),
     device_profile: DeviceProfileName = typer.Option("h100", case_sensitive=False,
                                                      help="Cost-model profile for sizing."),
     transformers_share: float = typer.Option(0.04, help="Share of self-contained transformers block tasks."),
@@ -272,7 +299,8 @@ def compose_cmd(
                             transformers_share=transformers_share, category_weights=weights,
                             op_weights=overrides, dtype_mix=dtype_mix,
                             vocabulary=str(vocabulary) if vocabulary else None,
-                            include_internal=include_internal, heavy_start=heavy_start)
+                            include_internal=include_internal, heavy_start=heavy_start,
+                            motif_share=motif_share, motif_library=str(motif_library) if motif_library else None)
     except (ValueError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -384,7 +412,11 @@ def run_cmd(
     scheduler: str = typer.Option(None, help="Address of an existing Dask scheduler."),
     seed: int = typer.Option(None, help="Run seed (composition and selection). Default 0."),
     op_mix: str = typer.Option(None, callback=_check_op_mix,
-                               help="ops6k | uniform | '1:0.2,2:0.3,...' (composition and selection quota)."),
+                               help="models | ops6k | uniform | '1:0.2,2:0.3,...' (composition and selection "
+                                    "quota; default models: the accepted pool's own mix)."),
+    motif_share: float = typer.Option(None, min=0.0, max=1.0, help="Share of candidates drawn from the motif "
+                                      "library (default 0.6)."),
+    motif_library: Path = typer.Option(None, help="Motif library (default: the packaged one)."),
     runtime_window_ms: tuple[float, float] = typer.Option(None, help="LO HI eager window in ms (default: 1 100 "
                                                           "on cuda, off on cpu)."),
     no_window: bool = typer.Option(None, "--no-window", help="Record runtimes only."),
@@ -419,6 +451,7 @@ def run_cmd(
     window = tuple(runtime_window_ms) if runtime_window_ms and runtime_window_ms[0] is not None else None
     overrides = {"target": target, "out": out, "device": _value(device), "workers": workers,
                  "scheduler": scheduler, "seed": seed, "op_mix": op_mix, "runtime_window_ms": window,
+                 "motif_share": motif_share, "motif_library": str(motif_library) if motif_library else None,
                  "no_window": no_window, "device_profile": _value(device_profile), "round_size": round_size, "candidate_budget": candidate_budget,
                  "skip_filters": _names(skip), "kernelbench": kernelbench,
                  "seeds_catalog": seeds_catalog, "repo_id": repo_id, "dtype_mix": dtype_mix,

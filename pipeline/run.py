@@ -127,7 +127,8 @@ def _compose_round(cfg: RunConfig, catalog: Path, k: int, run_dir: Path, progres
                          dtype_mix=cfg.dtype_mix, op_weights=cfg.op_weights,
                          vocabulary=_vocabulary_path(cfg, catalog),
                          include_internal=cfg.include_internal, heavy_start=cfg.heavy_start,
-                         window_ms=cfg.runtime_window_ms)
+                         window_ms=cfg.runtime_window_ms, motif_share=cfg.motif_share,
+                         motif_library=cfg.motif_library)
     # the sandboxes wait for candidates meanwhile: compose on every core (output does not depend on it)
     workers = cfg.compose_workers or max(1, min(len(os.sched_getaffinity(0)), cfg.round_size // 50))
     df = compose(read_catalog(catalog), ccfg, workers=workers, progress=progress)
@@ -159,8 +160,9 @@ def _filter_settings(cfg: RunConfig):
 def accepted_pool(candidates: pd.DataFrame, verdicts: pd.DataFrame) -> pd.DataFrame:
     """Accepted candidates joined with their measurements (one row per task_id, first occurrence)."""
     v = verdicts[verdicts["accepted"]].drop_duplicates("task_id")
-    cols = ["task_id", "eager_ms", "compile_ms", "kernelbench_nearest", "kernelbench_similarity"]
-    pool = candidates.drop_duplicates("task_id").merge(v[cols], on="task_id", how="inner")
+    cols = ["task_id", "eager_ms", "compile_ms", "roofline_ms", "fusion_gain", "kernelbench_nearest",
+            "kernelbench_similarity"]
+    pool = candidates.drop_duplicates("task_id").merge(v[[c for c in cols if c in v]], on="task_id", how="inner")
     return pool.sort_values("candidate_index", kind="stable").reset_index(drop=True)
 
 
@@ -227,6 +229,8 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
                 warm_up, warming = _warm_up_summary(warming), []
             seconds["filter"] += time.perf_counter() - t0
             pool = accepted_pool(candidates, res.verdicts)
+            if cfg.op_mix == "models":
+                shares = bucket_shares({}, 0.0, pool, keep_pool_mix=True)
             selection = select_tasks(pool, cfg.target, shares, seed=cfg.seed, max_per_signature=cfg.max_per_signature)
             k += 1
             if selection.shortfall == 0:
@@ -341,8 +345,8 @@ def _published_rows(sel: pd.DataFrame, funnel: dict[str, Any], cfg: RunConfig) -
     out["size_context"] = out["size_context"].fillna("")
     out["generator_seed"] = out["generator_seed"].astype("int64")
     out["num_ops"] = out["num_ops"].astype("int64")
-    for c in ("eager_ms", "compile_ms", "kernelbench_similarity"):
-        out[c] = pd.to_numeric(out[c], errors="coerce").astype("float64")
+    for c in ("eager_ms", "compile_ms", "roofline_ms", "fusion_gain", "kernelbench_similarity"):
+        out[c] = pd.to_numeric(out[c] if c in out else float("nan"), errors="coerce").astype("float64")
     return out
 
 
@@ -369,7 +373,13 @@ def _card_context(cfg: RunConfig, rows: pd.DataFrame, funnel: dict, sel, env: di
     eager = pd.to_numeric(rows["eager_ms"], errors="coerce").dropna()
     kb = pd.to_numeric(rows["kernelbench_similarity"], errors="coerce").dropna()
     device_label = env.get("gpu") if cfg.device == "cuda" and env.get("gpu") else "CPU"
+    from opforge.filters.headroom import resolve_peaks
+    from opforge.pipeline.headroom_card import headroom_context
+
+    peaks, source = resolve_peaks(cfg.thresholds.get("roofline", {}).get("peaks", "auto"), cfg.device,
+                                  env.get("gpu"))
     return {
+        "headroom": headroom_context(rows, cfg.device == "cuda", peaks.describe(), source),
         "shapes": _shape_stats(rows),
         "pretty_name": cfg.pretty_name, "license_id": cfg.license, "license": f"Licence: {cfg.license}",
         "seed": cfg.seed, "device_profile": cfg.device_profile,

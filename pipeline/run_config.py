@@ -28,8 +28,11 @@ class RunConfig(_EngineOptions):
         out: run directory.
         device / workers / scheduler: where the filters run (see ``opforge filter``).
         seed: generator seed: composition and selection depend only on it and the seed catalog.
-        op_mix: composer op-count mix (``ops6k``, ``uniform`` or ``1:0.2,2:0.3,...``), also the selection quota.
+        op_mix: composer op-count mix (``models``, ``ops6k``, ``uniform`` or ``1:0.2,2:0.3,...``), also the
+            selection quota (``models``: the accepted pool's own mix).
         transformers_share: share of self-contained transformers block tasks (composition and quota).
+        motif_share / motif_library: share of candidates drawn from the motif library (``compose.motifs``,
+            fusions mined from real models) and its path (default: the packaged library).
         dtype_mix: share of tasks per floating dtype (``float32:0.7,bfloat16:0.18,float16:0.12``).
         op_weights: label -> weight replacing the composer's relevance-based default of each op listed.
         vocabulary: shape vocabulary JSON for realistic profiles (default: the packaged one).
@@ -72,7 +75,9 @@ class RunConfig(_EngineOptions):
     workers: int | None = None
     scheduler: str | None = None
     seed: int = 0
-    op_mix: str = "ops6k"
+    op_mix: str = "models"
+    motif_share: float = Field(0.6, ge=0, le=1)
+    motif_library: str | None = None
     transformers_share: float = Field(0.04, ge=0, le=1)
     dtype_mix: str = "float32:0.7,bfloat16:0.18,float16:0.12"
     op_weights: dict[str, float] | None = None
@@ -114,7 +119,7 @@ class RunConfig(_EngineOptions):
 
 # Fields whose change makes an existing run directory's results another dataset (a re-run with any other
 # field changed - target, budget, workers, timeouts - resumes the same run).
-IDENTITY_FIELDS = ("seed", "op_mix", "transformers_share", "device_profile", "device", "runtime_window_ms",
+IDENTITY_FIELDS = ("seed", "op_mix", "motif_share", "motif_library", "transformers_share", "device_profile", "device", "runtime_window_ms",
                    "round_size", "skip_filters", "kernelbench", "kernelbench_levels", "seeds_catalog", "dtype_mix",
                    "op_weights", "vocabulary", "include_internal", "heavy_start",
                    "harvest_transformers")

@@ -47,8 +47,13 @@ class Selection:
     notes: list[str] = field(default_factory=list)
 
 
-def bucket_shares(op_mix: dict[int, float], transformers_share: float) -> dict[str, float]:
-    """``{"torch#k": share, "transformers": share}`` from the composer's op mix (shares sum to 1)."""
+def bucket_shares(op_mix: dict[int, float], transformers_share: float, pool: pd.DataFrame | None = None,
+                  keep_pool_mix: bool = False) -> dict[str, float]:
+    """``{"torch#k": share, "transformers": share}`` from the composer's op mix (shares sum to 1); with
+    ``keep_pool_mix`` (the ``models`` op mix), each ``data_source`` bucket's share of ``pool`` instead, so the
+    published op counts are those of the fusions that passed (motifs of 2-8 ops and more)."""
+    if keep_pool_mix and pool is not None and len(pool):
+        return {str(k): float(v) for k, v in pool["data_source"].value_counts(normalize=True).sort_index().items()}
     shares = {f"torch#{k}": w * (1 - transformers_share) for k, w in sorted(op_mix.items())}
     if transformers_share > 0:
         shares["transformers"] = transformers_share

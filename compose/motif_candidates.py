@@ -1,0 +1,176 @@
+"""Candidates from the motif library: draw a motif, maybe mutate it, size it for the window, render it.
+
+Mutations (``MUTATIONS``, applied to ``composer.MOTIF_MUTATION_SHARE`` of the motif candidates) keep a motif
+a piece of a real model while varying it: ``activation`` swaps its activation function for another one real
+models use in that place (``ACTIVATION_SWAPS``), ``residual`` adds the residual connection of a pre-norm
+block (the output plus a second input of its shape). The dtype is the family's own (``native_dtype``) with
+probability ``composer.NATIVE_DTYPE_SHARE``, else the run's dtype mix. Batch and sequence length come from
+the shape vocabulary (``compose.motif_sizing.choose_sizes``), the sequence never past the family's
+``max_positions``; a motif whose predicted time cannot reach the window at those sizes stays as fast as it is
+(the runtime filter rejects it as too fast; sizes are never inflated past the family's vocabulary).
+
+The ``ops`` labels are those the rendered code calls, recovered by tracing it on ``meta``
+(``compose.labels``), so they are exact by construction.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+
+from opforge.compose.motif_cut import ACT, Motif
+from opforge.compose.motif_render import RenderError, render_motif
+from opforge.compose.motif_sizing import MotifCost, _module_params, choose_sizes
+from opforge.compose.sizing import window_target
+from opforge.task.identity import task_id_for
+
+# Activation functions real models use in the same place (MLP / gate / epilogue), by functional name.
+ACTIVATION_SWAPS = {"silu": ("gelu", "relu", "mish"), "gelu": ("silu", "relu"), "relu": ("gelu", "silu"),
+                    "mish": ("silu", "gelu"), "tanh": ("sigmoid",), "sigmoid": ("tanh",)}
+MUTATIONS = ("activation", "residual")
+FIXED_SIZES = {"cpu": ([2, 4], [32, 64]), "test": ([1, 2], [8, 16])}
+
+
+def small_enough(m: Motif, max_params: int) -> bool:
+    """The motif's parameters and module parameters add up to at most ``max_params``."""
+    n = sum(_prod(p["shape"]) for p in m.params)
+    for c in m.calls:
+        if c["spelling"] == "module":
+            n += _module_params(c)
+    return n <= max_params
+
+
+def _prod(shape) -> int:
+    out = 1
+    for d in shape:
+        out *= int(d)
+    return out
+
+
+def mutate(m: Motif, kind: str, rng: random.Random) -> Motif | None:
+    """A copy of ``m`` with mutation ``kind`` (``MUTATIONS``), or None when it does not apply."""
+    m = copy.deepcopy(m)
+    if kind == "activation":
+        acts = [c for c in m.calls if c["spelling"] == "F." + c["name"] and c["name"] in ACTIVATION_SWAPS]
+        if not acts:
+            return None
+        call = rng.choice(acts)
+        new = rng.choice(ACTIVATION_SWAPS[call["name"]])
+        call["name"], call["spelling"], call["canonical"] = new, f"F.{new}", new
+        call["args"] = call["args"][:1]
+        call["kwargs"] = {}
+        return m
+    if kind == "residual":
+        if len(m.outputs) != 1:
+            return None
+        out = m.outputs[0]
+        shape, dtype = _out_shape(m, out)
+        if shape is None or not shape or not dtype.startswith(("float", "bfloat")):
+            return None
+        vid_in = max(_all_vids(m)) + 1
+        vid_out = vid_in + 1
+        m.inputs.append({"vid": vid_in, "shape": shape, "dtype": dtype, "kind": "normal", "bound": 0,
+                         "name": "residual"})
+        m.calls.append({"index": -1, "kind": "function", "name": "add", "spelling": "method",
+                        "args": [{"T": out}, {"T": vid_in}], "kwargs": {}, "outputs": [vid_out], "module": "",
+                        "scope": "", "scope_class": "", "counted": True, "heavy": False, "flops": 0.0,
+                        "data": True, "canonical": "add", "module_path": "", "index_bound": 0,
+                        "out_shapes": [[shape, dtype]]})
+        m.outputs = [vid_out]
+        m.n_ops += 1
+        return m
+    raise ValueError(f"unknown motif mutation {kind!r}; known: {', '.join(MUTATIONS)}")
+
+
+def _all_vids(m: Motif) -> list[int]:
+    out = [d["vid"] for d in m.inputs + m.params]
+    for c in m.calls:
+        out += [o for o in c["outputs"] if o is not None]
+    return out
+
+
+def _out_shape(m: Motif, vid: int):
+    for c in m.calls:
+        for o, (sh, dt) in zip(c["outputs"], c.get("out_shapes", []), strict=False):
+            if o == vid:
+                return sh, dt
+    return None, ""
+
+
+def motif_candidate(state: dict, rng: random.Random, i: int, dtype: str) -> dict | None:
+    """One candidate row (``composer.COLUMNS``) from the motif pool in ``state`` (the composer's worker
+    state), or None when the drawn motif cannot be rendered or sized."""
+    from opforge.compose import composer as C
+    from opforge.compose.labels import recovered_labels
+
+    cfg, profile, pool = state["cfg"], state["profile"], state["motifs"]
+    motif = pool.draw(rng)
+    mutation = ""
+    if rng.random() < C.MOTIF_MUTATION_SHARE:
+        kind = rng.choice(MUTATIONS)
+        mutated = mutate(motif, kind, rng)
+        if mutated is not None:
+            motif, mutation = mutated, kind
+    if rng.random() < C.NATIVE_DTYPE_SHARE and motif.native_dtype in ("float32", "bfloat16", "float16"):
+        dtype = motif.native_dtype
+    cost = MotifCost(motif)
+    if profile.realistic:
+        vocab = state["vocab"]
+        longest = min(motif.max_positions or 4096, 8192)
+        seqs = [s for s in vocab.values("seq", 16, longest)] or [128]
+        batches = [b for b in vocab.values("batch", 1, profile.max_batch)] or [1]
+        _, _, target = window_target(profile)
+        picked = choose_sizes(cost, profile, dtype, batches, seqs, target)
+        if picked is None:
+            return None
+        batch, seq, predicted = picked
+    else:
+        batches, seqs = FIXED_SIZES.get(profile.name, FIXED_SIZES["cpu"])
+        batch, seq = rng.choice(batches), rng.choice(seqs)
+        predicted = cost.predict_ms(batch, seq, dtype, profile)
+    source = motif.sources[0]
+    doc = (f"{_describe(motif)} from {source} ({', '.join(motif.scope_classes[:3]) or 'model'}), {dtype}. "
+           f"Generated by {C.GENERATOR}, seed {cfg.seed}, candidate {i}.")
+    try:
+        code = render_motif(motif, batch, seq, dtype, doc)
+        labels = [alts[0] for alts in recovered_labels(code, f"candidate {i}")]
+    except (RenderError, Exception):  # noqa: BLE001 - a motif that does not render or run at these sizes
+        return None
+    if len(labels) < 2:
+        return None
+    shapes = _input_shapes(code)
+    family = source.split(":", 1)[-1]
+    return {
+        "task_id": task_id_for(code), "code": code, "ops": json.dumps(labels), "data_source": f"torch#{len(labels)}",
+        "num_ops": len(labels), "graph": json.dumps({"motif": motif.motif_id, "calls": [c["name"] for c in motif.calls],
+                                                    "batch_size": batch, "seq_len": seq if motif.seq else None},
+                                                   sort_keys=True),
+        "categories": json.dumps(sorted({motif.category})), "input_shapes": json.dumps(shapes), "dtype": dtype,
+        "size_context": family, "pattern": f"motif:{motif.category}", "predicted_ms": float(predicted),
+        "device_profile": profile.name, "generator": C.GENERATOR, "generator_seed": cfg.seed, "candidate_index": i,
+        "provenance": json.dumps({"source": source, "found_in": len(motif.sources), "scopes": motif.scopes,
+                                  "modules": motif.scope_classes, "motif_id": motif.motif_id,
+                                  "category": motif.category, "mutation": mutation}, sort_keys=True),
+    }
+
+
+def _describe(m: Motif) -> str:
+    names = {"norm_residual": "Residual add + normalisation", "norm": "Normalisation", "gated_mlp": "Gated MLP",
+             "rotary": "Rotary position embedding", "attention": "Attention scores, mask and softmax",
+             "softmax": "Scaled, masked softmax", "conv_norm_act": "Convolution + normalisation + activation",
+             "gemm_epilogue": "GEMM with its epilogue", "activation": "Activation", "pool_head": "Pooling head",
+             "embedding": "Embedding", "elementwise": "Elementwise chain"}
+    return names.get(m.category, m.category) + " motif"
+
+
+def _input_shapes(code: str) -> list[list[int]]:
+    import torch
+    from opforge.task.source import load_task
+
+    with torch.device("meta"):
+        xs = load_task(code, "shapes").inputs()
+    return [list(x.shape) for x in xs if isinstance(x, torch.Tensor)]
+
+
+__all__ = ["ACT", "MUTATIONS", "motif_candidate", "mutate", "small_enough"]

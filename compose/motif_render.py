@@ -1,0 +1,293 @@
+"""Render a motif (a window of traced calls, ``compose.motif_cut.Motif``) as a self-contained KernelBench task.
+
+The task's ``Model`` holds the motif's parameters (``nn.Parameter``, trained-like values: a norm scale
+``N(1, 0.1^2)``, a bias ``N(0, 0.02^2)``, a matrix ``N(0, 1 / fan_in)`` as ``nn.Linear`` / ``nn.Conv``
+initialise theirs in scale) and its ``torch.nn`` modules (their constructor from the traced module's
+``extra_repr``; normalisation layers get the trained-like statistics of ``compose.render``), and its
+``forward`` makes the motif's calls in trace order. Integer literals and shapes built from the trace's
+sentinel sizes become ``batch_size`` / ``seq_len`` (module-level constants) and a ``float16`` literal the
+task's dtype (``compose.motif_trace``), so the same motif renders at any batch, sequence length and dtype.
+
+Inputs are drawn by the kind the miner found for them (``Motif.inputs[i]["kind"]``): ``normal``
+(activations: ``randn``), ``trig`` (``cos`` / ``sin`` values: uniform in [-1, 1]), ``mask`` (an additive
+attention mask: causal when its last two sizes are equal, else 10 % of keys masked, with the dtype's lowest
+value as transformers' eager masks use), ``bool_mask`` and ``index`` (``randint`` below the embedding size).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from opforge.compose.render import _norm_state_lines, task_source
+from opforge.task.op_names import snake
+
+TASK_DTYPE = "DTYPE"  # placeholder of the task's dtype in rendered expressions
+_BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "matmul": "@", "pow": "**"}
+_DUNDER = {"__add__": "+", "__sub__": "-", "__mul__": "*", "__truediv__": "/", "__matmul__": "@",
+           "__pow__": "**", "__mod__": "%", "__floordiv__": "//", "__and__": "&", "__or__": "|",
+           "__xor__": "^", "__gt__": ">", "__lt__": "<", "__ge__": ">=", "__le__": "<=", "__eq__": "==",
+           "__ne__": "!="}
+_RDUNDER = {"__radd__": "+", "__rsub__": "-", "__rmul__": "*", "__rtruediv__": "/", "__rpow__": "**",
+            "__rmatmul__": "@"}
+
+
+class RenderError(ValueError):
+    """A motif call cannot be written as source (an unsupported argument or operator)."""
+
+
+class Symbols:
+    """Maps traced integers to size expressions: ``batch`` / ``seq`` are the trace's sentinel sizes."""
+
+    def __init__(self, batch: int, seq: int | None):
+        self.batch, self.seq = batch, seq
+
+    def expr(self, v: int) -> str:
+        """``v`` as an expression of ``batch_size`` / ``seq_len`` when it is built from the sentinels."""
+        if isinstance(v, bool) or not isinstance(v, int) or abs(v) < 2:
+            return repr(v)
+        forms = []
+        b, s = self.batch, self.seq
+        if s:
+            forms += [(b * s, "batch_size * seq_len"), (s * s, "seq_len * seq_len"), (s, "seq_len")]
+        forms.append((b, "batch_size"))
+        for m, text in forms:
+            if v % m == 0:
+                c = v // m
+                if b and c % b == 0 or s and c % s == 0:
+                    continue
+                return text if c == 1 else f"{text} * {c}"
+        return repr(v)
+
+
+def literal(obj, sym: Symbols, names: dict[int, str], in_index: bool = False) -> str:
+    """Source of one argument template (``compose.motif_trace._Recorder.encode``)."""
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+        return repr(obj)
+    if isinstance(obj, int):
+        return sym.expr(obj)
+    if isinstance(obj, float):
+        return repr(obj)
+    if isinstance(obj, list):
+        return "[" + ", ".join(literal(v, sym, names) for v in obj) + "]"
+    if isinstance(obj, dict):
+        if "T" in obj:
+            return names[obj["T"]]
+        if "tuple" in obj:
+            items = [literal(v, sym, names, in_index) for v in obj["tuple"]]
+            if in_index:
+                return ", ".join(items) if len(items) != 1 else items[0] + ","
+            return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+        if "slice" in obj:
+            a, b, c = (literal(v, sym, names) if v is not None else "" for v in obj["slice"])
+            if in_index:
+                return f"{a}:{b}" + (f":{c}" if c else "")
+            return f"slice({a or None}, {b or None}, {c or None})"
+        if "ellipsis" in obj:
+            return "..."
+        if "dtype" in obj:
+            return TASK_DTYPE if obj["dtype"] == "float16" else f"torch.{obj['dtype']}"
+        if "float" in obj:
+            return f"float('{obj['float']}')"
+        if "memory_format" in obj:
+            return f"torch.{obj['memory_format']}"
+    raise RenderError(f"argument {obj!r} has no source form")
+
+
+def _strip_device(args: list, kwargs: dict) -> tuple[list, dict]:
+    args = [a for a in args if not (isinstance(a, dict) and "device" in a)]
+    kwargs = {k: v for k, v in kwargs.items() if not (isinstance(v, dict) and "device" in v)}
+    return args, kwargs
+
+
+def expression(call: dict, sym: Symbols, names: dict[int, str], module_attr: str = "") -> str:
+    """Source expression of one traced call (a dict of ``motif_trace.Call`` fields)."""
+    args, kwargs = _strip_device(call["args"], call["kwargs"])
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("inplace", "_stacklevel")}
+    name, spelling = call["name"], call["spelling"]
+    lit = [literal(a, sym, names) for a in args]
+    kw = [f"{k}={literal(v, sym, names)}" for k, v in kwargs.items()]
+    if spelling == "module":
+        return f"self.{module_attr}({', '.join(lit + kw)})"
+    if spelling == "operator":
+        if name == "__getitem__":
+            return f"{lit[0]}[{literal(args[1], sym, names, in_index=True)}]"
+        if name in _DUNDER and len(lit) == 2:
+            return f"{_wrap(lit[0])} {_DUNDER[name]} {_wrap(lit[1])}"
+        if name in _RDUNDER and len(lit) == 2:
+            return f"{_wrap(lit[1])} {_RDUNDER[name]} {_wrap(lit[0])}"
+        if name == "__neg__":
+            return f"-{_wrap(lit[0])}"
+        raise RenderError(f"operator {name} has no source form")
+    if spelling == "method":
+        base = name[:-1] if name.endswith("_") and not name.startswith("_") else name
+        if base in _BINARY and len(lit) == 2 and not kw:
+            return f"{_wrap(lit[0])} {_BINARY[base]} {_wrap(lit[1])}"
+        if base.startswith("_"):
+            raise RenderError(f"private method {name}")
+        return f"{_wrap(lit[0])}.{base}({', '.join(lit[1:] + kw)})"
+    if spelling.startswith(("F.", "torch.")):
+        return f"{spelling}({', '.join(lit + kw)})"
+    raise RenderError(f"call {name} ({spelling}) has no source form")
+
+
+def _wrap(text: str) -> str:
+    return text if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*(\[[^\]]*\])?|-?[0-9.e+-]+", text) else f"({text})"
+
+
+def call_expression_fn(trace, call):
+    """A callable running ``call`` alone on tensors of its traced input shapes, and those tensors (meta)."""
+    import dataclasses
+
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    vids = call.inputs()
+    names = {v: f"a{i}" for i, v in enumerate(vids)}
+    d = dataclasses.asdict(call)
+    ns = {"torch": torch, "F": F, "nn": nn, TASK_DTYPE: torch.float16, "math": math}
+    if call.kind == "module":
+        if not call.module:
+            raise RenderError(f"module {call.name} is not public in torch.nn")
+        with torch.device("meta"):
+            ns["self"] = type("S", (), {"m": eval(call.module, ns).to(torch.float16)})()  # noqa: S307
+    expr = expression(d, Symbols(0, None), names, module_attr="m")
+    fn = eval(f"lambda {', '.join(names.values())}: {expr}", ns)  # noqa: S307 - our own rendered source
+    tensors = []
+    for v in vids:
+        val = trace.values[v]
+        dt = getattr(torch, val.dtype)
+        if dt.is_floating_point:
+            tensors.append(torch.empty(val.shape, dtype=dt, device="meta"))
+        else:
+            tensors.append(torch.zeros(val.shape, dtype=dt, device="meta"))
+    return fn, tensors
+
+
+# ---- whole tasks ----
+
+def _shape(shape, sym: Symbols) -> str:
+    return ", ".join(sym.expr(int(d)) for d in shape)
+
+
+def _param_init(p: dict, sym: Symbols) -> str:
+    shape = p["shape"]
+    dims = _shape(shape, sym) or "()"
+    leaf = p["name"].split(".")[-1].lower()
+    if len(shape) <= 1:
+        if leaf in ("weight", "gamma", "scale", "g", "alpha") or leaf.endswith(("weight", "scale", "gamma")):
+            return f"torch.randn({dims}) * 0.1 + 1.0"
+        return f"torch.randn({dims}) * 0.02"
+    fan_in = math.prod(int(d) for d in shape[1:])
+    return f"torch.randn({dims}) * {1 / math.sqrt(max(fan_in, 1)):.6g}"
+
+
+def _input_factory(inp: dict, sym: Symbols) -> str:
+    shape = inp["shape"]
+    dims = _shape(shape, sym)
+    kind = inp["kind"]
+    float_dt = TASK_DTYPE if inp["dtype"] == "float16" else f"torch.{inp['dtype']}"
+    if kind == "index":
+        dt = "" if inp["dtype"] == "int64" else f", dtype=torch.{inp['dtype']}"
+        return f"torch.randint(0, {int(inp.get('bound') or 2)}, ({dims},){dt})"
+    square = len(shape) >= 2 and shape[-1] == shape[-2]
+    if kind == "bool_mask":
+        if square:
+            a, b = sym.expr(int(shape[-2])), sym.expr(int(shape[-1]))
+            return f"torch.ones({a}, {b}, dtype=torch.bool).tril().expand({dims}).contiguous()"
+        return f"torch.rand({dims}) > 0.1"
+    if kind == "mask":
+        if square:
+            a, b = sym.expr(int(shape[-2])), sym.expr(int(shape[-1]))
+            where = f"torch.ones({a}, {b}, dtype=torch.bool).triu(1)"
+        else:
+            where = f"torch.rand({dims}) < 0.1"
+        return f"torch.zeros({dims}, dtype={float_dt}).masked_fill({where}, torch.finfo({float_dt}).min)"
+    if kind == "trig":
+        return f"torch.rand({dims}, dtype={float_dt}) * 2 - 1"
+    return f"torch.randn({dims}, dtype={float_dt})"
+
+
+def _attr(name: str, used: set[str]) -> str:
+    base = re.sub(r"[^0-9a-zA-Z_]", "_", name) or "m"
+    if base[0].isdigit():
+        base = "m_" + base
+    attr, k = base, 1
+    while attr in used or attr in ("forward", "training"):
+        attr, k = f"{base}_{k}", k + 1
+    used.add(attr)
+    return attr
+
+
+INPUT_NAMES = ("x", "y", "z", "w", "u", "v", "s", "t")
+
+
+def render_motif(motif, batch: int, seq: int | None, dtype: str, docstring: str) -> str:
+    """KernelBench source of ``motif`` at ``batch`` x ``seq`` (``seq`` ignored by a motif without a sequence
+    axis) in ``dtype`` (``float32``, ``bfloat16`` or ``float16``). Raises ``RenderError`` for a call with no
+    source form."""
+    import torch
+
+    sym = Symbols(motif.batch, motif.seq)
+    names: dict[int, str] = {}
+    used_inputs: set[str] = set()
+    letters = iter(INPUT_NAMES)
+    for inp in motif.inputs:
+        want = inp.get("name") or ""
+        if not want or want in used_inputs:
+            want = next(letters, f"x{len(used_inputs)}")
+            while want in used_inputs:
+                want = next(letters, f"x{len(used_inputs)}_")
+        used_inputs.add(want)
+        names[inp["vid"]] = want
+    attrs: set[str] = set()
+    init_lines, state_lines, fwd = [], [], []
+    for p in motif.params:
+        attr = _attr(p["name"].split(".")[-1] or "weight", attrs)
+        names[p["vid"]] = f"self.{attr}"
+        init_lines.append(f"self.{attr} = nn.Parameter({_param_init(p, sym)})")
+    for j, call in enumerate(motif.calls):
+        module_attr = ""
+        if call["spelling"] == "module":
+            leaf = call.get("module_path", "").split(".")[-1]
+            module_attr = _attr(leaf if leaf and not leaf.isdigit() else snake(call["name"]), attrs)
+            init_lines.append(f"self.{module_attr} = {_symbolic_module(call['module'], sym)}")
+            with torch.device("meta"):
+                mod = eval(call["module"], {"nn": torch.nn, "torch": torch})  # noqa: S307 - traced extra_repr
+            state_lines += _norm_state_lines(mod, module_attr)
+        expr = expression(call, sym, names, module_attr)
+        outs = [o for o in call["outputs"]]
+        var = f"v{j}"
+        fwd.append(f"{var} = {expr}")
+        if len(outs) == 1 and outs[0] is not None:
+            names[outs[0]] = var
+        else:
+            for i, o in enumerate(outs):
+                if o is not None:
+                    names[o] = f"{var}[{i}]"
+    returned = [names[o] for o in motif.outputs]
+    fwd.append("return " + ", ".join(returned))
+    if state_lines:
+        init_lines += ["with torch.no_grad():  # trained-like normalisation state",
+                       *["    " + line for line in state_lines]]
+    if dtype != "float32":
+        init_lines.append(f"self.to(torch.{dtype})")
+    code_dtype = f"torch.{dtype}"
+
+    def sub(lines):
+        return [line.replace(TASK_DTYPE, code_dtype) for line in lines]
+
+    constants = [f"batch_size = {batch}"]
+    if motif.seq:
+        constants.append(f"seq_len = {seq}")
+    inputs = [f"{names[i['vid']]} = {_input_factory(i, sym)}" for i in motif.inputs]
+    return task_source(
+        imports=["import torch.nn.functional as F"], docstring=docstring, init_lines=sub(init_lines),
+        forward_args=[names[i["vid"]] for i in motif.inputs], forward_lines=sub(fwd), constants=constants,
+        input_lines=sub(inputs), returned=", ".join(names[i["vid"]] for i in motif.inputs))
+
+
+def _symbolic_module(source: str, sym: Symbols) -> str:
+    """A module constructor with batch / sequence sizes in its integers symbolised (rare: most are fixed)."""
+    return re.sub(r"\b\d+\b", lambda m: sym.expr(int(m.group(0))), source)

@@ -1,0 +1,139 @@
+"""Size a motif for the runtime window: its roofline cost as a function of batch and sequence length.
+
+Every traced size is a monomial ``c * batch^p * seq^q`` of the trace's sentinel sizes
+(``motif_render.Symbols``), so each value's element count is one too, and so are each op's bytes (its inputs
+and outputs, read or written once) and FLOPs (a traced heavy op's FLOPs scale with its output's element
+count: a GEMM, convolution or attention product does a fixed amount of work per output element at fixed
+inner sizes). The predicted eager time is the profile's roofline per op plus its launch overhead
+(``compose.cost_model``'s rule); ``choose_sizes`` picks the batch and sequence length from the shape
+vocabulary whose predicted time is nearest the window's log-midpoint, inside the memory caps and never past
+the family's longest sequence.
+"""
+
+from __future__ import annotations
+
+import math
+
+from opforge.compose.device_profiles import DeviceProfile
+from opforge.compose.motif_cut import Motif
+
+_ITEM = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int64": 8, "int32": 4, "bool": 1,
+         "int8": 1, "uint8": 1}
+
+
+def dim_form(v: int, batch: int, seq: int) -> tuple[int, int, int]:
+    """``v`` as (c, p, q) with v = c * batch^p * seq^q, the largest sentinel powers that divide it."""
+    p = q = 0
+    c = int(v)
+    if c >= 2:
+        if seq:
+            while q < 2 and c % seq == 0:
+                c //= seq
+                q += 1
+        if batch and c % batch == 0:
+            c //= batch
+            p = 1
+    return c, p, q
+
+
+def _numel_form(shape, batch: int, seq: int) -> tuple[int, int, int]:
+    c, p, q = 1, 0, 0
+    for d in shape:
+        dc, dp, dq = dim_form(int(d), batch, seq)
+        c, p, q = c * dc, p + dp, q + dq
+    return c, p, q
+
+
+class MotifCost:
+    """Per-op FLOPs and bytes of a motif at any batch / sequence length and dtype (see the module docstring)."""
+
+    def __init__(self, motif: Motif):
+        self.motif = motif
+        b, s = motif.batch, motif.seq
+        shapes: dict[int, tuple[list, str]] = {d["vid"]: (d["shape"], d["dtype"]) for d in motif.inputs + motif.params}
+        self.params = {d["vid"] for d in motif.params}
+        self.ops: list[tuple[list, float, tuple]] = []  # (values read and written, flops at trace, out form)
+        self.value_form: dict[int, tuple[tuple[int, int, int], str]] = {
+            v: (_numel_form(sh, b, s), dt) for v, (sh, dt) in shapes.items()}
+        for call, shape_list in zip(motif.calls, motif_out_shapes(motif), strict=True):
+            for o, (sh, dt) in zip(call["outputs"], shape_list, strict=True):
+                if o is not None:
+                    self.value_form[o] = (_numel_form(sh, b, s), dt)
+        for call in motif.calls:
+            if not call.get("counted", True):
+                continue
+            vals = _refs(call["args"]) + _refs(call["kwargs"]) + [o for o in call["outputs"] if o is not None]
+            out = next((o for o in call["outputs"] if o is not None), None)
+            self.ops.append((vals, float(call.get("flops", 0.0)), self.value_form[out][0] if out is not None else
+                             (1, 0, 0)))
+        self.module_param_bytes = sum(_module_params(c) for c in motif.calls if c["spelling"] == "module")
+
+    def _bytes(self, vid: int, batch: int, seq: int, dtype: str) -> float:
+        (c, p, q), dt = self.value_form[vid]
+        item = _ITEM[dtype] if dt == "float16" else _ITEM.get(dt, 4)
+        return c * batch ** p * seq ** q * item
+
+    def op_costs(self, batch: int, seq: int, dtype: str) -> list[tuple[float, float]]:
+        """(FLOPs, bytes) of each op at ``batch`` x ``seq`` in ``dtype``."""
+        b0, s0 = self.motif.batch, self.motif.seq
+        out = []
+        for vals, flops, (_, p, q) in self.ops:
+            scale = (batch / b0) ** p * ((seq / s0) ** q if s0 else 1.0)
+            out.append((flops * scale, sum(self._bytes(v, batch, seq, dtype) for v in dict.fromkeys(vals))))
+        return out
+
+    def predict_ms(self, batch: int, seq: int, dtype: str, profile: DeviceProfile) -> float:
+        """Predicted eager ms: roofline of each op plus the profile's launch overhead per op."""
+        peak = profile.peak_for(dtype) * profile.flop_efficiency
+        bw = profile.bandwidth * profile.bandwidth_efficiency
+        return sum(1e3 * max(f / peak, by / bw) + profile.launch_overhead_ms
+                   for f, by in self.op_costs(batch, seq, dtype))
+
+    def input_bytes(self, batch: int, seq: int, dtype: str) -> float:
+        return sum(self._bytes(d["vid"], batch, seq, dtype) for d in self.motif.inputs)
+
+    def peak_bytes(self, batch: int, seq: int, dtype: str) -> float:
+        """Every value alive at once (an upper bound) plus module parameters."""
+        item = _ITEM[dtype]
+        return sum(self._bytes(v, batch, seq, dtype) for v in self.value_form) + self.module_param_bytes * item
+
+
+def _refs(obj) -> list[int]:
+    out: list[int] = []
+    if isinstance(obj, dict):
+        if "T" in obj and len(obj) == 1:
+            return [obj["T"]]
+        for v in obj.values():
+            out += _refs(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            out += _refs(v)
+    return out
+
+
+def _module_params(call: dict) -> int:
+    """Parameter count of a module call (recorded when it was traced)."""
+    return int(call.get("module_params", 0))
+
+
+def motif_out_shapes(motif: Motif) -> list[list[tuple[list, str]]]:
+    """(shape, dtype) of each output of each call, from the motif's recorded ``out_shapes``."""
+    return [[(sh, dt) for sh, dt in c.get("out_shapes", [])] or [([], "float16")] * len(c["outputs"])
+            for c in motif.calls]
+
+
+def choose_sizes(cost: MotifCost, profile: DeviceProfile, dtype: str, batches: list[int], seqs: list[int],
+                 target_ms: float) -> tuple[int, int, float] | None:
+    """(batch, seq, predicted ms) nearest ``target_ms`` in log distance among ``batches`` x ``seqs`` (``seqs``
+    ignored without a sequence axis), within the profile's input and memory caps; None when none fits."""
+    best = None
+    for s in (seqs if cost.motif.seq else [0]):
+        for b in batches:
+            if cost.input_bytes(b, s, dtype) > profile.input_cap_bytes or \
+                    cost.peak_bytes(b, s, dtype) > profile.memory_cap_bytes:
+                continue
+            t = cost.predict_ms(b, s, dtype, profile)
+            d = abs(math.log(max(t, 1e-9) / target_ms))
+            if best is None or d < best[0]:
+                best = (d, b, s, t)
+    return None if best is None else best[1:]

@@ -1,0 +1,139 @@
+"""The motif library: fusion motifs mined from the forward of real models, the composer's main source.
+
+``mine_motifs`` traces model families (``compose.motif_trace``: every transformers base model of the
+installed library from its default config, 1-2 layers, eager attention; torchvision and timm classification
+models when those are installed), cuts each trace into motifs (``compose.motif_cut``) and keeps each motif
+once with every model it was found in. The library shipped with the package
+(``compose/data/motifs.json.gz``, ``DEFAULT_LIBRARY``) was mined this way; ``opforge motifs`` mines a new one
+from whatever is installed.
+
+``draw_motif`` picks a motif for a candidate: first a category by ``CATEGORY_SHARES`` (the fusions kernel
+engineers write: norms with residuals, gated MLPs, rotary embeddings, attention score softmax, conv + norm +
+activation, GEMMs with epilogues, heads), then a motif of that category, each family counting once.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from opforge.compose.motif_cut import Motif, cut_motifs, merge, read_library, write_library
+from opforge.compose.motif_trace import TraceError, trace_timm, trace_torchvision, trace_transformers
+
+DEFAULT_LIBRARY = Path(__file__).parent / "data" / "motifs.json.gz"
+TORCHVISION_MODELS = ("resnet50", "resnet18", "mobilenet_v2", "mobilenet_v3_large", "efficientnet_b0",
+                      "convnext_tiny", "regnet_y_400mf", "densenet121", "shufflenet_v2_x1_0", "squeezenet1_1",
+                      "vit_b_16", "swin_t", "maxvit_t", "resnext50_32x4d", "wide_resnet50_2", "mnasnet1_0",
+                      "efficientnet_v2_s", "googlenet", "inception_v3", "vgg11_bn", "alexnet")
+TIMM_MODELS = ("resnet50d", "efficientnet_b0", "convnext_nano", "mobilevitv2_050", "regnety_008",
+               "deit_tiny_patch16_224", "levit_128s", "coatnet_0_rw_224", "ghostnet_100", "rexnet_100",
+               "poolformer_s12", "mixer_b16_224", "resmlp_12_224", "cait_xxs24_224", "edgenext_x_small")
+# Share of each category among drawn motifs (categories of ``motif_cut.CATEGORY_RULES``); a category the
+# library lacks is left out and the others scaled up.
+CATEGORY_SHARES = {"norm_residual": 0.14, "norm": 0.12, "gated_mlp": 0.10, "rotary": 0.08, "attention": 0.12,
+                   "softmax": 0.05, "conv_norm_act": 0.12, "gemm_epilogue": 0.10, "activation": 0.06,
+                   "pool_head": 0.04, "embedding": 0.03, "elementwise": 0.04}
+
+
+def transformers_families() -> list[str]:
+    """Model types of the installed transformers that have a base model (``MODEL_MAPPING``), sorted."""
+    from transformers import CONFIG_MAPPING, MODEL_MAPPING
+
+    out = []
+    for name in CONFIG_MAPPING:
+        try:
+            if CONFIG_MAPPING[name] in MODEL_MAPPING:
+                out.append(name)
+        except Exception:  # noqa: BLE001 - a lazily imported config that fails to import
+            continue
+    return sorted(out)
+
+
+def mine_motifs(families: list[str] | None = None, torchvision_models: tuple[str, ...] | None = None,
+                timm_models: tuple[str, ...] | None = None, progress: bool = True) -> tuple[list[Motif], dict]:
+    """Mine motifs from ``families`` (transformers model types; default all) and the torchvision / timm
+    models (default ``TORCHVISION_MODELS`` / ``TIMM_MODELS`` where the library imports; ``()`` for none).
+
+    Returns (motifs, meta); ``meta`` has the library versions, the models traced and ``skipped`` (model ->
+    why it could not be traced). Never raises for one model: its failure is recorded.
+    """
+    from tqdm import tqdm
+
+    jobs: list[tuple[str, object]] = []
+    for fam in (transformers_families() if families is None else families):
+        jobs.append((f"transformers:{fam}", lambda f=fam: trace_transformers(f)))
+    for name in (TORCHVISION_MODELS if torchvision_models is None else torchvision_models):
+        jobs.append((f"torchvision:{name}", lambda n=name: trace_torchvision(n)))
+    for name in (TIMM_MODELS if timm_models is None else timm_models):
+        jobs.append((f"timm:{name}", lambda n=name: trace_timm(n)))
+    motifs: list[Motif] = []
+    traced, skipped = [], {}
+    unavailable = set()
+    for name, job in tqdm(jobs, desc="motifs", unit="model", disable=not progress):
+        lib = name.split(":")[0]
+        if lib in unavailable:
+            skipped[name] = f"{lib} unavailable"
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                trace = job()
+        except TraceError as exc:
+            skipped[name] = str(exc)
+            if "unavailable" in str(exc):
+                unavailable.add(lib)
+            continue
+        traced.append(name)
+        merge(motifs, cut_motifs(trace))
+    return motifs, {"libraries": library_versions(), "traced": traced, "skipped": skipped,
+                    "categories": dict(Counter(m.category for m in motifs))}
+
+
+def library_versions() -> dict:
+    """Versions of torch, transformers, torchvision and timm (None when not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for lib in ("torch", "transformers", "torchvision", "timm"):
+        try:
+            out[lib] = version(lib)
+        except PackageNotFoundError:
+            out[lib] = None
+    return out
+
+
+def write_motif_library(path: Path, **kwargs) -> tuple[Path, dict]:
+    """``mine_motifs(**kwargs)`` written to ``path``; returns (path, meta)."""
+    motifs, meta = mine_motifs(**kwargs)
+    return write_library(motifs, path, meta), meta
+
+
+def load_motifs(path: Path | None = None) -> list[Motif]:
+    """The motifs of the library at ``path`` (default ``DEFAULT_LIBRARY``). Raises ``MotifLibraryError``."""
+    return read_library(Path(path) if path else DEFAULT_LIBRARY)[0]
+
+
+class MotifPool:
+    """Motifs grouped for drawing: category -> family -> motifs (``draw``)."""
+
+    def __init__(self, motifs: list[Motif], shares: dict[str, float] | None = None, max_ops: int | None = None):
+        groups: dict[str, dict[str, list[Motif]]] = defaultdict(lambda: defaultdict(list))
+        for m in motifs:
+            if max_ops is not None and m.n_ops > max_ops:
+                continue
+            groups[m.category][m.sources[0]].append(m)
+        shares = shares or CATEGORY_SHARES
+        self.groups = {c: dict(f) for c, f in groups.items() if shares.get(c, 0) > 0}
+        self.shares = {c: shares[c] for c in self.groups}
+        if not self.groups:
+            raise ValueError("motif pool: no motif of a category with a positive share")
+
+    def draw(self, rng: random.Random) -> Motif:
+        """A motif: a category by its share, a source model uniformly, a motif of it uniformly."""
+        cats = sorted(self.groups)
+        cat = rng.choices(cats, [self.shares[c] for c in cats])[0]
+        fams = sorted(self.groups[cat])
+        fam = rng.choice(fams)
+        return rng.choice(self.groups[cat][fam])

@@ -1,0 +1,163 @@
+"""Motifs mined from real models: tracing, cutting, rendering, sizing and composing (compose.motif_*)."""
+
+import json
+import random
+
+import pytest
+import torch
+from opforge.compose.labels import labels_match, recovered_labels
+from opforge.compose.motif_cut import Motif, MotifLibraryError, cut_motifs, read_library, write_library
+from opforge.compose.motif_render import render_motif
+from opforge.compose.motif_sizing import MotifCost, choose_sizes
+from opforge.compose.motif_trace import BATCH, SEQ, trace_transformers
+from opforge.task.source import load_task
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return cut_motifs(trace_transformers("llama"))
+
+
+@pytest.fixture(scope="module")
+def bert():
+    return cut_motifs(trace_transformers("bert"))
+
+
+def _calls(m: Motif) -> set[str]:
+    return {c["name"] for c in m.calls}
+
+
+def _run_meta(code: str):
+    with torch.device("meta"):
+        task = load_task(code, "motif")
+        model = task.build()
+        out = model(*task.inputs())
+    return out if isinstance(out, tuple) else (out,)
+
+
+def test_llama_motifs_are_the_fusions_of_a_decoder_layer(llama):
+    cats = {m.category for m in llama}
+    assert {"rotary", "gated_mlp", "norm_residual", "attention", "norm"} <= cats
+    rotary = next(m for m in llama if m.category == "rotary")
+    assert {"neg", "cat"} <= _calls(rotary)
+    assert sorted(i["kind"] for i in rotary.inputs) == ["normal", "trig", "trig"]
+    gated = [m for m in llama if m.category == "gated_mlp"]
+    assert any({"silu", "mul"} <= _calls(m) for m in gated)
+    for m in llama:
+        assert 2 <= m.n_ops <= 8 and m.n_heavy <= 2
+        assert len(m.outputs) <= 2 and 1 <= len(m.inputs) <= 4
+        assert m.native_dtype == "bfloat16" and m.max_positions > 0
+
+
+def test_bert_motifs_hold_layernorm_residuals_and_gelu_epilogues(bert):
+    cats = {m.category for m in bert}
+    assert {"norm_residual", "attention"} <= cats
+    assert any(c["name"] == "LayerNorm" for m in bert for c in m.calls)
+    assert any("gelu" in _calls(m) for m in bert)
+    att = [m for m in bert if m.category == "attention"]
+    assert all("softmax" in _calls(m) for m in att)
+
+
+@pytest.mark.parametrize("fixture", ["llama", "bert"])
+def test_every_motif_renders_at_other_sizes_with_scaled_shapes(fixture, request):
+    motifs = request.getfixturevalue(fixture)
+    for m in motifs:
+        a = render_motif(m, 2, 48, "float32", "doc")
+        b = render_motif(m, 3, 64, "bfloat16", "doc")
+        assert "import transformers" not in a and "transformers." not in a
+        outs_a, outs_b = _run_meta(a), _run_meta(b)
+        for x, y in zip(outs_a, outs_b, strict=True):
+            # the batch axis moves with batch_size (2 -> 3) and nothing else keeps the trace's sentinels
+            assert BATCH not in x.shape and SEQ not in x.shape
+            assert x.dim() == y.dim()
+            assert y.dtype in (torch.bfloat16, torch.float32, torch.int64, torch.bool)
+        assert (a != b)
+
+
+def test_rendered_labels_are_exact_and_small_motifs_run_on_cpu(llama, bert):
+    small = [m for m in llama + bert
+             if sum(c.get("module_params", 0) for c in m.calls) + sum(
+                 torch.Size(p["shape"]).numel() for p in m.params) < 3_000_000][:12]
+    assert small
+    for m in small:
+        code = render_motif(m, 1, 16, "float32", "doc")
+        labels = [alts[0] for alts in recovered_labels(code)]
+        assert labels_match(code, labels)
+        task = load_task(code, "motif")
+        torch.manual_seed(0)
+        out = task.build()(*task.inputs())
+        outs = out if isinstance(out, tuple) else (out,)
+        assert all(torch.isfinite(o.float()).all() for o in outs)
+
+
+def test_inputs_are_drawn_by_kind(llama):
+    rotary = next(m for m in llama if m.category == "rotary")
+    task = load_task(render_motif(rotary, 2, 32, "float32", "doc"), "rotary")
+    torch.manual_seed(0)
+    xs = dict(zip(("x", "cos", "sin"), task.inputs(), strict=False))
+    assert xs["cos"].abs().max() <= 1 and xs["cos"].min() < 0
+    att = next(m for m in llama if any(i["kind"] == "mask" for i in m.inputs))
+    code = render_motif(att, 1, 16, "float32", "doc")
+    mask = [t for t, i in zip(load_task(code, "att").inputs(), att.inputs, strict=True) if i["kind"] == "mask"][0]
+    assert mask.shape[-1] == mask.shape[-2] == 16
+    assert (mask[..., 0, 1:] < -1e30).all() and (mask[..., -1, :] == 0).all()  # causal
+
+
+def test_sizing_follows_batch_and_sequence_and_keeps_the_family_vocabulary(llama):
+    from opforge.compose.device_profiles import get_profile
+
+    p = get_profile("h200")
+    m = next(m for m in llama if m.category == "norm_residual")
+    cost = MotifCost(m)
+    t1, t2 = cost.predict_ms(1, 128, "bfloat16", p), cost.predict_ms(8, 128, "bfloat16", p)
+    assert t2 > t1
+    assert cost.input_bytes(2, 128, "bfloat16") == 2 * cost.input_bytes(1, 128, "bfloat16")
+    assert cost.input_bytes(1, 128, "float32") == 2 * cost.input_bytes(1, 128, "bfloat16")
+    b, s, t = choose_sizes(cost, p, "bfloat16", [1, 2, 4, 8, 16], [128, 512, 2048], target_ms=1e6)
+    assert (b, s) == (16, 2048)  # too fast at every size: the largest, never past the vocabulary
+    tiny = choose_sizes(cost, p, "bfloat16", [1, 2, 4], [128, 512], target_ms=1e-9)
+    assert tiny[:2] == (1, 128)
+
+
+def test_library_round_trip_and_errors(llama, tmp_path):
+    path = write_library(llama, tmp_path / "m.json.gz", {"traced": ["transformers:llama"]})
+    back, meta = read_library(path)
+    assert [m.motif_id for m in back] == [m.motif_id for m in llama] and meta["traced"] == ["transformers:llama"]
+    with pytest.raises(MotifLibraryError, match="no such motif library"):
+        read_library(tmp_path / "missing.json.gz")
+    bad = tmp_path / "bad.json.gz"
+    bad.write_text("not gzip")
+    with pytest.raises(MotifLibraryError, match="bad.json.gz"):
+        read_library(bad)
+
+
+def test_mutations_swap_the_activation_and_add_a_residual(llama):
+    from opforge.compose.motif_candidates import mutate
+
+    gated = next(m for m in llama if m.category == "gated_mlp" and "silu" in _calls(m))
+    swapped = mutate(gated, "activation", random.Random(0))
+    assert "silu" not in _calls(swapped) and _calls(swapped) & {"gelu", "relu", "mish"}
+    single = next(m for m in llama if len(m.outputs) == 1)
+    res = mutate(single, "residual", random.Random(0))
+    assert len(res.inputs) == len(single.inputs) + 1 and res.n_ops == single.n_ops + 1
+    outs = _run_meta(render_motif(res, 2, 32, "float32", "doc"))
+    assert outs[0].shape == _run_meta(render_motif(single, 2, 32, "float32", "doc"))[0].shape
+
+
+def test_composer_draws_motifs_with_provenance_and_exact_labels(catalog_path, llama, tmp_path):
+    from opforge.compose.composer import ComposeConfig, compose
+    from opforge.seeds.catalog import read_catalog
+
+    lib = write_library(llama, tmp_path / "lib.json.gz", {})
+    cfg = ComposeConfig(n=8, seed=3, device_profile="test", motif_share=1.0, motif_library=str(lib),
+                        transformers_share=0.0)
+    df = compose(read_catalog(catalog_path), cfg, progress=False)
+    motif_rows = df[df.pattern.str.startswith("motif:")]
+    assert len(motif_rows) >= 6
+    for row in motif_rows.itertuples():
+        prov = json.loads(row.provenance)
+        assert prov["source"] == "transformers:llama" and prov["motif_id"] and prov["modules"]
+        assert labels_match(row.code, json.loads(row.ops))
+        assert row.data_source == f"torch#{row.num_ops}"
+    again = compose(read_catalog(catalog_path), cfg, progress=False)
+    assert list(again.task_id) == list(df.task_id)
