@@ -2,7 +2,7 @@
 
 ``trace_task`` traces the built model (``torch.fx.Tracer``; ``torch.nn`` modules stay whole, as
 ``call_module`` nodes) and runs the graph once on the task's inputs (``TracedTask.record``), recording per
-node what it returned (shape and dtype). From that, ``removals`` lists what can be taken out, each a
+node what it returned (shape, dtype, strides, device). From that, ``removals`` lists what can be taken out, each a
 ``Removal`` that the graph is run with (``TracedTask.run``, a ``torch.fx.Interpreter``):
 
 * ``bypass``: one op's output is replaced by one of its tensor inputs of the same shape and dtype (the op
@@ -18,9 +18,24 @@ node what it returned (shape and dtype). From that, ``removals`` lists what can 
 
 An op here is a ``call_function`` / ``call_method`` / ``call_module`` node that returns a tensor or a
 tuple / list of tensors; indexing into a tuple, ``getattr`` on a non-tensor and calls that return no tensor
-(``size``, ``dim``) are plumbing. Ops named in ``exempt`` (default ``DEFAULT_EXEMPT``: calls that copy or
-re-label a tensor without computing, which hand-written tasks use for memory layout) are not bypassed or
-knocked out alone; they may be part of a layout run.
+(``size``, ``dim``) are plumbing. Ops named in ``exempt`` (default none) are not bypassed or knocked out
+alone; they may be part of a layout run.
+
+Copies (``COPY_OPS``: ``clone``, ``detach``, ``contiguous``, ``.to`` / ``.type`` / ``.float()``...) are
+bypassed (``how`` = ``copy``) only when they are *pure*: the result has the shape, dtype, device and strides of
+the tensor copied (``clone``, ``detach``, ``.contiguous()`` of a contiguous tensor, ``.to`` of the same dtype
+and device, ``.float()`` on float32). Such a copy is a no-op a kernel skips, so a task that makes one is
+rejected whatever else it computes: the copy is the no-op it names (``copy_`` into a fresh tensor is caught by
+the plain bypass). A copy that changes the strides (``.contiguous()`` after a transpose,
+``.to(memory_format=...)``) lays the data out anew: it is not taken out alone, only in a layout run.
+
+Numerical-safety constants are part of the computation: an ``add`` / ``sub`` of a constant of magnitude at
+most ``max_eps`` (a Python number, or a one-element tensor attribute), or a ``clamp(min=...)`` /
+``clamp_min`` at such a constant, whose result reaches ``rsqrt``, ``sqrt``, a ``log``, ``reciprocal``, the
+divisor of a division or a fractional / negative ``pow`` (through shape and cast ops) is never bypassed
+(``safety_constant``): ``x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)`` keeps its ``+ 1e-6``,
+although taking it out changes the output by far less than the tolerance. An ``eps=`` argument of a call is
+never removed on its own (ablation removes whole calls).
 
 Labels: each op is described by ``{"op", "node", "line"}``: ``op`` as the task calls it (``torch.tile``,
 ``F.relu``, ``Tensor.transpose``, ``BatchNorm3d`` for modules, ``+`` for operators), ``node`` the fx node's
@@ -50,7 +65,18 @@ LAYOUT_OPS = frozenset({
     "double", "half", "bfloat16", "clone",
 })
 # Ops not taken out alone by default (see the module docstring); a threshold of the ``trivial`` filter.
-DEFAULT_EXEMPT = ("contiguous", "clone", "detach", "to", "type", "float")
+DEFAULT_EXEMPT: tuple[str, ...] = ()
+# Calls that copy or re-label a tensor: taken out alone only as a pure copy (module docstring).
+COPY_OPS = frozenset({"clone", "detach", "contiguous", "to", "type", "type_as", "float", "double", "half",
+                      "bfloat16", "cpu", "cuda"})
+# Numerical safety (module docstring): ops that add / floor a constant, the ops it protects, the ops between.
+SAFETY_OPS = frozenset({"add", "add_", "sub", "sub_", "clamp", "clamp_", "clamp_min", "clamp_min_", "clip",
+                        "clip_"})
+GUARDED_OPS = frozenset({"rsqrt", "rsqrt_", "sqrt", "sqrt_", "log", "log_", "log2", "log2_", "log10", "log10_",
+                         "reciprocal", "reciprocal_"})
+DIVISIONS = frozenset({"truediv", "div", "div_", "true_divide", "divide", "floordiv", "floor_divide", "remainder"})
+MAX_EPS = 1e-3
+_PASS_THROUGH = LAYOUT_OPS | {"expand", "expand_as", "broadcast_to", "unsqueeze", "squeeze", "abs"}
 MAX_LAYOUT_RUN = 4
 KNOCKOUT_SEED = 4
 _OPERATORS = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/",
@@ -76,12 +102,15 @@ class NodeInfo:
     dtype: torch.dtype | None = None
     floating: bool = False
     plumbing: bool = False
+    stride: tuple[int, ...] | None = None
+    device: str | None = None
 
 
 @dataclass
 class Removal:
     """Nodes taken out together. ``bypass`` maps each skipped node to the node whose value it passes on;
-    ``knockout`` holds nodes whose floating outputs become noise. ``how``: bypass / layout_run / knockout."""
+    ``knockout`` holds nodes whose floating outputs become noise. ``how``: bypass / copy / layout_run /
+    knockout."""
 
     how: str
     bypass: dict[Node, Node] = field(default_factory=dict)
@@ -124,7 +153,8 @@ def op_label(gm: torch.fx.GraphModule, n: Node) -> str:
 
 def _info(value: Any) -> NodeInfo:
     if isinstance(value, torch.Tensor):
-        return NodeInfo("tensor", tuple(value.shape), value.dtype, value.is_floating_point() or value.is_complex())
+        return NodeInfo("tensor", tuple(value.shape), value.dtype, value.is_floating_point() or value.is_complex(),
+                        stride=tuple(value.stride()), device=str(value.device))
     if isinstance(value, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in value):
         return NodeInfo("tensors", floating=any(isinstance(v, torch.Tensor) and v.is_floating_point()
                                                 for v in value))
@@ -237,15 +267,21 @@ class TracedTask:
         line, lines = n.meta.get("task_line"), self.code.splitlines()
         return lines[line - 1].strip()[:160] if line and 0 < line <= len(lines) else None
 
-    def removals(self, exempt: tuple[str, ...] | list[str] = DEFAULT_EXEMPT, limit: int | None = None
-                 ) -> list[Removal]:
-        """Candidate removals (module docstring): bypasses in graph order, then layout runs, then
-        knockouts; at most ``limit``."""
+    def removals(self, exempt: tuple[str, ...] | list[str] = DEFAULT_EXEMPT, limit: int | None = None,
+                 max_eps: float = MAX_EPS) -> list[Removal]:
+        """Candidate removals (module docstring): bypasses (pure copies among them) in graph order, then
+        layout runs, then knockouts; at most ``limit``. Numerical-safety constants of magnitude at most
+        ``max_eps`` are kept."""
         exempt = set(exempt)
         single, runs, knock = [], [], []
         for n in self.ops:
             name = op_name(self.gm, n)
-            if name in exempt:
+            if name in exempt or self.safety_constant(n, max_eps):
+                continue
+            if name in COPY_OPS:
+                src = self._pure_copy_source(n)
+                if src is not None:
+                    single.append(Removal("copy", {n: src}))
                 continue
             inputs = self._bypass_inputs(n)
             if inputs:
@@ -264,6 +300,58 @@ class TracedTask:
                         runs.append(Removal("layout_run", passes))
         out = single + runs + knock
         return out if limit is None else out[:limit]
+
+    def _pure_copy_source(self, n: Node) -> Node | None:
+        """The node a pure copy ``n`` copies (module docstring), None when ``n`` is not one."""
+        src = n.args[0] if n.args else None
+        if not isinstance(src, Node) or (self.inplace and src.op == "get_attr"):
+            return None
+        a, b = self.info.get(src), self.info.get(n)
+        if a is None or b is None or not a.kind == b.kind == "tensor":
+            return None
+        same = (a.shape, a.dtype, a.stride, a.device) == (b.shape, b.dtype, b.stride, b.device)
+        return src if same else None
+
+    def safety_constant(self, n: Node, max_eps: float = MAX_EPS) -> bool:
+        """``n`` adds (or floors at) a constant of magnitude at most ``max_eps`` whose result reaches a guarded
+        op (module docstring) through shape, cast and ``abs`` ops."""
+        name = op_name(self.gm, n)
+        if name not in SAFETY_OPS:
+            return False
+        operands = list(n.args) + [v for k, v in n.kwargs.items() if k in ("other", "min")]
+        if name.startswith(("clamp", "clip")) and (len(n.args) > 2 and n.args[2] is not None
+                                                  or n.kwargs.get("max") is not None):
+            return False  # a clamp with an upper bound is a clamp, not a floor
+        values = [self._constant(a) for a in operands]
+        if not any(v is not None and 0 < abs(v) <= max_eps for v in values):
+            return False
+        return self._reaches_guard(n)
+
+    def _constant(self, a: Any) -> float | None:
+        if isinstance(a, (int, float)) and not isinstance(a, bool):
+            return float(a)
+        if isinstance(a, Node) and a.op == "get_attr":
+            try:
+                value = _attr(self.gm, str(a.target))
+            except AttributeError:
+                return None
+            if isinstance(value, torch.Tensor) and value.numel() == 1 and value.is_floating_point():
+                return float(value.detach().reshape(()).item())
+        return None
+
+    def _reaches_guard(self, n: Node, depth: int = 4) -> bool:
+        for user in n.users:
+            name = op_name(self.gm, user) if user.op in ("call_function", "call_method", "call_module") else ""
+            if name in GUARDED_OPS:
+                return True
+            if name in DIVISIONS and len(user.args) > 1 and user.args[1] is n:
+                return True
+            if name in ("pow", "pow_") and user.args and user.args[0] is n and len(user.args) > 1 \
+                    and isinstance(user.args[1], (int, float)) and (user.args[1] < 0 or user.args[1] % 1):
+                return True
+            if depth and (name in _PASS_THROUGH or name in SAFETY_OPS) and self._reaches_guard(user, depth - 1):
+                return True
+        return False
 
     def _same(self, a: Any, b: Node) -> bool:
         ia, ib = self.info.get(a) if isinstance(a, Node) else None, self.info.get(b)
@@ -298,6 +386,13 @@ class TracedTask:
             if len(chain) > 1:
                 chains.append(chain)
         return chains
+
+
+def _attr(gm: torch.fx.GraphModule, target: str) -> Any:
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 class _LineTracer(torch.fx.Tracer):

@@ -10,10 +10,12 @@ coincidence of one draw never rejects.
   could return its input.
 * ``trivial:noop``: the task still gives every output when one op is taken out, or a run of adjacent
   shape / layout ops that undo each other (``filters.ablation``: a ``torch.fx`` trace of ``Model.forward``;
-  bypass, layout run, knockout). On the task's own inputs such an op does nothing, so a kernel may skip
-  it: ``relu`` after ``relu``, ``abs`` after ``relu``, ``clamp(0, 1)`` after a sigmoid, a pad by zero,
-  ``tile`` by ones, two transposes that cancel, ``BatchNorm`` in eval with default statistics
-  (``x / sqrt(1 + eps)``), ``topk -> zeros_like``. A task whose forward cannot be traced, or whose traced
+  bypass, pure copy, layout run, knockout). On the task's own inputs such an op does nothing, so a kernel
+  may skip it: ``relu`` after ``relu``, ``abs`` after ``relu``, ``clamp(0, 1)`` after a sigmoid, a pad by
+  zero, ``tile`` by ones, two transposes that cancel, ``BatchNorm`` in eval with default statistics
+  (``x / sqrt(1 + eps)``), ``topk -> zeros_like``, a ``clone`` / ``detach`` / ``.contiguous()`` of a
+  contiguous tensor / ``.to`` of the same dtype. A numerical-safety constant (``+ eps`` before ``rsqrt``,
+  ``sqrt``, ``log`` or a division) is part of the computation and never taken out. A task whose forward cannot be traced, or whose traced
   graph does not give the eager outputs (``trace_err`` > ``max_trace_err``), is not judged by this rule
   (``trace_error`` says why).
 * ``trivial:dominated`` (CUDA only): one op takes >= ``max_share`` (0.99) of the task's kernel time, so
@@ -48,7 +50,7 @@ from opforge.engine.execution import (
 )
 from opforge.engine.gpu_locks import gpu_timing, gpu_work
 from opforge.engine.timing import l2_flush_buffer
-from opforge.filters.ablation import DEFAULT_EXEMPT, Removal, TracedTask, TraceFailure, trace_task
+from opforge.filters.ablation import DEFAULT_EXEMPT, MAX_EPS, Removal, TracedTask, TraceFailure, trace_task
 from opforge.filters.verdict import Cost, Filter, Verdict
 
 MAX_LISTED_OPS = 64  # ``ops`` metric: labels of at most this many op nodes (``op_count`` counts them all)
@@ -59,7 +61,8 @@ class TrivialFilter(Filter):
 
     Thresholds: ``max_err`` (tolerance units), ``max_trace_err`` (most error of the traced graph against
     the eager outputs for ablation to be trusted), ``max_ablations`` (candidate removals tried, in the
-    order of ``TracedTask.removals``), ``exempt`` (op names never taken out alone), ``max_share`` and
+    order of ``TracedTask.removals``), ``exempt`` (op names never taken out alone), ``max_eps`` (the
+    largest numerical-safety constant kept, ``filters.ablation``), ``max_share`` and
     ``min_ops`` (the dominated rule), ``timing_passes``.
 
     Metrics: ``identity`` (per output / input pair of equal shape: ``output``, ``input`` indices, ``err``,
@@ -73,12 +76,13 @@ class TrivialFilter(Filter):
 
     name = "trivial"
     cost = Cost.DEVICE
+    version = 2
     gpu_work_lock = False  # each GPU step holds the lock by itself; the timing holds it exclusively
 
     @classmethod
     def default_thresholds(cls) -> dict[str, Any]:
         return {"max_err": 1.0, "max_trace_err": 0.1, "max_ablations": 32, "exempt": list(DEFAULT_EXEMPT),
-                "max_share": 0.99, "min_ops": 2, "timing_passes": 1}
+                "max_eps": MAX_EPS, "max_share": 0.99, "min_ops": 2, "timing_passes": 1}
 
     def score(self, run: TaskRun) -> dict[str, Any]:
         t, start = self.thresholds, time.perf_counter()
@@ -148,7 +152,7 @@ class TrivialFilter(Filter):
         """Run every candidate removal (at most ``max_ablations``) on the first draw; fills
         ``m["ablations"]`` and returns (entry, removal) pairs."""
         t = self.thresholds
-        every = traced.removals(tuple(t["exempt"]))
+        every = traced.removals(tuple(t["exempt"]), max_eps=t["max_eps"])
         m["candidates"] = len(every)
         tried = []
         for removal in every[:t["max_ablations"]]:

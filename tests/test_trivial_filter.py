@@ -10,7 +10,17 @@ from opforge.filters.ablation import trace_task
 from opforge.filters.chain import FILTER_NAMES, FilterSettings, make_chain, run_chain
 from opforge.filters.trivial import TrivialFilter
 
-from .filter_tasks import BF16_NOOP, GOOD, INPLACE, NONTRIVIAL, RELU_NOOP_ON_ONE_DRAW, TRIVIAL, UNTRACEABLE
+from .filter_tasks import (
+    BF16_NOOP,
+    BF16_TASK,
+    GOOD,
+    INPLACE,
+    NONTRIVIAL,
+    RELU_NOOP_ON_ONE_DRAW,
+    TRIVIAL,
+    UNTRACEABLE,
+    task,
+)
 
 
 @pytest.fixture(scope="module")
@@ -155,3 +165,68 @@ def test_filter_help_names_every_filter():
     text = " ".join(res.output.split())
     for name in FILTER_NAMES:
         assert name in text, name
+
+
+# A written-out RMSNorm (trained-like weight): taking out its ``+ 1e-6`` changes the output by ~1e-5 of the
+# tolerance, but the constant keeps rsqrt finite: it is part of the computation.
+_TRAINED_W = "        self.w = nn.Parameter(torch.randn(n) * 0.1 + 1.0)"
+SAFETY = {
+    "rmsnorm": task("        y = self.lin(x)\n"
+                    "        return y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w", init=_TRAINED_W),
+    "rmsnorm_eps_argument": task("        y = self.lin(x)\n"
+                                 "        v = y.pow(2).mean(-1, keepdim=True)\n"
+                                 "        return y * (v + self.eps).rsqrt() * self.w",
+                                 init=_TRAINED_W + "\n        self.eps = eps",
+                                 init_inputs="[32, 1e-5]").replace("def __init__(self, n):",
+                                                                    "def __init__(self, n, eps):"),
+    "l2_normalise": task("        y = self.lin(x)\n        return torch.tanh(y / (y.norm(dim=-1, keepdim=True) + 1e-8))"),
+    "log_softmax_eps": task("        return torch.log(torch.softmax(self.lin(x), dim=-1) + 1e-9) * 0.5"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAFETY))
+def test_a_numerical_safety_constant_is_kept(name, chain):
+    res = run_chain(TaskRun(SAFETY[name], name), chain)
+    assert res["accepted"], (res["reason"], res["metrics"].get("trivial"))
+    tried = [o for a in res["metrics"]["trivial"]["ablations"] for o in a["ops"]]
+    assert len(tried) >= 3  # the other ops were tried
+    assert not [o for o in tried if o["op"] == "+" and ("1e-" in o["line"] or "self.eps" in o["line"])], tried
+
+
+def test_without_the_safety_rule_the_rmsnorm_eps_would_be_a_noop():
+    run = TaskRun(SAFETY["rmsnorm"], "rmsnorm")
+    chain = make_chain(FilterSettings(only=["trivial"], thresholds={"trivial": {"max_eps": 0.0}}))
+    res = run_chain(run, chain)
+    assert res["reason"] == "trivial:noop"
+    assert [o["op"] for a in res["metrics"]["trivial"]["removable"] for o in a["ops"]] == ["+"]
+
+
+# Pure copies: name -> (forward, the op the metrics must name as the no-op)
+COPIES = {
+    "clone": ("        return torch.relu(self.lin(x)).clone() * 2.0", "Tensor.clone"),
+    "torch_clone": ("        return torch.clone(torch.tanh(self.lin(x)))", "torch.clone"),
+    "detach": ("        return torch.tanh(self.lin(x).detach()) - x", "Tensor.detach"),
+    "contiguous_of_contiguous": ("        return torch.tanh(self.lin(x)).contiguous() + x", "Tensor.contiguous"),
+    "to_same_dtype": ("        return torch.sigmoid(self.lin(x).to(torch.float32)) * x", "Tensor.to"),
+    "float_on_float32": ("        return torch.sigmoid(self.lin(x)).float() * x", "Tensor.float"),
+    "copy_into_fresh": ("        y = torch.tanh(self.lin(x))\n        return torch.zeros_like(y).copy_(y) * x",
+                        "Tensor.copy_"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COPIES))
+def test_a_pure_copy_is_a_noop(name, chain):
+    forward, op = COPIES[name]
+    res = run_chain(TaskRun(task(forward), name), chain)
+    assert res["reason"] == "trivial:noop", (res["reason"], res["metrics"].get("trivial"))
+    named = [[o["op"] for o in a["ops"]] for a in res["metrics"]["trivial"]["removable"]]
+    assert [op] in named, named
+
+
+def test_a_copy_that_lays_the_data_out_anew_or_casts_is_kept(chain):
+    layout = task("        return torch.tanh(self.lin(x).transpose(0, 1).contiguous()) @ x")
+    res = run_chain(TaskRun(layout, "layout"), chain)
+    assert res["accepted"], (res["reason"], res["metrics"].get("trivial"))
+    cast = BF16_TASK.replace("RELU(y * 1.5 + x)", "torch.tanh((y * 1.5 + x).float())")
+    res = run_chain(TaskRun(cast, "cast"), chain)
+    assert res["accepted"], (res["reason"], res["metrics"].get("trivial"))
