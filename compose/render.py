@@ -101,8 +101,9 @@ def render_graph(graph: OpGraph, docstring: str) -> str:
         else:
             call_args = f"[{', '.join(args)}]" if seed.tensor_list else ", ".join(args)
             expr = f"{label}({call_args}{', ' + kw if kw else ''})"
-        if seed.output_index is not None:
-            expr = f"{expr}[{seed.output_index}]"
+        index = a.get("output_index", seed.output_index)
+        if index is not None:
+            expr = f"{expr}[{index}]"
         out = f"v{j}"
         fwd_lines.append(f"{out} = {expr}")
         names[n] = out
