@@ -263,7 +263,76 @@ def cut_motifs(trace: Trace) -> list[Motif]:
     return list(out.values())
 
 
+# Calls dropped from a window when they read a motif input (a fresh, contiguous tensor of the task's dtype):
+# a copy or a device move there is a no-op a kernel may skip.
+ELIDE_ON_INPUT = frozenset({"contiguous", "clone", "detach"})
+_IDENTITY_SCALARS = {"mul": 1, "__mul__": 1, "__rmul__": 1, "div": 1, "__truediv__": 1, "add": 0, "__add__": 0,
+                     "__radd__": 0, "sub": 0, "__sub__": 0, "pow": 1, "__pow__": 1}
+SCORE_PRODUCERS = frozenset({"matmul", "bmm", "__matmul__", "einsum", "baddbmm"})
+
+
+def _identity_scalar(c: Call) -> bool:
+    """A call that multiplies / divides by 1, adds / subtracts 0 or raises to the power 1."""
+    if c.name not in _IDENTITY_SCALARS or len(c.args) != 2:
+        return False
+    b = c.args[1]
+    b = b.get("lit", b) if isinstance(b, dict) else b
+    return isinstance(b, (int, float)) and not isinstance(b, bool) and b == _IDENTITY_SCALARS[c.name]
+
+
+def _elide(trace: Trace, calls: list[Call]) -> list[Call]:
+    """``calls`` without the no-op copies of motif inputs (``ELIDE_ON_INPUT``) and argument-less ``.to()``
+    (a device move); later references to their outputs point at their inputs."""
+    produced = {o for c in calls for o in c.outputs if o is not None}
+    alias: dict[int, int] = {}
+    kept = []
+    for c in calls:
+        c = dataclasses.replace(c, args=_subst(c.args, alias), kwargs=_subst(c.kwargs, alias))
+        ins = c.inputs()
+        plain_to = c.name == "to" and not [a for a in c.args[1:] if not (isinstance(a, dict) and "device" in a)] \
+            and all(isinstance(v, dict) and "device" in v for v in c.kwargs.values())
+        if len(ins) == 1 and len(c.outputs) == 1 and c.outputs[0] is not None and \
+                ((c.name in ELIDE_ON_INPUT and ins[0] not in produced) or plain_to):
+            alias[c.outputs[0]] = ins[0]
+            continue
+        kept.append(c)
+    return kept
+
+
+def _subst(obj, alias: dict[int, int]):
+    if not alias:
+        return obj
+    if isinstance(obj, dict):
+        if "T" in obj and len(obj) == 1:
+            return {"T": alias.get(obj["T"], obj["T"])}
+        return {k: _subst(v, alias) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_subst(v, alias) for v in obj]
+    return obj
+
+
+def _input_scale(trace: Trace, vid: int) -> float:
+    """Spread of an activation read from outside: ``sqrt(K)`` for a product of two activations over an inner
+    size K (attention scores before their scaling), 1 otherwise (normalised activations, GEMM outputs with
+    fan-in-scaled weights)."""
+    v = trace.values[vid]
+    if v.origin != "call":
+        return 1.0
+    c = trace.calls[v.producer]
+    if c.name in SCORE_PRODUCERS or c.canonical in SCORE_PRODUCERS:
+        ins = c.inputs()
+        if ins and not any(trace.values[i].origin == "param" for i in ins):
+            k = trace.values[ins[0]].shape[-1] if trace.values[ins[0]].shape else 1
+            return float(max(1, k)) ** 0.5
+    return 1.0
+
+
 def _window(trace: Trace, calls: list[Call], users, final) -> Motif | None:
+    if any(_identity_scalar(c) for c in calls):
+        return None
+    calls = _elide(trace, calls)
+    if not calls:
+        return None
     idx = {c.index for c in calls}
     produced = {o: c.index for c in calls for o in c.outputs if o is not None}
     if not _connected(calls, produced):
@@ -278,6 +347,8 @@ def _window(trace: Trace, calls: list[Call], users, final) -> Motif | None:
         return None
     if not all(trace.values[o].boundary for o in outputs):
         return None
+    if not all(trace.values[o].dtype in ("float16", "float32", "bfloat16") for o in outputs):
+        return None  # a fusion gives activations, not index or mask bookkeeping
     inputs, params = [], []
     for c in calls:
         for v in c.inputs():
@@ -285,13 +356,15 @@ def _window(trace: Trace, calls: list[Call], users, final) -> Motif | None:
                 continue
             val = trace.values[v]
             if val.origin == "param":
-                params.append({"vid": v, "name": val.name, "shape": list(val.shape), "dtype": val.dtype})
+                params.append({"vid": v, "name": val.name, "shape": list(val.shape), "dtype": val.dtype,
+                               "vary": [False] * len(val.shape)})
                 continue
             kind, bound = value_kind(trace, v, users)
             if not kind or (val.data and not val.boundary):
                 return None
             inputs.append({"vid": v, "shape": list(val.shape), "dtype": val.dtype, "kind": kind,
-                           "bound": int(bound), "name": _input_name(trace, v, kind)})
+                           "bound": int(bound), "name": _input_name(trace, v, kind), "vary": list(val.vary),
+                           "scale": _input_scale(trace, v) if kind == "normal" else 1.0})
     if len(inputs) > MAX_INPUTS or not inputs:
         return None
     counted = [c for c in calls if c.counted]

@@ -73,6 +73,8 @@ def literal(obj, sym: Symbols, names: dict[int, str], in_index: bool = False) ->
     if isinstance(obj, dict):
         if "T" in obj:
             return names[obj["T"]]
+        if "lit" in obj:
+            return repr(obj["lit"])
         if "tuple" in obj:
             items = [literal(v, sym, names, in_index) for v in obj["tuple"]]
             if in_index:
@@ -167,13 +169,15 @@ def call_expression_fn(trace, call):
 
 # ---- whole tasks ----
 
-def _shape(shape, sym: Symbols) -> str:
-    return ", ".join(sym.expr(int(d)) for d in shape)
+def _shape(shape, sym: Symbols, vary=None) -> str:
+    """Dims that vary with batch / sequence length as size expressions, the others as numbers."""
+    vary = vary if vary is not None and len(vary) == len(shape) else [True] * len(shape)
+    return ", ".join(sym.expr(int(d)) if v else repr(int(d)) for d, v in zip(shape, vary, strict=True))
 
 
 def _param_init(p: dict, sym: Symbols) -> str:
     shape = p["shape"]
-    dims = _shape(shape, sym) or "()"
+    dims = _shape(shape, sym, [False] * len(shape)) or "()"
     leaf = p["name"].split(".")[-1].lower()
     if len(shape) <= 1:
         if leaf in ("weight", "gamma", "scale", "g", "alpha") or leaf.endswith(("weight", "scale", "gamma")):
@@ -185,7 +189,13 @@ def _param_init(p: dict, sym: Symbols) -> str:
 
 def _input_factory(inp: dict, sym: Symbols) -> str:
     shape = inp["shape"]
-    dims = _shape(shape, sym)
+    vary = inp.get("vary")
+    dims = _shape(shape, sym, vary)
+    vary = vary if vary is not None and len(vary) == len(shape) else [True] * len(shape)
+
+    def dim(k):
+        return sym.expr(int(shape[k])) if vary[k] else repr(int(shape[k]))
+
     kind = inp["kind"]
     float_dt = TASK_DTYPE if inp["dtype"] == "float16" else f"torch.{inp['dtype']}"
     if kind == "index":
@@ -194,18 +204,21 @@ def _input_factory(inp: dict, sym: Symbols) -> str:
     square = len(shape) >= 2 and shape[-1] == shape[-2]
     if kind == "bool_mask":
         if square:
-            a, b = sym.expr(int(shape[-2])), sym.expr(int(shape[-1]))
+            a, b = dim(-2), dim(-1)
             return f"torch.ones({a}, {b}, dtype=torch.bool).tril().expand({dims}).contiguous()"
         return f"torch.rand({dims}) > 0.1"
     if kind == "mask":
         if square:
-            a, b = sym.expr(int(shape[-2])), sym.expr(int(shape[-1]))
+            a, b = dim(-2), dim(-1)
             where = f"torch.ones({a}, {b}, dtype=torch.bool).triu(1)"
         else:
             where = f"torch.rand({dims}) < 0.1"
         return f"torch.zeros({dims}, dtype={float_dt}).masked_fill({where}, torch.finfo({float_dt}).min)"
     if kind == "trig":
         return f"torch.rand({dims}, dtype={float_dt}) * 2 - 1"
+    scale = float(inp.get("scale") or 1.0)
+    if scale != 1.0:
+        return f"torch.randn({dims}, dtype={float_dt}) * {scale:.6g}"
     return f"torch.randn({dims}, dtype={float_dt})"
 
 
@@ -252,7 +265,7 @@ def render_motif(motif, batch: int, seq: int | None, dtype: str, docstring: str)
         if call["spelling"] == "module":
             leaf = call.get("module_path", "").split(".")[-1]
             module_attr = _attr(leaf if leaf and not leaf.isdigit() else snake(call["name"]), attrs)
-            init_lines.append(f"self.{module_attr} = {_symbolic_module(call['module'], sym)}")
+            init_lines.append(f"self.{module_attr} = {call['module']}")
             with torch.device("meta"):
                 mod = eval(call["module"], {"nn": torch.nn, "torch": torch})  # noqa: S307 - traced extra_repr
             state_lines += _norm_state_lines(mod, module_attr)
@@ -286,8 +299,3 @@ def render_motif(motif, batch: int, seq: int | None, dtype: str, docstring: str)
         imports=["import torch.nn.functional as F"], docstring=docstring, init_lines=sub(init_lines),
         forward_args=[names[i["vid"]] for i in motif.inputs], forward_lines=sub(fwd), constants=constants,
         input_lines=sub(inputs), returned=", ".join(names[i["vid"]] for i in motif.inputs))
-
-
-def _symbolic_module(source: str, sym: Symbols) -> str:
-    """A module constructor with batch / sequence sizes in its integers symbolised (rare: most are fixed)."""
-    return re.sub(r"\b\d+\b", lambda m: sym.expr(int(m.group(0))), source)

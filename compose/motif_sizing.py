@@ -36,10 +36,11 @@ def dim_form(v: int, batch: int, seq: int) -> tuple[int, int, int]:
     return c, p, q
 
 
-def _numel_form(shape, batch: int, seq: int) -> tuple[int, int, int]:
+def _numel_form(shape, batch: int, seq: int, vary=None) -> tuple[int, int, int]:
+    vary = vary if vary is not None and len(vary) == len(shape) else [True] * len(shape)
     c, p, q = 1, 0, 0
-    for d in shape:
-        dc, dp, dq = dim_form(int(d), batch, seq)
+    for d, moves in zip(shape, vary, strict=True):
+        dc, dp, dq = dim_form(int(d), batch, seq) if moves else (int(d), 0, 0)
         c, p, q = c * dc, p + dp, q + dq
     return c, p, q
 
@@ -50,15 +51,16 @@ class MotifCost:
     def __init__(self, motif: Motif):
         self.motif = motif
         b, s = motif.batch, motif.seq
-        shapes: dict[int, tuple[list, str]] = {d["vid"]: (d["shape"], d["dtype"]) for d in motif.inputs + motif.params}
+        shapes = {d["vid"]: (d["shape"], d["dtype"], d.get("vary")) for d in motif.inputs + motif.params}
         self.params = {d["vid"] for d in motif.params}
         self.ops: list[tuple[list, float, tuple]] = []  # (values read and written, flops at trace, out form)
         self.value_form: dict[int, tuple[tuple[int, int, int], str]] = {
-            v: (_numel_form(sh, b, s), dt) for v, (sh, dt) in shapes.items()}
+            v: (_numel_form(sh, b, s, vy), dt) for v, (sh, dt, vy) in shapes.items()}
         for call, shape_list in zip(motif.calls, motif_out_shapes(motif), strict=True):
-            for o, (sh, dt) in zip(call["outputs"], shape_list, strict=True):
+            varies = call.get("out_vary") or [None] * len(shape_list)
+            for o, (sh, dt), vy in zip(call["outputs"], shape_list, varies, strict=True):
                 if o is not None:
-                    self.value_form[o] = (_numel_form(sh, b, s), dt)
+                    self.value_form[o] = (_numel_form(sh, b, s, vy), dt)
         for call in motif.calls:
             if not call.get("counted", True):
                 continue

@@ -8,7 +8,10 @@ outputs of calls. A value is *data* when it derives from a model input or a para
 derives only from factories and buffers (position ids, causal masks, rotary ``cos`` / ``sin``); motifs are
 cut from data calls only, and a constant that enters a motif becomes one of its inputs.
 
-The model runs on the ``meta`` device (no weights, no memory) in ``float16``, which no model code names
+Every model is traced twice, at the sentinel sizes and at ``BATCH_2`` / ``SEQ_2``; integer literals and
+dimensions that are equal in both traces are constants of the model (``{"lit": v}`` in a template,
+``Value.vary`` False), so a vocabulary size that happens to be a multiple of a sentinel never becomes a size
+expression. The model runs on the ``meta`` device (no weights, no memory) in ``float16``, which no model code names
 itself (models upcast to ``float32`` explicitly and cast back to the input's dtype), so a ``float16``
 literal in a call stands for "the task's dtype" and a motif can be rendered in any floating dtype. The batch
 and sequence sizes are the sentinel primes ``BATCH`` and ``SEQ``, so integer literals and shapes built from
@@ -42,6 +45,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 BATCH = 13  # sentinel batch size of every trace (a prime no default config uses as a size)
 SEQ = 97  # sentinel sequence length of text models
+# The second trace's sizes: an integer equal in both traces is a constant of the model, never a size symbol.
+BATCH_2, SEQ_2 = 11, 89
 TRACE_DTYPE = torch.float16  # stands for "the task's dtype" in recorded literals
 IMAGE_SIZE = 224  # pixel_values side when the config names none
 TIMEOUT_S = 120
@@ -80,6 +85,7 @@ class Value:
     out_index: int = 0
     name: str = ""
     boundary: bool = False
+    vary: list = field(default_factory=list)  # per dim: moves with batch / sequence length (second trace)
 
 
 @dataclass
@@ -119,6 +125,7 @@ class Call:
     index_bound: int = 0
     out_shapes: list = field(default_factory=list)
     module_params: int = 0
+    out_vary: list = field(default_factory=list)  # per output, per dim: moves with batch / sequence length
 
     def inputs(self) -> list[int]:
         """Value ids this call reads, in order of appearance (repeats removed)."""
@@ -364,8 +371,68 @@ def _module_source(mod: torch.nn.Module) -> str:
     return source
 
 
-def trace_module(model: torch.nn.Module, kwargs: dict, name: str, library: str) -> Trace:
-    """Trace one forward of ``model(**kwargs)`` (meta tensors). Raises what the forward raises."""
+def trace_module(model: torch.nn.Module, make_inputs, name: str, library: str) -> Trace:
+    """Trace ``model(**make_inputs(batch, seq))`` (meta tensors) at the sentinel sizes and at the second
+    sizes, and mark what is constant (see the module docstring). Raises what the forward raises."""
+    trace = _trace_once(model, make_inputs(BATCH, SEQ), name, library)
+    try:
+        other = _trace_once(model, make_inputs(BATCH_2, SEQ_2), name, library)
+    except Exception:  # noqa: BLE001 - no second trace: every size-like integer is read by its factors
+        other = None
+    _mark_constants(trace, other)
+    _count_flops(trace)
+    _mark_boundaries(trace)
+    return trace
+
+
+def _mark_constants(a: Trace, b: Trace | None) -> None:
+    """Wrap the integers of ``a``'s call templates that ``b`` repeats as ``{"lit": v}`` and set which dims of
+    values and outputs vary; calls are aligned by position while their names agree."""
+    def walk(x, y):
+        if isinstance(x, bool) or not isinstance(x, (int, list, dict)):
+            return x
+        if isinstance(x, int):
+            return {"lit": x} if isinstance(y, int) and not isinstance(y, bool) and x == y else x
+        if isinstance(x, list):
+            return [walk(u, y[i] if isinstance(y, list) and i < len(y) else None) for i, u in enumerate(x)]
+        if "T" in x and len(x) == 1:
+            return x
+        return {k: walk(u, y.get(k) if isinstance(y, dict) else None) for k, u in x.items()}
+
+    def vary(s1, s2):
+        if s2 is None or len(s1) != len(s2):
+            return [True] * len(s1)
+        return [int(u) != int(v) for u, v in zip(s1, s2, strict=True)]
+
+    for v in a.values.values():
+        v.vary = [True] * len(v.shape)
+    for c in a.calls:
+        c.out_vary = [[True] * len(sh) for sh, _ in c.out_shapes]
+    if b is None:
+        return
+    by_origin = {}
+    for v in b.values.values():
+        if v.origin in ("input", "param", "buffer"):
+            by_origin[(v.origin, v.name, sum(1 for u in by_origin if u[0] == v.origin))] = v
+    seen: dict[str, int] = {}
+    for v in a.values.values():
+        if v.origin in ("input", "param", "buffer"):
+            k = seen.get(v.origin, 0)
+            seen[v.origin] = k + 1
+            other = by_origin.get((v.origin, v.name, k))
+            v.vary = vary(v.shape, other.shape if other else None)
+    for ca, cb in zip(a.calls, b.calls, strict=False):
+        if ca.name != cb.name or len(ca.outputs) != len(cb.outputs):
+            break
+        ca.args = walk(ca.args, cb.args)
+        ca.kwargs = walk(ca.kwargs, cb.kwargs)
+        ca.out_vary = [vary(sa, sb) for (sa, _), (sb, _) in zip(ca.out_shapes, cb.out_shapes, strict=True)]
+        for o, flags in zip(ca.outputs, ca.out_vary, strict=True):
+            if o is not None:
+                a.values[o].vary = flags
+
+
+def _trace_once(model: torch.nn.Module, kwargs: dict, name: str, library: str) -> Trace:
     rec = _Recorder(model)
     for v in kwargs.values():
         if isinstance(v, torch.Tensor):
@@ -384,8 +451,6 @@ def trace_module(model: torch.nn.Module, kwargs: dict, name: str, library: str) 
     for t in _tensors(out):
         if id(t) in rec.by_obj:
             trace.outputs.append(rec.by_obj[id(t)])
-    _count_flops(trace)
-    _mark_boundaries(trace)
     return trace
 
 
@@ -448,7 +513,7 @@ def call_flops(trace: Trace, call: Call) -> float:
 
 # ---- model builders ----
 
-def _text_or_image_inputs(model, cfg) -> dict | None:
+def _text_or_image_inputs(model, cfg, batch: int = BATCH, seq: int = SEQ) -> dict | None:
     import inspect
 
     from opforge.seeds.relevance import _find
@@ -457,14 +522,14 @@ def _text_or_image_inputs(model, cfg) -> dict | None:
     params = set(inspect.signature(model.forward).parameters)
     with torch.device("meta"):
         if main == "input_ids":
-            out = {"input_ids": torch.zeros(BATCH, SEQ, dtype=torch.long)}
+            out = {"input_ids": torch.zeros(batch, seq, dtype=torch.long)}
             if getattr(cfg, "is_encoder_decoder", False) and "decoder_input_ids" in params:
-                out["decoder_input_ids"] = torch.zeros(BATCH, SEQ, dtype=torch.long)
+                out["decoder_input_ids"] = torch.zeros(batch, seq, dtype=torch.long)
             return out
         if main == "pixel_values":
             ch = _find(cfg, "num_channels") or 3
             side = _find(cfg, "image_size") or IMAGE_SIZE
-            return {"pixel_values": torch.empty(BATCH, ch, side, side, dtype=TRACE_DTYPE)}
+            return {"pixel_values": torch.empty(batch, ch, side, side, dtype=TRACE_DTYPE)}
     return None
 
 
@@ -496,7 +561,8 @@ def trace_transformers(model_type: str, keep_layers: int = 1) -> Trace:
             if kwargs is None:
                 raise TraceError(f"transformers:{model_type}: no input_ids / pixel_values input")
             with _meta_reads_mode():  # data-dependent reads of meta tensors answer as the no-padding case
-                trace = trace_module(model, kwargs, f"transformers:{model_type}", "transformers")
+                trace = trace_module(model, lambda b, s: _text_or_image_inputs(model, cfg, b, s),
+                                     f"transformers:{model_type}", "transformers")
     except TraceError:
         raise
     except Exception as exc:  # noqa: BLE001 - any failure of a third-party model is reported by name
@@ -527,9 +593,8 @@ def trace_torchvision(name: str) -> Trace:
     try:
         with torch.device("meta"):
             model = torchvision.models.get_model(name, weights=None)
-            x = torch.empty(BATCH, 3, IMAGE_SIZE, IMAGE_SIZE, dtype=TRACE_DTYPE)
         model = model.to(TRACE_DTYPE).eval()
-        trace = _trace_positional(model, x, f"torchvision:{name}", "torchvision")
+        trace = _trace_positional(model, IMAGE_SIZE, f"torchvision:{name}", "torchvision")
     except Exception as exc:  # noqa: BLE001
         raise TraceError(f"torchvision:{name}: {type(exc).__name__}: {str(exc)[:200]}") from None
     trace.config = {"max_positions": 0, "hidden_size": 0, "native_dtype": "float32"}
@@ -547,16 +612,15 @@ def trace_timm(name: str) -> Trace:
         with torch.device("meta"):
             model = timm.create_model(name, pretrained=False)
             side = int((getattr(model, "default_cfg", {}) or {}).get("input_size", (3, 224, 224))[-1])
-            x = torch.empty(BATCH, 3, side, side, dtype=TRACE_DTYPE)
         model = model.to(TRACE_DTYPE).eval()
-        trace = _trace_positional(model, x, f"timm:{name}", "timm")
+        trace = _trace_positional(model, side, f"timm:{name}", "timm")
     except Exception as exc:  # noqa: BLE001
         raise TraceError(f"timm:{name}: {type(exc).__name__}: {str(exc)[:200]}") from None
     trace.config = {"max_positions": 0, "hidden_size": 0, "native_dtype": "float32"}
     return trace
 
 
-def _trace_positional(model, x, name: str, library: str) -> Trace:
+def _trace_positional(model, side: int, name: str, library: str) -> Trace:
     class Wrap(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -565,4 +629,7 @@ def _trace_positional(model, x, name: str, library: str) -> Trace:
         def forward(self, pixel_values):
             return self.inner(pixel_values)
 
-    return trace_module(Wrap(), {"pixel_values": x}, name, library)
+    def image(batch, seq):
+        return {"pixel_values": torch.empty(batch, 3, side, side, dtype=TRACE_DTYPE, device="meta")}
+
+    return trace_module(Wrap(), image, name, library)
