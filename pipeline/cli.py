@@ -225,6 +225,38 @@ def motifs_cmd(
                f"({len(meta['skipped'])} skipped); per category: {cats}")
 
 
+@app.command("blind-read")
+def blind_read_cmd(
+    datasets: list[str] = typer.Argument(..., help="LABEL=PATH of each dataset (Parquet, JSONL or Hub folder), "
+                                                   "or 'score' FOLDER JUDGMENTS to score a filled packet."),
+    n: int = typer.Option(30, help="Rows drawn from each dataset."),
+    seed: int = typer.Option(0, help="Sampling and shuffling seed."),
+    out: Path = typer.Option(Path("runs/blind_read"), help="Packet folder to write."),
+):
+    """Blind read: a shuffled, comment-free packet of rows from several datasets for a reader who does not know
+    their source (`packet.md`, hidden `key.json`, `judgments.template.json`); `blind-read score FOLDER FILE`
+    reports each dataset's sensible / strong shares."""
+    from opforge.pipeline.blind_read import BlindReadError, make_packet, score
+
+    try:
+        if datasets[0] == "score":
+            if len(datasets) != 3:
+                _fail("usage: opforge blind-read score FOLDER JUDGMENTS")
+            typer.echo(json.dumps(score(Path(datasets[1]), Path(datasets[2])), indent=1))
+            return
+        pairs = {}
+        for item in datasets:
+            label, sep, path = item.partition("=")
+            if not sep or not label or not path:
+                _fail(f"bad dataset {item!r}: use LABEL=PATH")
+            pairs[label] = path
+        folder = make_packet(pairs, n, out, seed)
+    except (BlindReadError, ValueError, OSError) as exc:
+        _fail(str(exc))
+    typer.echo(f"wrote {folder}/packet.md ({n * len(pairs)} rows), key.json (keep it from the reader), "
+               f"judgments.template.json")
+
+
 @seeds_app.command("list")
 def seeds_list(
     catalog: Path = typer.Option(DEFAULT_CATALOG, help="Catalog Parquet."),
@@ -351,8 +383,8 @@ def filter_cmd(
                                                           "(default: 1 100 on cuda, off on cpu)."),
     no_window: bool = typer.Option(False, "--no-window", help="Record runtimes only, on any device."),
     only: str = typer.Option(None, help="Comma-separated filters to run (static always runs), of: duplicate, "
-                                        "static, contamination, eager, runtime_screen, determinism, degenerate, "
-                                        "trivial, compile, runtime."),
+                                        "static, contamination, roofline, eager, runtime_screen, determinism, "
+                                        "degenerate, trivial, compile, runtime, headroom."),
     skip: str = typer.Option(None, help="Comma-separated filters to leave out (e.g. trivial, compile)."),
     limit: int = typer.Option(None, help="Only the first N input rows."),
     kernelbench: str = typer.Option(None, rich_help_panel=KB_PANEL,
