@@ -56,16 +56,17 @@ def visible_gpu_name() -> str | None:
     return listed[0]["name"]
 
 
-def resolve_peaks(setting: str, device: str):
+def resolve_peaks(setting: str, device: str, gpu_name: str | None = None):
     """(``DevicePeaks``, how they were chosen) for the ``peaks`` threshold (``auto`` or a name) on
-    ``device`` ("cpu" / "cuda..."). Raises ValueError for an unknown name."""
+    ``device`` ("cpu" / "cuda..."), the GPU being ``gpu_name`` (default: ``visible_gpu_name()``).
+    Raises ValueError for an unknown name."""
     from opforge.task.peaks import DEFAULT_PEAKS, get_peaks, peaks_for_gpu
 
     if setting != "auto":
         return get_peaks(setting), "threshold"
     if not str(device).startswith("cuda"):
         return DEFAULT_PEAKS, "cpu run: default"
-    name = visible_gpu_name()
+    name = gpu_name or visible_gpu_name()
     found = peaks_for_gpu(name)
     if found is None:
         return DEFAULT_PEAKS, f"GPU {name!r} not listed: default"

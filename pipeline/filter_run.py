@@ -238,13 +238,15 @@ def _verdict_table(tasks: pd.DataFrame, ledger: Ledger, corpus: dict[int, dict])
             "eager_ms": _num(metrics.get("runtime", {}).get("eager_ms")),
             "compile_s": _num(metrics.get("compile", {}).get("compile_s")),
             "compile_ms": _num(metrics.get("runtime", {}).get("compile_ms")),
+            "roofline_ms": _num(metrics.get("roofline", {}).get("roofline_ms")),
+            "fusion_gain": _num(metrics.get("roofline", {}).get("fusion_gain")),
             "kernelbench_nearest": kb.get("kernelbench_nearest"),
             "kernelbench_similarity": _num(kb.get("kernelbench_similarity")),
             "seconds": float(sum(rec.get("seconds", {}).values())), "worker": rec.get("worker"),
         })
     return pd.DataFrame(recs, columns=["row", "task_id", "accepted", "reason", "filter", "metrics", "eager_ms",
-                                       "compile_s", "compile_ms", "kernelbench_nearest",
-                                       "kernelbench_similarity", "seconds", "worker"])
+                                       "compile_s", "compile_ms", "roofline_ms", "fusion_gain",
+                                       "kernelbench_nearest", "kernelbench_similarity", "seconds", "worker"])
 
 
 def _num(v) -> float | None:

@@ -46,6 +46,11 @@ COLUMNS: list[tuple[str, pa.DataType, str, str]] = [
                                           "wall clock)"),
     ("compile_ms", pa.float64(), "float64", "median `torch.compile` (Inductor) runtime in ms on `gpu` "
                                             "(null on CPU)"),
+    ("roofline_ms", pa.float64(), "float64", "ms of one ideal fused kernel on `gpu`'s datasheet peaks (the H200 "
+                                             "SXM's for a CPU run; see Headroom): max(FLOPs / peak, bytes of inputs, "
+                                             "parameters read and outputs / bandwidth), traced on `meta`"),
+    ("fusion_gain", pa.float64(), "float64", "sum of each op's own roofline time / `roofline_ms`: the most fusing "
+                                             "the ops can win (1.0: nothing)"),
     ("gpu", pa.string(), "string", "device the measurements were taken on (`cpu` when no GPU)"),
     ("torch_version", pa.string(), "string", "torch version of the run"),
     ("kernelbench_nearest", pa.string(), "string", "nearest KernelBench problem, `L<level>/<name>`"),

@@ -101,3 +101,25 @@ def test_the_chain_hands_headroom_the_earlier_metrics():
     res = run_chain(_Run(SINGLE), make_chain(FilterSettings(only=["roofline"],
                                                             thresholds={"roofline": {"min_fusion_gain": 1.1}})))
     assert res["reason"] == "trivial:no_headroom" and res["filter"] == "roofline"
+
+
+def test_the_card_section_reports_the_distributions_and_the_room():
+    import pandas as pd
+    from opforge.data_cards.render import render_section
+    from opforge.pipeline.headroom_card import headroom_context
+
+    rows = pd.DataFrame({"fusion_gain": [1.0, 1.05, 2.0, 3.0, None], "roofline_ms": [0.5, 1.0, 0.1, 0.2, None],
+                         "eager_ms": [1.0, 1.2, 1.0, 1.0, 2.0], "compile_ms": [0.6, None, 0.5, 2.0, 1.0]})
+    gpu = headroom_context(rows, True, H200_SXM.describe(), "GPU 'NVIDIA H200'")
+    assert gpu["n"] == 4 and gpu["low_gain_share"] == 0.5
+    assert gpu["room_share"] == 0.5  # rooms 1.2, 1.2, 5, 5
+    assert gpu["fusion_gain"]["p50"] == pytest.approx(1.525)
+    text = render_section("headroom.md.j2", {"headroom": gpu})
+    assert "50.0 % of the tasks have a fusion gain below 1.1" in text and "4.8 TB/s" in text
+    assert "at least 2x faster than the better of eager" in text and "50.0 % of them" in text
+    cpu = headroom_context(rows, False, H200_SXM.describe(), "cpu run: default")
+    text = render_section("headroom.md.j2", {"headroom": cpu})
+    assert cpu["room"] is None and "room =" not in text and "these peaks stand in" in text
+    empty = headroom_context(rows.drop(columns=["fusion_gain", "roofline_ms"]), False, "x", "y")
+    assert empty["n"] == 0 and "No task of this run has a roofline" in render_section("headroom.md.j2",
+                                                                                         {"headroom": empty})

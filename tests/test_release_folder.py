@@ -16,6 +16,9 @@ from opforge.pipeline.hub_folder import COLUMNS
 REPO = Path(__file__).resolve().parents[1]
 RELEASE = REPO / "releases" / "opforge-ops-6k"
 ROWS = 6000
+# columns added to pipeline.hub_folder.COLUMNS after this release was built: it has all the others, in order
+LATER_COLUMNS = ("roofline_ms", "fusion_gain")
+RELEASE_COLUMNS = [c for c in COLUMNS if c[0] not in LATER_COLUMNS]
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +41,9 @@ def provenance():
 def test_loads_with_the_published_columns_and_unique_ids(ds, card):
     meta, _ = card
     assert len(ds) == ROWS == meta["dataset_info"]["splits"][0]["num_examples"]
-    assert list(ds.column_names) == [name for name, *_ in COLUMNS]
+    assert list(ds.column_names) == [name for name, *_ in RELEASE_COLUMNS]
     assert {f["name"]: f["dtype"] for f in meta["dataset_info"]["features"]} == \
-        {name: dtype for name, _, dtype, _ in COLUMNS}
+        {name: dtype for name, _, dtype, _ in RELEASE_COLUMNS}
     assert len(set(ds["task_id"])) == ROWS
     assert all(re.fullmatch(r"[0-9a-f]{16}", t) for t in ds["task_id"])
     assert all(isinstance(json.loads(o), list) and json.loads(o) for o in ds["ops"])
