@@ -263,6 +263,12 @@ def _resolve_dims(name: str, seed, args: dict, nd: int) -> list[int] | None:
         return None
 
 
+def op_dims(name: str, seed, init: dict, call: dict, nd: int) -> list[int] | None:
+    """The axes op ``name`` works over (its bound dim arguments or implicit default; [] = every axis), or None
+    for an op without a dim argument."""
+    return _resolve_dims(name, seed, init if _module_key(seed) else call, nd)
+
+
 # ---- layouts ops require ----
 
 _CHANNEL_FIRST = re.compile(

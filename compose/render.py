@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from opforge.compose.axes import fan_in, op_name
 from opforge.compose.graph import OpGraph
 from opforge.task.op_names import snake
 
@@ -64,6 +65,47 @@ def _norm_state_lines(module, attr: str) -> list[str]:
     return lines
 
 
+# Trained-like values of the parameters of functional normalisation ops (``F.batch_norm``, ``F.layer_norm``...),
+# the module statistics of ``_NORM_STATE`` written as expressions of a factory: name -> (scale, shift, kind).
+_FUNCTIONAL_NORM = {"weight": ("0.1", "1.0", "randn"), "bias": ("0.1", None, "randn"),
+                    "running_mean": ("0.1", None, "randn"), "running_var": ("1.0", "0.5", "rand")}
+
+
+def _param_factory(graph: OpGraph, node: str, pname: str, shape: list, dtype: str, values: str) -> str:
+    """Source of parameter ``pname`` of op ``node``: a GEMM / conv weight (and its bias) scaled by the weight's
+    fan-in as ``torch.nn.init`` scales ``nn.Linear`` / ``nn.Conv*`` (randn / sqrt(fan_in): unit-variance
+    outputs for unit-variance inputs); normalisation statistics and affine parameters trained-like
+    (``_FUNCTIONAL_NORM``); anything else by its value kind."""
+    fac = _factory(shape, dtype, values, graph.dtype)
+    if dtype != "float32" or values not in ("normal", "positive"):
+        return fac  # index and mask tensors
+    attrs, seed = graph.g.nodes[node], graph.seeds[node]
+    name = op_name(seed.label)
+    weight = attrs["params"].get("weight")
+    fan = fan_in(name, pname, shape)
+    if fan is None and pname == "bias" and weight is not None:
+        fan = fan_in(name, "weight", weight[0])
+    if fan is not None and values == "normal":
+        return f"{fac} / {fan} ** 0.5"
+    if seed.category == "normalization" and pname in _FUNCTIONAL_NORM:
+        scale, shift, kind = _FUNCTIONAL_NORM[pname]
+        base = _factory(shape, dtype, "unit" if kind == "rand" else "normal", graph.dtype)
+        expr = f"{base} * {scale}" if scale != "1.0" else base
+        return f"{expr} + {shift}" if shift else expr
+    return fac
+
+
+def _input_factory(graph: OpGraph, node: str) -> str:
+    """Source of graph input ``node``; the right operand of a batched GEMM is divided by the square root of its
+    contracted size (``fan_in_axis``), as a weight would be."""
+    a = graph.g.nodes[node]
+    fac = _factory(a["shape"], a["dtype"], a["values"], graph.dtype)
+    axis = a.get("fan_in_axis")
+    if axis is None:
+        return fac
+    return f"{fac} / {a['shape'][axis]} ** 0.5"
+
+
 def render_graph(graph: OpGraph, docstring: str) -> str:
     """KernelBench source for ``graph``: ``Model`` with the ops in topological order, module-level size
     constants for the input shapes, ``get_inputs()`` and ``get_init_inputs()`` (empty: sizes are literals)."""
@@ -78,7 +120,7 @@ def render_graph(graph: OpGraph, docstring: str) -> str:
         args = [names[p] for p in graph.args_of(n)]
         for pname, (shape, dtype, values) in a["params"].items():
             attr = f"{pname}_{j}"
-            fac = _factory(shape, dtype, values, fdt)
+            fac = _param_factory(graph, n, pname, shape, dtype, values)
             # running statistics are state, not trainable weights (torch refuses grads through them)
             if dtype == "float32" and not pname.startswith("running_"):
                 init_lines.append(f"self.{attr} = nn.Parameter({fac})")
@@ -115,9 +157,7 @@ def render_graph(graph: OpGraph, docstring: str) -> str:
         init_lines.append(f"self.to(torch.{fdt})  # parameters and buffers in the task's dtype")
     inputs = graph.inputs()
     used_sizes = [s for s in graph.sizes if any(s in g.nodes[i]["shape"] for i in inputs)]
-    get_inputs = [f"{names[i]} = "
-                  f"{_factory(g.nodes[i]['shape'], g.nodes[i]['dtype'], g.nodes[i]['values'], fdt)}"
-                  for i in inputs]
+    get_inputs = [f"{names[i]} = {_input_factory(graph, i)}" for i in inputs]
     return task_source(
         imports=["import torch.nn.functional as F"], docstring=docstring, init_lines=init_lines,
         forward_args=[names[i] for i in inputs], forward_lines=fwd_lines,

@@ -13,11 +13,18 @@ KernelBench level 2 and of most fused kernels in real models). Sizes: on a ``rea
 non-batch size comes from one size context of the shape vocabulary (``compose.sizing``), otherwise from the
 profile's fixed lists. Constructs that change nothing (``compose.avoid``) are never generated; internal
 ATen-level ops (``seeds.public_api.is_internal``) are left out unless ``include_internal``.
+Meaning: every tensor axis carries a role (batch, sequence, feature, channel, spatial, head; ``compose.axes``):
+an op's dim arguments are drawn from the axes whose roles it exists for, layout-sensitive ops (convolutions,
+pooling, norms, GEMMs) take only inputs in their layout, and the batch stays axis 0 alone. Each tensor carries
+an estimated RMS (``compose.magnitude``): a saturating op (sigmoid, tanh, softmax, exp, special functions) is
+drawn only where its input is in its working range. An op's weight is multiplied by its factor at its
+position (producer, epilogue, head; ``compose.positions``).
 Deterministic: everything is drawn from the ``random.Random`` passed in.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from collections import defaultdict
@@ -29,12 +36,15 @@ from opforge.compose.axes import (
     bind_dims,
     input_roles,
     input_violation,
+    op_dims,
     op_name,
     output_roles,
     template_fits,
 )
 from opforge.compose.device_profiles import DeviceProfile
 from opforge.compose.graph import OpGraph
+from opforge.compose.magnitude import INPUT_RMS, out_rms, saturates
+from opforge.compose.positions import PositionTable, load_positions
 from opforge.compose.sizing import SizeContext, draw_context, layout_kind
 from opforge.seeds.public_api import is_internal
 from opforge.seeds.seed_op import TEMPLATES, SeedOp
@@ -59,6 +69,8 @@ VARIADIC_OUTPUT = re.compile(r"(^|\.)(split|unbind|tensor_split|hsplit|vsplit|ds
 # huge batches), the others gave degenerate or too slow outputs. CUDA-Agent-Ops-6K has no such op either.
 DEFAULT_CATEGORY_WEIGHTS = {"linalg": 0.0}
 HEAVY_CATEGORIES = ("gemm", "conv", "attention", "recurrent")
+# Batched GEMMs whose last extra input is a right operand ([N, K, M], contracted over K).
+RIGHT_OPERAND_OPS = frozenset({"bmm", "baddbmm"})
 DEFAULT_HEAVY_START = 0.5
 # Category of a heavy first op. The relevance table is traced from transformers families only (torchvision is
 # optional), where 25 % of models run a convolution; CUDA-Agent-Ops-6K has one in 38 % of its rows. Convolutions
@@ -103,12 +115,14 @@ class Sampler:
     ``op_weights`` (label -> weight; labels left out weigh 0) and ``category_weights`` (category -> weight,
     default 1, over ``DEFAULT_CATEGORY_WEIGHTS``) multiply; without ``op_weights`` every op weighs 1. An op
     whose weight is 0 is never drawn. ``vocab`` (a ``ShapeVocabulary``) is required by realistic profiles.
-    ``heavy_start`` is the probability that the first op is of ``HEAVY_CATEGORIES``."""
+    ``heavy_start`` is the probability that the first op is of ``HEAVY_CATEGORIES``. ``positions`` (default: the
+    packaged ``compose/data/op_positions.yaml``) multiplies an op's weight by its factor at its position in the
+    graph (producer, epilogue, head; ``compose.positions``)."""
 
     def __init__(self, ops: list[SeedOp], profile: DeviceProfile, allow_stochastic: bool = False,
                  category_weights: dict[str, float] | None = None, *, vocab=None,
                  op_weights: dict[str, float] | None = None, include_internal: bool = False,
-                 heavy_start: float = DEFAULT_HEAVY_START):
+                 heavy_start: float = DEFAULT_HEAVY_START, positions: PositionTable | None = None):
         self.profile = profile
         if profile.realistic and vocab is None:
             raise ValueError(f"device profile {profile.name!r} sizes tasks from a shape vocabulary: pass vocab")
@@ -138,6 +152,9 @@ class Sampler:
         self.context: SizeContext | None = None
         self.names = {o.label: op_name(o.label) for o in ops}
         self._fitting: dict[tuple, list[tuple[SeedOp, str]]] = {}  # (rank, roles) -> chainable options
+        table = positions if positions is not None else load_positions()
+        self.position_weights = {pos: {lab: w * table.factor(self.names[lab], pos) for lab, w in self.weights.items()}
+                                 for pos in ("producer", "epilogue", "head")}
 
     def supports(self, seed: SeedOp, dtype: str) -> bool:
         """Whether ``seed`` runs in ``dtype``: its probed ``dtypes`` when the catalog records them, else any
@@ -146,9 +163,10 @@ class Sampler:
         return dtype in dtypes if dtypes else True
 
     # ---- op choice, by weight ----
-    def _pick(self, rng: random.Random, items: list, key=lambda it: it):
+    def _pick(self, rng: random.Random, items: list, key=lambda it: it, position: str | None = None):
         items = [it for it in items if self.supports(key(it), self.dtype)]
-        weights = [self.weights[key(it).label] for it in items]
+        table = self.weights if position is None else self.position_weights[position]
+        weights = [table[key(it).label] for it in items]
         if not items or sum(weights) <= 0:
             raise SamplingError("op weights exclude every op")
         return rng.choices(items, weights)[0]
@@ -167,7 +185,7 @@ class Sampler:
             cat = rng.choices(cats, [HEAVY_START_SHARES[c] for c in cats])[0]
             pool = [o for o in self.heavy_starters if o.category == cat]
         for _ in range(20):
-            seed = self._pick(rng, pool)
+            seed = self._pick(rng, pool, position="producer")
             templates = [t for t in seed.templates if TEMPLATES[t][0] == "N"] or [None]
             if self.profile.realistic:
                 # 2-D [batch, features] inputs are far below a GPU's window at batch <= 512: prefer a layout
@@ -186,7 +204,7 @@ class Sampler:
                     g.sizes.setdefault(SIZE_NAMES[d], local[d])
             local.update({s: g.sizes[SIZE_NAMES[s]] for s in shape if isinstance(s, str)})
             first = g.add_input(names, seed.inputs[0].dtype, _resolve_index(seed.inputs[0].values, local))
-            g.g.nodes[first]["roles"] = input_roles(shape, t)
+            g.g.nodes[first].update(roles=input_roles(shape, t), rms=INPUT_RMS.get(seed.inputs[0].values, 1.0))
             node = self._apply(rng, g, seed, [first], local, first_shape=names)
             if node:
                 return node
@@ -240,7 +258,8 @@ class Sampler:
                         self._drop(g, new_inputs)
                         return None
                 inp = g.add_input(shape, spec.dtype, spec.values)
-                g.g.nodes[inp]["roles"] = list(roles) if isinstance(spec.shape, str) else input_roles(spec.shape)
+                g.g.nodes[inp].update(roles=list(roles) if isinstance(spec.shape, str) else input_roles(spec.shape),
+                                      rms=INPUT_RMS.get(spec.values, 1.0))
                 new_inputs.append(inp)
                 all_args.append(inp)
         else:
@@ -257,6 +276,15 @@ class Sampler:
             self._drop(g, new_inputs)
             return None
         init, call, node_attrs = bound
+        if name in RIGHT_OPERAND_OPS and new_inputs:
+            # the right operand of a batched GEMM is scaled by its fan-in, as a weight is (compose.magnitude)
+            right = g.g.nodes[new_inputs[-1]]
+            right["fan_in_axis"] = len(right["shape"]) - 2
+            right["rms"] = right["rms"] / math.sqrt(max(g.input_shape(new_inputs[-1])[-2], 1))
+        in_rms = [g.g.nodes[a].get("rms", 1.0) for a in all_args]
+        if saturates(name, in_rms[0]):
+            self._drop(g, new_inputs)
+            return None
         params = {k: ([local[d] if isinstance(d, str) else d for d in s.shape], s.dtype, s.values)
                   for k, s in seed.params.items()}
         if any(isinstance(v, str) and v.startswith("index:") for _, _, v in params.values()):
@@ -276,7 +304,10 @@ class Sampler:
             out_roles = output_roles(name, seed, roles, in_shape, tuple(out.shape), init, call)
             if out_roles is None or len(out_roles) != out.dim() or out_roles[0] != BATCH:
                 raise SamplingError("output roles unknown")
-            g.g.nodes[node].update(node_attrs, roles=out_roles)
+            scanned = op_dims(name, seed, init, call, len(in_shape)) or []
+            reduced = math.prod(in_shape[d] for d in scanned) if scanned else 1
+            g.g.nodes[node].update(node_attrs, roles=out_roles,
+                                   rms=out_rms(name, in_rms, math.prod(in_shape), out.numel(), reduced))
             if noop_reason(g, node):
                 raise SamplingError("changes nothing")
         except Exception:
@@ -331,13 +362,13 @@ class Sampler:
                                   if template_fits(t, list(roles), self.names[o.label])]
         return self._fitting[key]
 
-    def _next(self, rng, g: OpGraph, prev: str, tries: int = 25) -> str | None:
+    def _next(self, rng, g: OpGraph, prev: str, tries: int = 25, position: str = "epilogue") -> str | None:
         shape = tuple(g.run("meta")[prev].shape)
         options = self._options(g, prev, len(shape))
         if not options:
             return None
         for _ in range(tries):
-            seed, t = self._pick(rng, options, key=lambda it: it[0])
+            seed, t = self._pick(rng, options, key=lambda it: it[0], position=position)
             local = dict(zip(TEMPLATES[t], shape, strict=True))
             node = self._apply(rng, g, seed, [prev], local)
             if node:
@@ -376,10 +407,11 @@ class Sampler:
             options.append(("concat", 0.1))
         return rng.choices([o for o, _ in options], [w for _, w in options])[0]
 
-    def _chain(self, rng, g, start: str, n: int) -> str | None:
+    def _chain(self, rng, g, start: str, n: int, head: bool = False) -> str | None:
+        """``n`` ops after ``start``; the last one drawn at the head position when ``head``."""
         node = start
-        for _ in range(n):
-            node = self._next(rng, g, node)
+        for i in range(n):
+            node = self._next(rng, g, node, position="head" if head and i == n - 1 else "epilogue")
             if node is None:
                 return None
         return node
@@ -387,7 +419,7 @@ class Sampler:
     def _build(self, rng, g: OpGraph, pattern: str, k: int) -> bool:
         x = self._start(rng, g)
         if pattern == "chain":
-            return self._chain(rng, g, x, k - 1) is not None
+            return self._chain(rng, g, x, k - 1, head=True) is not None
         if pattern in ("residual", "gating"):
             y = self._chain(rng, g, x, k - 2)
             if y is None:
@@ -414,7 +446,7 @@ class Sampler:
             shape = g.input_shape(src)
             options = self._options(g, src, len(shape))
             for _ in range(25):
-                seed, t = self._pick(rng, options, key=lambda it: it[0])
+                seed, t = self._pick(rng, options, key=lambda it: it[0], position="epilogue")
                 local = dict(zip(TEMPLATES[t], shape, strict=True))
                 b = self._apply(rng, g, seed, [src], local)
                 if b is None:
@@ -430,7 +462,7 @@ class Sampler:
             if cat is None:
                 return False
             c = self._apply(rng, g, cat, [x], {}, extra_from=[b])
-            return c is not None and self._chain(rng, g, c, k - 3) is not None
+            return c is not None and self._chain(rng, g, c, k - 3, head=True) is not None
         raise ValueError(pattern)
 
 
