@@ -466,6 +466,8 @@ def template_fits(template: str, roles: list[str], name: str) -> bool:
     if _CHANNEL_FIRST.match(name) or _SEQUENCE_LAYOUT.match(name) or _PAD.match(name):
         pairs = zip(symbols, roles, strict=True)
     elif _LAST_FEATURE.match(name):
+        if roles[-1] not in (FEATURE, CHANNEL):
+            return False
         pairs = [(symbols[-1], roles[-1])]
     else:
         return True
