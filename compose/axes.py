@@ -29,7 +29,8 @@ An op's dim and layout arguments must hit the roles it exists for (``DIM_RULES``
 * convolutions, batch / instance / group norm, pooling, unfold, pixel (un)shuffle, channel shuffle,
   interpolation, grid sampling: channel-first data ``[batch, channel or feature, spatial or sequence...]``;
 * recurrent layers and ``nn.MultiheadAttention``: ``[batch, sequence, feature]``; scaled dot-product
-  attention: ``[batch, head, sequence, feature]``.
+  attention: ``[batch, head, sequence, feature]``; ``tril`` / ``triu``: a square ``[..., sequence, sequence]``
+  (attention scores) or feature matrix.
 
 Nothing reduces, normalises, sorts, scans or reorders over the batch: the batch stays axis 0 of every tensor,
 alone (``batch_stays_first`` checks it on the shapes). The sampler draws the dim arguments of the ops above
@@ -307,6 +308,8 @@ def input_violation(name: str, seed, roles: list[str], init: dict, call: dict) -
         return f"{name} works over the last axis, a {roles[-1]} axis"
     if _SEQUENCE_LAYOUT.match(name) and (nd != 3 or roles[1] != SEQUENCE or roles[2] not in (FEATURE, CHANNEL)):
         return f"{name} needs [batch, sequence, feature] data, got {roles}"
+    if name in ("tril", "triu") and (nd < 3 or roles[-1] != roles[-2] or roles[-1] not in (SEQUENCE, FEATURE)):
+        return f"{name} masks a square [sequence, sequence] (or feature) matrix, got {roles}"
     if name == "scaled_dot_product_attention" and roles != [BATCH, HEAD, SEQUENCE, FEATURE]:
         return f"attention needs [batch, head, sequence, feature] data, got {roles}"
     m = _PAD.match(name)

@@ -61,6 +61,7 @@ MISUSES = [
     ("mean", FN, NLC, {}, {"dim": 0}),
     ("lstm", MOD, NCL, {}, {}),
     ("scaled_dot_product_attention", FN, NCHW, {}, {}),
+    ("triu", FN, NLC, {}, {}),  # a causal mask over [sequence, feature]
 ]
 CORRECT = [
     ("softmax", FN, NLC, {}, {"dim": -1}),
@@ -80,6 +81,7 @@ CORRECT = [
     ("mean", FN, NCHW, {}, {"dim": [2]}),
     ("lstm", MOD, NLC, {}, {}),
     ("scaled_dot_product_attention", FN, TEMPLATE_ROLES["NALE"], {}, {}),
+    ("triu", FN, [BATCH, SEQUENCE, SEQUENCE], {}, {}),
 ]
 
 
