@@ -42,6 +42,10 @@ COLUMNS: list[tuple[str, pa.DataType, str, str]] = [
                                      "`float16` (outputs are judged at that dtype's tolerance)"),
     ("size_context", pa.string(), "string", "the model family whose config the sizes come from (`llama`, "
                                             "`resnet`...; empty for fixed-size profiles)"),
+    ("provenance", pa.string(), "string", "JSON: where the task comes from: a motif's `source` model "
+                                          "(`transformers:llama`, `torchvision:resnet50`), module `scopes` and "
+                                          "`modules`, `category`, `mutation`; a transformers block's `block`; "
+                                          "empty for the random composer"),
     ("eager_ms", pa.float64(), "float64", "median eager runtime in ms on `gpu` (CUDA events + L2 flush; CPU: "
                                           "wall clock)"),
     ("compile_ms", pa.float64(), "float64", "median `torch.compile` (Inductor) runtime in ms on `gpu` "

@@ -341,6 +341,9 @@ def _published_rows(sel: pd.DataFrame, funnel: dict[str, Any], cfg: RunConfig) -
         out["dtype"] = "float32"
     if "size_context" not in out:
         out["size_context"] = ""
+    if "provenance" not in out:  # candidates composed before the provenance column existed
+        out["provenance"] = ""
+    out["provenance"] = out["provenance"].fillna("")
     out["dtype"] = out["dtype"].fillna("float32")
     out["size_context"] = out["size_context"].fillna("")
     out["generator_seed"] = out["generator_seed"].astype("int64")
