@@ -323,6 +323,29 @@ def _shape_stats(rows: pd.DataFrame) -> dict[str, Any]:
             "contexts": [(str(k), int(v)) for k, v in ctx.value_counts().head(12).items()]}
 
 
+def _source_stats(rows: pd.DataFrame) -> dict[str, Any]:
+    """Where the published rows come from (the ``provenance`` column): tasks per kind (``motif`` mined from a
+    real model, ``block`` a transformers block, ``random`` the random composer), per motif category, the most
+    common source models and the number of distinct ones."""
+    from collections import Counter
+
+    kinds, cats, models = Counter(), Counter(), Counter()
+    for text in rows["provenance"] if "provenance" in rows else []:
+        prov = json.loads(text) if text else {}
+        if prov.get("motif_id"):
+            kinds["motif"] += 1
+            cats[prov.get("category", "")] += 1
+            models[prov.get("source", "")] += 1
+        elif prov.get("block"):
+            kinds["block"] += 1
+            models[prov.get("source", "")] += 1
+        else:
+            kinds["random"] += 1
+    n = max(1, len(rows))
+    return {"kinds": [(k, v, v / n) for k, v in kinds.most_common()], "categories": cats.most_common(),
+            "models": models.most_common(12), "distinct_models": len(models)}
+
+
 def _selection_json(sel) -> dict[str, Any]:
     return {"quotas": sel.quotas, "picked": sel.picked, "available": sel.available, "shortfall": sel.shortfall,
             "notes": sel.notes, "task_ids": list(sel.rows["task_id"])}
@@ -384,6 +407,7 @@ def _card_context(cfg: RunConfig, rows: pd.DataFrame, funnel: dict, sel, env: di
     return {
         "headroom": headroom_context(rows, cfg.device == "cuda", peaks.describe(), source),
         "shapes": _shape_stats(rows),
+        "sources": _source_stats(rows),
         "pretty_name": cfg.pretty_name, "license_id": cfg.license, "license": f"Licence: {cfg.license}",
         "seed": cfg.seed, "device_profile": cfg.device_profile,
         "load_id": cfg.repo_id or "path/to/this/folder", "funnel": funnel,
