@@ -3,7 +3,8 @@
 Mutations (``MUTATIONS``, applied to ``composer.MOTIF_MUTATION_SHARE`` of the motif candidates) keep a motif
 a piece of a real model while varying it: ``activation`` swaps its activation function for another one real
 models use in that place (``ACTIVATION_SWAPS``), ``residual`` adds the residual connection of a pre-norm
-block (the output plus a second input of its shape). The dtype is the family's own (``native_dtype``) with
+block (the output plus a second input of its shape), ``norm`` swaps an ``nn.LayerNorm`` for an ``nn.RMSNorm``
+of the same size and eps and back (Llama-style models replaced the one with the other). The dtype is the family's own (``native_dtype``) with
 probability ``composer.NATIVE_DTYPE_SHARE``, else the run's dtype mix. Batch and sequence length come from
 the shape vocabulary (``compose.motif_sizing.choose_sizes``), the sequence never past the family's
 ``max_positions``; a motif whose predicted time cannot reach the window at those sizes stays as fast as it is
@@ -28,7 +29,7 @@ from opforge.task.identity import task_id_for
 # Activation functions real models use in the same place (MLP / gate / epilogue), by functional name.
 ACTIVATION_SWAPS = {"silu": ("gelu", "relu", "mish"), "gelu": ("silu", "relu"), "relu": ("gelu", "silu"),
                     "mish": ("silu", "gelu"), "tanh": ("sigmoid",), "sigmoid": ("tanh",)}
-MUTATIONS = ("activation", "residual")
+MUTATIONS = ("activation", "residual", "norm")
 FIXED_SIZES = {"cpu": ([2, 4], [32, 64]), "test": ([1, 2], [8, 16])}
 
 
@@ -80,7 +81,36 @@ def mutate(m: Motif, kind: str, rng: random.Random) -> Motif | None:
         m.outputs = [vid_out]
         m.n_ops += 1
         return m
+    if kind == "norm":
+        norms = [c for c in m.calls if c["spelling"] == "module" and c["name"] in ("LayerNorm", "RMSNorm")]
+        if not norms:
+            return None
+        call = rng.choice(norms)
+        swapped = _swap_norm(call["module"])
+        if swapped is None:
+            return None
+        call["module"], call["name"] = swapped
+        call["canonical"] = "nn." + call["name"]
+        return m
     raise ValueError(f"unknown motif mutation {kind!r}; known: {', '.join(MUTATIONS)}")
+
+
+def _swap_norm(source: str) -> tuple[str, str] | None:
+    """``nn.LayerNorm(...)`` <-> ``nn.RMSNorm(...)`` with the same normalized shape, eps and affine weight
+    (source, class name); None when the module does not rebuild."""
+    import torch
+
+    with torch.device("meta"):
+        try:
+            mod = eval(source, {"nn": torch.nn, "torch": torch})  # noqa: S307 - a traced torch.nn extra_repr
+        except Exception:  # noqa: BLE001
+            return None
+    shape = tuple(mod.normalized_shape)
+    eps = mod.eps if mod.eps is not None else 1e-6
+    affine = bool(mod.elementwise_affine)
+    if isinstance(mod, torch.nn.LayerNorm):
+        return f"nn.RMSNorm({shape}, eps={eps}, elementwise_affine={affine})", "RMSNorm"
+    return f"nn.LayerNorm({shape}, eps={eps}, elementwise_affine={affine})", "LayerNorm"
 
 
 def _all_vids(m: Motif) -> list[int]:

@@ -144,6 +144,18 @@ def test_mutations_swap_the_activation_and_add_a_residual(llama):
     assert outs[0].shape == _run_meta(render_motif(single, 2, 32, "float32", "doc"))[0].shape
 
 
+def test_norm_mutation_swaps_layernorm_for_rmsnorm(bert):
+    from opforge.compose.motif_candidates import mutate
+
+    ln = next(m for m in bert if any(c["name"] == "LayerNorm" for c in m.calls))
+    swapped = mutate(ln, "norm", random.Random(0))
+    code = render_motif(swapped, 2, 16, "float32", "doc")
+    assert "nn.RMSNorm((768,)" in code and "nn.LayerNorm" not in code
+    assert "nn.RMSNorm" in [alts[0] for alts in recovered_labels(code)]
+    back = mutate(swapped, "norm", random.Random(0))
+    assert "nn.LayerNorm((768,)" in render_motif(back, 2, 16, "float32", "doc")
+
+
 def test_composer_draws_motifs_with_provenance_and_exact_labels(catalog_path, llama, tmp_path):
     from opforge.compose.composer import ComposeConfig, compose
     from opforge.seeds.catalog import read_catalog
