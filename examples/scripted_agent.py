@@ -12,8 +12,10 @@ The agent writes one kernel source holding three functions and a ``model_new.py`
 * ``wrong``: ``relu(x * scale + 2)``.
 
 All three share one kernel source, so an episode of any kind reuses one build (``harness.build`` caches by
-source hash). C++ on CPU, CUDA on a GPU. Used by ``examples/env_episodes.py``, ``examples/grpo_wiring.py``,
-``benchmarks/env_episodes.py`` and the tests.
+source hash). C++ on CPU, CUDA on a GPU. Used by ``examples/env_episodes.py``, ``scripted_endpoint.py``,
+``trl_async_grpo.py``, ``benchmarks/env_episodes.py`` and the tests.
+
+    python examples/scripted_agent.py /tmp/opforge-demo/tasks.parquet   # the task as a one-row dataset
 """
 
 from __future__ import annotations
@@ -208,3 +210,22 @@ def scripted_agent(kind: str, device: str = "cpu", profile: bool = False):
 
     agent.__name__ = f"scripted_{kind}"
     return agent
+
+
+def main() -> None:
+    import argparse
+    from pathlib import Path
+
+    import pandas as pd
+
+    ap = argparse.ArgumentParser(description="Write the scripted agent's task (task_id scale_relu, with its hidden "
+                                             "shape variants) as a one-row opforge dataset.")
+    ap.add_argument("out", help="the .parquet file to write")
+    args = ap.parse_args()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame([task_row()]).to_parquet(args.out, index=False)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

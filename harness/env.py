@@ -52,18 +52,6 @@ TOOLS = ("write_file", "read_file", "list_files", "compile", "verify", "profile"
 FIXED = ("kernels/binding.cpp", "kernels/registry.h")
 
 
-def registration_rules() -> str:
-    """The part of RULES.md that says how a kernel is registered and called (its section "Where the work must
-    happen": sources under ``kernels/``, ``#include "registry.h"``, ``OPFORGE_EXPORT(fn, "doc")``, ``import
-    opforge_kernels``), with its heading."""
-    from opforge.harness.workspace import TEMPLATES
-
-    text = (TEMPLATES / "RULES.md").read_text()
-    start = text.index("## Where the work must happen")
-    end = text.index("\n## ", start + 1)
-    return text[start:end].strip()
-
-
 class EnvError(ValueError):
     """A call the environment cannot serve (no episode, unknown task or tool); the message says which."""
 
@@ -108,6 +96,41 @@ class EnvConfig(BaseModel):
             return final.model_copy(update={"shape_variants": False, "timing_trials": self.profile_timing_trials})
         return final.model_copy(update={"shape_variants": False, "profile_compile": False,
                                         "timing_trials": self.verify_timing_trials, "warmup": 1})
+
+
+def registration_rules() -> str:
+    """The part of RULES.md that says how a kernel is registered and called (its section "Where the work must
+    happen": sources under ``kernels/``, ``#include "registry.h"``, ``OPFORGE_EXPORT(fn, "doc")``, ``import
+    opforge_kernels``), with its heading."""
+    from opforge.harness.workspace import TEMPLATES
+
+    text = (TEMPLATES / "RULES.md").read_text()
+    start = text.index("## Where the work must happen")
+    end = text.index("\n## ", start + 1)
+    return text[start:end].strip()
+
+
+def task_text(task_id: str, code: str) -> str:
+    """The task part of a prompt: the task id and its ``model.py`` (public shape only)."""
+    return f"Task {task_id}: make `Model` in model.py faster.\n\nmodel.py:\n```python\n{code}```"
+
+
+def instruction(config: EnvConfig) -> str:
+    """The task-independent part of a prompt: what to write, the tools, the budgets of ``config``, and the
+    rules (RULES.md in full when ``config.include_rules``, else ``registration_rules`` and a pointer to
+    RULES.md)."""
+    from opforge.harness.workspace import TEMPLATES
+
+    rules = (TEMPLATES / "RULES.md").read_text() if config.include_rules else (
+        f"{registration_rules()}\n\nEverything else that is allowed or forbidden is in RULES.md "
+        "(read_file('RULES.md')): read it before you write code.")
+    return (
+        f"Write `ModelNew` in model_new.py, with your own C++{' / CUDA' if config.device == 'cuda' else ''} "
+        "kernels under kernels/, so that it computes what `Model` in model.py computes, faster.\n\n"
+        "Tools: write_file(path, content), read_file(path), list_files(), compile(), verify(), profile(), "
+        "submit(). submit() runs the final check - correctness on fresh inputs of the shape in model.py and "
+        "of other input shapes that get_inputs() could produce with other sizes - and ends the episode with "
+        f"its reward. Budget: {config.max_turns} tool calls, {config.time_budget_s:g} s.\n\n{rules}")
 
 
 def _cleanup(root: str) -> None:
@@ -182,21 +205,10 @@ class KernelEnv:
         return self.prompt()
 
     def prompt(self) -> str:
-        """The task prompt of the current episode."""
+        """The task prompt of the current episode: ``task_text`` (the task id and ``model.py``), a blank line,
+        ``instruction`` (what to do, the tools, the budgets, the rules)."""
         ws = self._ws()
-        rules = (ws / "RULES.md").read_text() if self.config.include_rules else (
-            f"{registration_rules()}\n\nEverything else that is allowed or forbidden is in RULES.md "
-            "(read_file('RULES.md')): read it before you write code.")
-        cfg = self.config
-        return (
-            f"Task {self.task_id}: write `ModelNew` in model_new.py, with your own C++"
-            f"{' / CUDA' if cfg.device == 'cuda' else ''} kernels under kernels/, so that it computes what "
-            "`Model` in model.py computes, faster.\n\n"
-            "Tools: write_file(path, content), read_file(path), list_files(), compile(), verify(), profile(), "
-            "submit(). submit() runs the final check - correctness on fresh inputs of the shape in model.py and "
-            "of other input shapes that get_inputs() could produce with other sizes - and ends the episode with "
-            f"its reward. Budget: {cfg.max_turns} tool calls, {cfg.time_budget_s:g} s.\n\n"
-            f"model.py:\n```python\n{(ws / 'model.py').read_text()}```\n\n{rules}")
+        return f"{task_text(str(self.task_id), (ws / 'model.py').read_text())}\n\n{instruction(self.config)}"
 
     def close(self) -> None:
         """Delete every workspace of this environment (the object may not be used afterwards)."""

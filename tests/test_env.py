@@ -1,7 +1,10 @@
 """The trainer-facing environment (harness/env.py) on CPU: a scripted agent writes a real C++ kernel through the
 tools; the honest one is rewarded, the one that hard-codes the public shape fails the hidden variants, the wrong
-one gets -1; episodes run in parallel on a Dask cluster; TRL's GRPOTrainer runs a training step with the batch
-reward and with the environment; OpenEnv serves it.
+one gets -1; episodes run in parallel on a Dask cluster. The trainer adapters through each library's own entry
+point: TRL's GRPOTrainer (batch reward and environment) and AsyncGRPOTrainer (environment pickled with a Dask
+client into its rollout process), OpenEnv's server and typed client (and ``openenv validate`` of the shipped
+directory), ``vf-eval`` of the shipped verifiers plugin against a scripted endpoint. Each adapter's reward is the
+grader's for the files the episode left. An adapter test skips when its extra is not installed.
 
 Every kernel of the scripted agent lives in one source (examples/scripted_agent.py), so the whole module builds
 one extension."""
@@ -17,9 +20,16 @@ from opforge.harness.env import EnvConfig, EnvError, KernelEnv
 from opforge.harness.evaluate import EvalConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("scripted_agent", ROOT / "examples" / "scripted_agent.py")
-agents = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(agents)
+
+
+def _example(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+agents = _example("scripted_agent")
 
 FAST = EvalConfig(profile_compile=False, timing_trials=3, warmup=1)
 CONFIG = EnvConfig(final=FAST, include_rules=False)
@@ -69,6 +79,35 @@ def test_prompt_workspace_and_tool_rules(tasks, build_root):
     assert not old.exists()
 
 
+def test_prompt_states_the_kernel_registration_rules(tasks):
+    """With RULES.md inlined or not, the prompt says how a kernel is registered and called, and the tools'
+    descriptions (what TRL and verifiers show the model) say it too; the task text comes first, then the
+    instruction."""
+    from opforge.harness.env import instruction, registration_rules
+
+    for include in (True, False):
+        env = KernelEnv(tasks, EnvConfig(include_rules=include))
+        try:
+            prompt = env.reset("scale_relu")
+        finally:
+            env.close()
+        assert prompt.startswith("Task scale_relu") and prompt.index("model.py:") < prompt.index("Tools:")
+        for rule in ('#include "registry.h"', "OPFORGE_EXPORT(my_op", "import opforge_kernels", "read_file"):
+            assert rule in prompt, (include, rule)
+        assert ("What counts as cheating" in prompt) is include
+    assert registration_rules() in instruction(EnvConfig(include_rules=False))
+    pytest.importorskip("transformers")
+    from opforge.harness.adapters.tools import tool_schemas
+
+    schemas = {t["function"]["name"]: t["function"] for t in tool_schemas()}
+    assert list(schemas) == ["write_file", "read_file", "list_files", "compile", "verify", "profile", "submit"]
+    assert "OPFORGE_EXPORT" in schemas["write_file"]["description"]
+    assert "registry.h" in schemas["write_file"]["description"]
+    assert "import opforge_kernels" in schemas["write_file"]["description"]
+    assert "RULES.md" in schemas["read_file"]["description"]
+    assert schemas["write_file"]["parameters"]["required"] == ["path", "content"]
+
+
 @pytest.mark.slow
 def test_scripted_agents_honest_hardcoded_and_wrong(tasks, build_root):
     """The must-show of the issue on CPU: honest >= 1, a kernel hard-coding the public shape fails on the hidden
@@ -105,6 +144,7 @@ def test_trl_grpo_step_with_the_environment_and_the_batch_reward(tasks, build_ro
     with the batch reward. Generation is pinned to one added token that holds the whole scripted answer, so
     the rewards are known: the honest files score >= 1 on the task they were written for and -1 on the task
     with other channels."""
+    pytest.importorskip("trl")
     import torch
     from distributed import Client, LocalCluster
     from opforge.harness.adapters.trl_env import trl_dataset, trl_environment_factory
@@ -189,30 +229,120 @@ def test_trl_grpo_step_with_the_environment_and_the_batch_reward(tasks, build_ro
         sum(r["reward"] for r in reward.last_results) / len(reward.last_results))
 
 
-def test_openenv_server_session(tasks, build_root):
-    """OpenEnv's own FastAPI server over a WebSocket session: reset, tool steps, state; a submitted wrong kernel
-    comes back done with reward -1."""
+def test_trl_factory_and_reward_pickle_with_a_dask_client(tasks, build_root):
+    """AsyncGRPOTrainer pickles its environment factory and reward functions into its rollout process: both
+    pickle with a Dask client (as the scheduler's address) and, unpickled, run their heavy steps on that
+    scheduler's workers. The task text follows the row's instruction after a blank line."""
+    import pickle
+
+    import cloudpickle
+    from distributed import Client, LocalCluster
+    from opforge.harness.adapters.trl_env import INSTRUCTION, trl_dataset, trl_environment_factory
+    from opforge.harness.rl import KernelReward
+
+    cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None)
+    client = Client(cluster)
+    env = None
+    try:
+        factory = trl_environment_factory(tasks, CONFIG, client=client, build_root=build_root)
+        reward = KernelReward(tasks, FAST, client=client, build_root=build_root)
+        for dumps in (pickle.dumps, cloudpickle.dumps):
+            copy = pickle.loads(dumps(reward))
+            assert copy.scheduler.address == client.scheduler.address and copy.scheduler.get() is client
+            assert copy(["no files here"], task_id=["scale_relu"]) == [-1.0]
+        env = pickle.loads(cloudpickle.dumps(factory))()
+        assert env.episode.scheduler.get() is client  # this process: the client it was given
+        row = trl_dataset(tasks)[0]
+        text = env.reset(**row)
+        assert text.startswith("\n\nTask scale_relu")
+        assert INSTRUCTION + "\n\nTask scale_relu" in row["prompt"][-1]["content"] + text  # what TRL sends
+        assert env.compile().startswith("compiled")
+        assert "run_step" in cluster.scheduler.task_prefixes  # the step ran on the cluster
+    finally:
+        if env is not None:
+            env.episode.close()
+        client.close()
+        cluster.close()
+
+
+@pytest.mark.slow
+def test_async_grpo_step_with_the_environment_on_a_dask_cluster(tasks, build_root, tmp_path, monkeypatch):
+    """One AsyncGRPOTrainer step on CPU (examples/trl_async_grpo.py): the environment factory travels with a
+    Dask client into the spawned rollout process, the rollouts' tool calls run there and their heavy steps on
+    the cluster; the reward the trainer logs is the grader's, as the scripted policy read it from the submit
+    tool of each rollout it trained on."""
+    for module in ("trl", "aiohttp", "uvicorn"):
+        pytest.importorskip(module)
+    from distributed import Client, LocalCluster
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    monkeypatch.setenv("OPFORGE_CACHE", str(Path(build_root).parent))
+    grpo = _example("trl_async_grpo")
+    # tcp: the rollout process reaches the scheduler; the workers run in this process
+    cluster = LocalCluster(n_workers=1, threads_per_worker=2, processes=False, protocol="tcp://", host="127.0.0.1",
+                           dashboard_address=None)
+    client = Client(cluster)
+    try:
+        out = grpo.async_grpo_step(tasks.iloc[:1], tmp_path, client, CONFIG, build_root=build_root,
+                                   num_generations=2)
+    finally:
+        client.close()
+        cluster.close()
+    log, results = out["log"], out["results"]
+    # the first two rollouts to finish are the step's group (a new rollout starts only when one has finished)
+    assert len(results) >= 2 and all(r["status"] == "correct" and r["reward"] >= 1.0 for r in results[:2]), results
+    assert log["rewards/KernelToolEnv"] == pytest.approx(sum(r["reward"] for r in results[:2]) / 2)
+    assert log["tools/call_frequency"] == 3 and log["tools/failure_frequency"] == 0  # write_file x 2, submit
+    assert "loss" in log and log["batch/samples_per_step"] == 2
+
+
+def test_openenv_directory_server_and_typed_client(tasks, build_root):
+    """``openenv validate`` passes on the shipped directory; the server answers requests the environment cannot
+    serve with 4xx; an episode through the typed client over /ws ends with the grader's reward for the files it
+    wrote (graded again here, outside the environment)."""
+    for module in ("openenv", "uvicorn"):
+        pytest.importorskip(module)
+    import subprocess
+    import sys
+
     from fastapi.testclient import TestClient
-    from opforge.harness.adapters.openenv_env import openenv_app
+    from opforge.harness.adapters.openenv_env import KernelAction, KernelEnvClient, openenv_app
+    from opforge.harness.batch import evaluate_one
+
+    proc = subprocess.run([sys.executable, "-m", "openenv.cli", "validate", str(ROOT / "harness" / "opforge_env")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "[OK] opforge" in proc.stdout, proc.stdout + proc.stderr
+
+    app = openenv_app(tasks, CONFIG, build_root=build_root)
+    http = TestClient(app)
+    assert set(http.get("/schema").json()) >= {"action", "observation", "state"}
+    assert http.post("/reset", json={}).status_code == 400
+    assert http.post("/reset", json={"task_id": "nope"}).status_code == 404
+    step = http.post("/step", json={"action": {"tool": "list_files"}})
+    assert step.status_code == 409 and "reset" in step.json()["detail"]
+    assert http.post("/step", json={"action": {"tool": "rm"}}).status_code == 422
 
     files = agents.kernel_files("wrong", "cpu", **agents.public_sizes(tasks.iloc[0]["code"]))
-    client = TestClient(openenv_app(tasks, CONFIG, build_root=build_root))
-    assert set(client.get("/schema").json()) >= {"action", "observation", "state"}
-
-    def send(ws, msg):
-        ws.send_text(json.dumps(msg))
-        return json.loads(ws.receive_text())["data"]
-
-    with client.websocket_connect("/ws") as ws:
-        first = send(ws, {"type": "reset", "data": {"task_id": "scale_relu"}})
-        assert "Task scale_relu" in first["observation"]["text"] and first["done"] is False
-        for path, text in files.items():
-            got = send(ws, {"type": "step", "data": {"tool": "write_file", "path": path, "content": text}})
-            assert got["observation"]["text"].startswith("wrote")
-        got = send(ws, {"type": "step", "data": {"tool": "submit"}})
-        assert got["done"] is True and got["reward"] == -1.0 and "incorrect" in got["observation"]["text"]
-        state = send(ws, {"type": "state"})
-        assert state["step_count"] == 3 and state["reward"] == -1.0 and state["task_id"] == "scale_relu"
+    served = _example("scripted_endpoint").Served(app)
+    try:
+        with KernelEnvClient(base_url=served.url).sync() as env:
+            with pytest.raises(RuntimeError, match="no episode"):  # an error message; the session stays open
+                env.step(KernelAction(tool="verify"))
+            first = env.reset(task_id="scale_relu")
+            assert first.observation.text.startswith("Task scale_relu") and not first.done
+            assert "OPFORGE_EXPORT" in first.observation.text and "import opforge_kernels" in first.observation.text
+            assert "registry.h" in env.step(KernelAction(tool="read_file", path="RULES.md")).observation.text
+            for path, text in files.items():
+                assert env.step(KernelAction(tool="write_file", path=path, content=text)).observation.text.startswith(
+                    "wrote")
+            result = env.step(KernelAction(tool="submit"))
+            state = env.state()
+    finally:
+        served.stop()
+    graded = evaluate_one(tasks.iloc[0].to_dict(), files, CONFIG.tool_config("submit").model_dump_json(), build_root)
+    assert result.done and graded["status"] == "incorrect" and result.reward == graded["reward"] == -1.0
+    assert "submit: incorrect" in result.observation.text
+    assert state.step_count == 4 and state.reward == -1.0 and state.task_id == "scale_relu"
 
 
 @pytest.mark.slow
@@ -238,51 +368,46 @@ def test_env_benchmark_script_on_cpu(tmp_path, build_root):
     assert sorted(p["reward"] for p in partial) == sorted(e["reward"] for e in res["episodes"])
 
 
-def test_verifiers_taskset_and_episode_loop(tasks, build_root, tmp_path, monkeypatch):
-    """verifiers v1: the taskset yields one task per row (its real Task / TaskData types) and ``play`` drives an
-    interaction reply by reply: files written and checked, feedback returned, SUBMIT grades."""
-    import asyncio
+def test_verifiers_plugin_through_vf_eval(tasks, build_root, tmp_path):
+    """The shipped plugin loads by its id through verifiers' loader, and ``vf-eval opforge-verifiers`` runs one
+    episode against a scripted endpoint (the model: read RULES.md, write the honest files, compile, verify,
+    submit): the rollout's reward is the grader's, and the task text is the prompt while the instruction and
+    the registration rules are the system prompt."""
+    for module in ("verifiers", "uvicorn"):
+        pytest.importorskip(module)
+    import shutil
+    import subprocess
+    import sys
 
-    import verifiers.v1 as vf
-    from opforge.harness.adapters.verifiers_env import (
-        KernelTask,
-        KernelTaskset,
-        KernelTasksetConfig,
-        KernelVerifiersEnv,
-        play,
-    )
-    from opforge.harness.solution import format_completion
-    from verifiers.v1.utils.loaders import environment_class, taskset_class
+    from opforge.harness.adapters.verifiers_env import KernelHarness, KernelTaskset, KernelVerifiersEnv
+    from verifiers.v1.utils.loaders import environment_class, harness_class, taskset_class
 
-    # verifiers' own plugin loader finds the taskset and its env through a top-level module
-    (tmp_path / "opforge_kernels_taskset.py").write_text(
-        "from opforge.harness.adapters.verifiers_env import *  # noqa: F403\n"
-        "from opforge.harness.adapters.verifiers_env import __all__  # noqa: F401\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    assert taskset_class("opforge_kernels_taskset") is KernelTaskset
-    assert environment_class("opforge_kernels_taskset") is KernelVerifiersEnv
+    assert taskset_class("opforge-verifiers") is KernelTaskset
+    assert environment_class("opforge-verifiers") is KernelVerifiersEnv
+    assert harness_class("opforge-verifiers") is KernelHarness
     path = tmp_path / "tasks.parquet"
-    tasks.to_parquet(path, index=False)
-    loaded = list(KernelTaskset(KernelTasksetConfig(dataset=str(path))))
-    assert [t.data.task_id for t in loaded] == ["scale_relu", "scale_relu_c32"]
-    assert isinstance(loaded[0], KernelTask) and issubclass(KernelVerifiersEnv, vf.Env)
-    assert tasks.iloc[0]["code"] in loaded[0].data.prompt_text and "SUBMIT" in loaded[0].data.prompt_text
-
-    files = agents.kernel_files("honest", "cpu", **agents.public_sizes(tasks.iloc[0]["code"]))
-    replies = ["I will write the kernel.", format_completion(files), "SUBMIT"]
-    seen: list[str | None] = []
-
-    class Interaction:  # the surface of verifiers' Interaction that `play` uses
-        async def turn(self, message=None):
-            seen.append(message)
-            return vf.Segment(messages=[vf.AssistantMessage(content=replies[len(seen) - 1])])
-
-    env = KernelEnv(tasks, CONFIG, build_root=build_root)
+    tasks.iloc[:1].to_parquet(path, index=False)
+    endpoint = _example("scripted_endpoint")
+    app = endpoint.scripted_app(endpoint.chat_script("honest"))
+    served = endpoint.Served(app)
+    vf_eval = shutil.which("vf-eval") or str(Path(sys.executable).with_name("vf-eval"))
+    cmd = [vf_eval, "opforge-verifiers", "--env.taskset.dataset", str(path), "--env.taskset.build-root", build_root,
+           "--env.taskset.include-rules", "false", "--env.taskset.final.timing-trials", "3",
+           "--env.taskset.final.warmup", "1", "--env.taskset.final.profile-compile", "false",
+           "--model", "scripted", "--client.base-url", f"{served.url}/v1", "--no-push", "--no-rich", "-n", "1",
+           "-o", str(tmp_path / "vf")]
     try:
-        env.reset("scale_relu")
-        reward = asyncio.run(play(env, Interaction(), max_turns=5))
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path,
+                              env={**os.environ, "OPFORGE_CACHE": str(Path(build_root).parent)})
     finally:
-        env.close()
-    assert reward >= 1.0 and env.result["status"] == "correct"
-    assert seen[0] is None and seen[1].startswith("No file in your reply")
-    assert "wrote" in seen[2] and "compiled" in seen[2] and "verify: correct" in seen[2]
+        served.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trace = json.loads(proc.stdout)
+    reward, result = trace["rewards"]["kernel_reward"]["score"], trace["info"]["kernel_result"]
+    assert trace["ok"] and result["status"] == "correct" and reward == result["reward"] >= 1.0, trace["info"]
+    texts = app.state.tool_texts  # what the tools answered, in order, up to submit (which ends the episode)
+    assert len(texts) == 5 and "OPFORGE_EXPORT" in texts[0] and texts[1].startswith("wrote")
+    assert texts[3].startswith("compiled") and texts[4].startswith("verify: correct")
+    data = trace["task"]["data"]
+    assert data["prompt"].startswith("Task scale_relu") and tasks.iloc[0]["code"] in data["prompt"]
+    assert "OPFORGE_EXPORT" not in data["prompt"] and "OPFORGE_EXPORT" in data["system_prompt"]

@@ -197,8 +197,12 @@ class KernelEnvClient(EnvClient[KernelAction, KernelObservation, KernelState]):
             result = await env.step(KernelAction(tool="read_file", path="RULES.md"))
 
     ``.sync()`` gives the blocking form. A request the server cannot serve raises ``RuntimeError`` naming the
-    server's message.
+    server's message. ``message_timeout_s`` (s) bounds the wait for one reply; its default covers a build and
+    a final check (``EvalConfig.build_timeout_s`` + ``eval_timeout_s``, 600 s each), not OpenEnv's 60 s.
     """
+
+    def __init__(self, base_url: str, message_timeout_s: float = 1800.0, **kwargs: Any):
+        super().__init__(base_url, message_timeout_s=message_timeout_s, **kwargs)
 
     def _step_payload(self, action: KernelAction) -> dict[str, Any]:
         return action.model_dump(exclude_none=True, exclude={"metadata"})

@@ -1,0 +1,1 @@
+"""The server of opforge's OpenEnv environment (``server.app:app``)."""
