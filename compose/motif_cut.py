@@ -393,7 +393,8 @@ def _window(trace: Trace, calls: list[Call], users, final) -> Motif | None:
         per_op += sum(_nbytes(trace.values[o].shape, trace.values[o].dtype) for o in c.outputs if o is not None)
     fused = sum(_nbytes(d["shape"], d["dtype"]) for d in inputs + params)
     fused += sum(_nbytes(trace.values[o].shape, trace.values[o].dtype) for o in outputs)
-    has_seq = any(SEQ in d["shape"] for d in inputs) or any(_mentions(c, SEQ) for c in calls)
+    has_seq = any(_moves_with_seq(d["shape"], d.get("vary")) for d in inputs) or \
+        any(_mentions(c, SEQ) for c in calls)
     motif_id = _signature(calls, inputs, params, outputs)
     return Motif(
         motif_id=motif_id, sources=[trace.model], scopes=list(dict.fromkeys(c.scope for c in calls)),
@@ -405,9 +406,26 @@ def _window(trace: Trace, calls: list[Call], users, final) -> Motif | None:
         library=trace.library, tags=sorted(t for t in cats if t in ("residual", "gate", "heavy", "trig_input")))
 
 
+def _moves_with_seq(shape, vary) -> bool:
+    """A dim that changed between the two traces and is a multiple of the sequence sentinel."""
+    vary = vary if vary is not None and len(vary) == len(shape) else [True] * len(shape)
+    return any(v and int(d) % SEQ == 0 for d, v in zip(shape, vary, strict=True))
+
+
 def _mentions(c: Call, n: int) -> bool:
-    text = json.dumps([c.args, c.kwargs])
-    return any(str(k) in text for k in (n,))
+    """An integer literal of ``c`` (not a model constant, ``{"lit": v}``) that is a multiple of ``n``."""
+    def walk(x):
+        if isinstance(x, bool):
+            return False
+        if isinstance(x, int):
+            return x != 0 and x % n == 0
+        if isinstance(x, list):
+            return any(walk(v) for v in x)
+        if isinstance(x, dict):
+            return not ("lit" in x or "T" in x) and any(walk(v) for v in x.values())
+        return False
+
+    return walk(c.args) or walk(c.kwargs)
 
 
 def _input_name(trace: Trace, vid: int, kind: str) -> str:

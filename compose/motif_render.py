@@ -175,14 +175,20 @@ def _shape(shape, sym: Symbols, vary=None) -> str:
     return ", ".join(sym.expr(int(d)) if v else repr(int(d)) for d, v in zip(shape, vary, strict=True))
 
 
+_SCALE_NAMES = ("weight", "gamma", "scale", "alpha", "g", "ls", "layer_scale", "lambda")
+
+
 def _param_init(p: dict, sym: Symbols) -> str:
+    """Trained-like values of a parameter read directly by the motif: a vector (one non-unit dim) named like a
+    scale (``weight``, ``gamma``, ``layer_scale``...) ~ N(1, 0.1^2), any other vector (a bias, a shift) ~
+    N(0, 0.1^2) (the magnitudes ``compose.render`` gives normalisation state), a matrix ~ N(0, 1 / fan_in)."""
     shape = p["shape"]
     dims = _shape(shape, sym, [False] * len(shape)) or "()"
-    leaf = p["name"].split(".")[-1].lower()
-    if len(shape) <= 1:
-        if leaf in ("weight", "gamma", "scale", "g", "alpha") or leaf.endswith(("weight", "scale", "gamma")):
+    leaf = re.sub(r"_?\d+$", "", p["name"].split(".")[-1].lower())
+    if sum(1 for d in shape if int(d) != 1) <= 1:
+        if leaf in _SCALE_NAMES or leaf.endswith(("weight", "scale", "gamma")):
             return f"torch.randn({dims}) * 0.1 + 1.0"
-        return f"torch.randn({dims}) * 0.02"
+        return f"torch.randn({dims}) * 0.1"
     fan_in = math.prod(int(d) for d in shape[1:])
     return f"torch.randn({dims}) * {1 / math.sqrt(max(fan_in, 1)):.6g}"
 
