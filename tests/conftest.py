@@ -28,3 +28,19 @@ def catalog_path(harvested, tmp_path_factory):
     from opforge.seeds.catalog import write_catalog
 
     return write_catalog(harvested.ops, tmp_path_factory.mktemp("seeds") / "catalog.parquet")
+
+
+ADAPTER_LIBRARIES = ("trl", "verifiers", "openenv-core")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Name the trainer libraries the adapter tests ran against (or that they were skipped for lack of them)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for name in ADAPTER_LIBRARIES:
+        try:
+            found.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            found.append(f"{name} not installed (its adapter tests skip)")
+    terminalreporter.write_line("trainer adapter tests ran against: " + ", ".join(found))
