@@ -1,0 +1,147 @@
+"""Figures of "tasks worth optimizing" on a GPU run's published rows (opforge issue on worthwhile tasks).
+
+    python benchmarks/worthwhile_report.py RUN_DIR [--reference OPS6K.parquet] [--out FILE.json]
+
+Reads RUN_DIR/hf (the published rows, with the ``roofline_ms`` / ``fusion_gain`` / ``eager_ms`` / ``compile_ms``
+/ ``provenance`` columns) and RUN_DIR's funnel, and reports:
+
+* fusion gain p10 / p50 / p90 and the share below 1.1 (``task.roofline``: per-op roofline sum over one ideal
+  fused kernel, H200 datasheet peaks);
+* room: ``min(eager_ms, compile_ms) / roofline_ms`` (what a perfect kernel has over the better of eager and
+  torch.compile) p10 / p50 / p90 and the share >= 2;
+* heavy-op share: rows that call a GEMM, convolution, attention or recurrent op (``benchmarks/realism.py``'s
+  classes, traced on meta);
+* axis misuse share (``task.axis_misuse``: softmax, scans, sort, topk or arg-reductions over the batch axis,
+  flattened rolls);
+* sources (motif / block / random composer) and the funnel's ``runtime_out_of_window`` rejections below the
+  window (``too_fast``) out of all candidates.
+
+With ``--reference`` the same static figures (fusion gain, heavy share, axis misuse) of a sample of another
+dataset's rows (e.g. CUDA-Agent-Ops-6K) are reported beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def _static(code: str) -> dict:
+    import warnings
+
+    warnings.simplefilter("ignore")
+    from opforge.task.axis_misuse import axis_misuse
+    from opforge.task.roofline import roofline
+    from opforge.task.source import load_task
+    from opforge.task.trace import trace_task
+    from realism import is_heavy
+
+    out: dict = {}
+    try:
+        r = roofline(code)
+        out["fusion_gain"], out["roofline_ms"] = r.fusion_gain, r.roofline_ms
+    except Exception as exc:  # noqa: BLE001 - a row the tracer cannot run on meta
+        out["roofline_error"] = f"{type(exc).__name__}: {str(exc)[:120]}"
+    try:
+        ops = trace_task(load_task(code, "row"))
+        out["heavy"] = any(is_heavy(c) for op in ops for c in op.canonical)
+    except Exception as exc:  # noqa: BLE001
+        out["trace_error"] = f"{type(exc).__name__}: {str(exc)[:120]}"
+    try:
+        check = axis_misuse(code)
+        out["axis_misuse"] = check.misused
+        out["axis_reason"] = check.reason
+    except Exception as exc:  # noqa: BLE001
+        out["axis_error"] = f"{type(exc).__name__}: {str(exc)[:120]}"
+    return out
+
+
+def _pcts(values) -> dict:
+    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
+    if not len(v):
+        return {}
+    return {"n": int(len(v)), "p10": round(float(np.percentile(v, 10)), 3), "p50": round(float(np.median(v)), 3),
+            "p90": round(float(np.percentile(v, 90)), 3)}
+
+
+def static_figures(codes: list[str], workers: int) -> dict:
+    with ProcessPoolExecutor(workers) as ex:
+        recs = list(ex.map(_static, codes, chunksize=4))
+    gains = [r.get("fusion_gain") for r in recs]
+    heavy = [r["heavy"] for r in recs if "heavy" in r]
+    axis = [r["axis_misuse"] for r in recs if r.get("axis_misuse") is not None]
+    fg = [g for g in gains if g is not None]
+    return {"rows": len(codes), "fusion_gain": {**_pcts(fg), "share_below_1_1": round(float(np.mean(
+        [g < 1.1 for g in fg])), 4) if fg else None},
+        "heavy_op_share": round(float(np.mean(heavy)), 4) if heavy else None, "heavy_traced": len(heavy),
+        "axis_misuse_share": round(float(np.mean(axis)), 4) if axis else None, "axis_checked": len(axis),
+        "axis_reasons": Counter(r["axis_reason"].split(" (")[0] for r in recs if r.get("axis_misuse")).most_common(8),
+        "errors": Counter((r.get("roofline_error") or r.get("trace_error") or r.get("axis_error") or "")[:60]
+                          for r in recs if "roofline_error" in r or "trace_error" in r or "axis_error" in r
+                          ).most_common(5)}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("--reference", type=Path, default=None)
+    ap.add_argument("--reference-n", type=int, default=500)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=None)
+    a = ap.parse_args(argv)
+    shards = sorted((a.run_dir / "hf" / "data").glob("*.parquet"))
+    rows = pd.concat([pd.read_parquet(s) for s in shards], ignore_index=True)
+    res: dict = {"run_dir": str(a.run_dir), "rows": len(rows)}
+    res["gpu"] = sorted(rows["gpu"].dropna().unique().tolist()) if "gpu" in rows else []
+    fg = pd.to_numeric(rows.get("fusion_gain"), errors="coerce")
+    res["fusion_gain_column"] = {**_pcts(fg), "share_below_1_1": round(float((fg < 1.1).mean()), 4)}
+    room = np.minimum(pd.to_numeric(rows["eager_ms"], errors="coerce"),
+                      pd.to_numeric(rows["compile_ms"], errors="coerce").fillna(np.inf)) / \
+        pd.to_numeric(rows["roofline_ms"], errors="coerce")
+    res["room"] = {**_pcts(room), "share_ge_2": round(float((room >= 2).mean()), 4)}
+    res["compile_speedup"] = _pcts(pd.to_numeric(rows["eager_ms"], errors="coerce")
+                                   / pd.to_numeric(rows["compile_ms"], errors="coerce"))
+    res["eager_ms"] = _pcts(pd.to_numeric(rows["eager_ms"], errors="coerce"))
+    kinds = Counter()
+    cats = Counter()
+    for text in rows.get("provenance", pd.Series([""] * len(rows))):
+        p = json.loads(text) if text else {}
+        kind = "motif" if p.get("motif_id") else ("block" if p.get("block") else "random")
+        kinds[kind] += 1
+        if kind == "motif":
+            cats[p.get("category")] += 1
+    res["sources"] = dict(kinds)
+    res["motif_categories"] = dict(cats.most_common())
+    res["data_source"] = rows["data_source"].value_counts().sort_index().to_dict()
+    funnel_path = a.run_dir / "filter" / "funnel.json"
+    if funnel_path.exists():
+        funnel = json.loads(funnel_path.read_text())
+        detail = funnel.get("by_reason_detail") or {}
+        res["funnel"] = {"candidates": funnel.get("unique_tasks"), "accepted": funnel.get("accepted_tasks"),
+                         "too_fast": sum(v for k, v in detail.items() if k.startswith("runtime_out_of_window")
+                                         and "fast" in k),
+                         "by_reason": funnel.get("by_reason"),
+                         "detail": dict(sorted(detail.items(), key=lambda kv: -kv[1])[:20])}
+    res["static"] = static_figures(list(rows["code"]), a.workers)
+    if a.reference is not None and a.reference.exists():
+        ref = pd.read_parquet(a.reference)
+        ref = ref.sample(min(a.reference_n, len(ref)), random_state=0)
+        res["reference"] = {"path": a.reference.name, **static_figures(list(ref["code"]), a.workers)}
+    text = json.dumps(res, indent=1, default=str)
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
