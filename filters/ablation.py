@@ -30,8 +30,8 @@ the plain bypass). A copy that changes the strides (``.contiguous()`` after a tr
 ``.to(memory_format=...)``) lays the data out anew: it is not taken out alone, only in a layout run.
 
 Numerical-safety constants are part of the computation: an ``add`` / ``sub`` of a constant of magnitude at
-most ``max_eps`` (a Python number, or a one-element tensor attribute), or a ``clamp(min=...)`` /
-``clamp_min`` at such a constant, whose result reaches ``rsqrt``, ``sqrt``, a ``log``, ``reciprocal``, the
+most ``max_eps`` (a Python number, or a one-element tensor attribute), or a ``clamp`` / ``clamp_min`` whose
+lower bound is such a constant (``clamp(p, 1e-7, 1 - 1e-7)``), whose result reaches ``rsqrt``, ``sqrt``, a ``log``, ``reciprocal``, the
 divisor of a division or a fractional / negative ``pow`` (through shape and cast ops) is never bypassed
 (``safety_constant``): ``x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)`` keeps its ``+ 1e-6``,
 although taking it out changes the output by far less than the tolerance. An ``eps=`` argument of a call is
@@ -318,10 +318,10 @@ class TracedTask:
         name = op_name(self.gm, n)
         if name not in SAFETY_OPS:
             return False
-        operands = list(n.args) + [v for k, v in n.kwargs.items() if k in ("other", "min")]
-        if name.startswith(("clamp", "clip")) and (len(n.args) > 2 and n.args[2] is not None
-                                                  or n.kwargs.get("max") is not None):
-            return False  # a clamp with an upper bound is a clamp, not a floor
+        if name.startswith(("clamp", "clip")):  # the lower bound: clamp(p, eps, 1 - eps) before a log
+            operands = [*n.args[1:2], n.kwargs.get("min")]
+        else:
+            operands = [*n.args, n.kwargs.get("other")]
         values = [self._constant(a) for a in operands]
         if not any(v is not None and 0 < abs(v) <= max_eps for v in values):
             return False

@@ -181,6 +181,7 @@ SAFETY = {
                                                                     "def __init__(self, n, eps):"),
     "l2_normalise": task("        y = self.lin(x)\n        return torch.tanh(y / (y.norm(dim=-1, keepdim=True) + 1e-8))"),
     "log_softmax_eps": task("        return torch.log(torch.softmax(self.lin(x), dim=-1) + 1e-9) * 0.5"),
+    "clamped_log": task("        return torch.log(torch.clamp(torch.sigmoid(self.lin(x)), 1e-7, 1 - 1e-7)) * x"),
 }
 
 
@@ -190,7 +191,8 @@ def test_a_numerical_safety_constant_is_kept(name, chain):
     assert res["accepted"], (res["reason"], res["metrics"].get("trivial"))
     tried = [o for a in res["metrics"]["trivial"]["ablations"] for o in a["ops"]]
     assert len(tried) >= 3  # the other ops were tried
-    assert not [o for o in tried if o["op"] == "+" and ("1e-" in o["line"] or "self.eps" in o["line"])], tried
+    kept = [o for o in tried if o["op"] in ("+", "torch.clamp") and ("1e-" in o["line"] or "self.eps" in o["line"])]
+    assert not kept, kept  # the safety constant was never taken out
 
 
 def test_without_the_safety_rule_the_rmsnorm_eps_would_be_a_noop():
