@@ -19,6 +19,10 @@ _CLIENTS: dict[str, Any] = {}  # scheduler address -> distributed.Client opened 
 _LOCK = threading.Lock()
 
 
+def _live(client: Any) -> bool:
+    return client is not None and client.status not in ("closing", "closed")
+
+
 class SchedulerClient:
     """A ``distributed.Client`` (or a scheduler address, e.g. ``tcp://10.0.0.1:8786``) that pickles as the
     address. ``get()`` returns a live client of that scheduler: the one given, in the process that gave it, else
@@ -29,12 +33,15 @@ class SchedulerClient:
     """
 
     def __init__(self, client: Any):
+        self._client = None
         if isinstance(client, str):
             self.address = client
         elif hasattr(client, "scheduler") and hasattr(client, "submit"):
             self.address = str(client.scheduler.address)
+            self._client = client
             with _LOCK:
-                _CLIENTS.setdefault(self.address, client)
+                if not _live(_CLIENTS.get(self.address)):
+                    _CLIENTS[self.address] = client
         else:
             raise TypeError(f"expected a distributed.Client or a scheduler address, got {type(client).__name__}")
 
@@ -51,9 +58,11 @@ class SchedulerClient:
         Raises:
             ConnectionError: the scheduler cannot be reached from this process (the message names the address).
         """
+        if _live(self._client):
+            return self._client
         with _LOCK:
             client = _CLIENTS.get(self.address)
-            if client is not None and client.status not in ("closing", "closed"):
+            if _live(client):
                 return client
             from distributed import Client
 
@@ -71,6 +80,7 @@ class SchedulerClient:
 
     def __setstate__(self, state: dict[str, str]) -> None:
         self.address = state["address"]
+        self._client = None
 
     def __repr__(self) -> str:
         return f"SchedulerClient({self.address!r})"

@@ -271,7 +271,7 @@ def test_async_grpo_step_with_the_environment_on_a_dask_cluster(tasks, build_roo
     Dask client into the spawned rollout process, the rollouts' tool calls run there and their heavy steps on
     the cluster; the reward the trainer logs is the grader's, as the scripted policy read it from the submit
     tool of each rollout it trained on."""
-    for module in ("trl", "aiohttp", "uvicorn"):
+    for module in ("trl", "aiohttp", "uvicorn", "fastapi"):
         pytest.importorskip(module)
     from distributed import Client, LocalCluster
 
@@ -300,7 +300,7 @@ def test_openenv_directory_server_and_typed_client(tasks, build_root):
     """``openenv validate`` passes on the shipped directory; the server answers requests the environment cannot
     serve with 4xx; an episode through the typed client over /ws ends with the grader's reward for the files it
     wrote (graded again here, outside the environment)."""
-    for module in ("openenv", "uvicorn"):
+    for module in ("openenv", "uvicorn", "fastapi"):
         pytest.importorskip(module)
     import subprocess
     import sys
@@ -373,7 +373,7 @@ def test_verifiers_plugin_through_vf_eval(tasks, build_root, tmp_path):
     episode against a scripted endpoint (the model: read RULES.md, write the honest files, compile, verify,
     submit): the rollout's reward is the grader's, and the task text is the prompt while the instruction and
     the registration rules are the system prompt."""
-    for module in ("verifiers", "uvicorn"):
+    for module in ("verifiers", "uvicorn", "fastapi"):
         pytest.importorskip(module)
     import shutil
     import subprocess
