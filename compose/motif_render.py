@@ -240,6 +240,22 @@ def _attr(name: str, used: set[str]) -> str:
 
 
 INPUT_NAMES = ("x", "y", "z", "w", "u", "v", "s", "t")
+# Casts written out in a model (``x.to(torch.float32)`` before a norm in a bf16 model): left out where the task's
+# dtype makes them a cast to the dtype the value already has (a pure copy a kernel may skip).
+SAME_DTYPE_CASTS = frozenset({"to", "float", "half", "bfloat16", "type_as", "type"})
+
+
+def _value_refs(obj) -> list[int]:
+    out: list[int] = []
+    if isinstance(obj, dict):
+        if "T" in obj and len(obj) == 1:
+            return [obj["T"]]
+        for v in obj.values():
+            out += _value_refs(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            out += _value_refs(v)
+    return out
 
 
 def render_motif(motif, batch: int, seq: int | None, dtype: str, docstring: str) -> str:
@@ -266,8 +282,23 @@ def render_motif(motif, batch: int, seq: int | None, dtype: str, docstring: str)
         attr = _attr(p["name"].split(".")[-1] or "weight", attrs)
         names[p["vid"]] = f"self.{attr}"
         init_lines.append(f"self.{attr} = nn.Parameter({_param_init(p, sym)})")
-    for j, call in enumerate(motif.calls):
+    def rendered_dtype(traced: str) -> str:
+        return dtype if traced == "float16" else traced
+
+    value_dtype = {i["vid"]: rendered_dtype(i["dtype"]) for i in motif.inputs}
+    value_dtype.update({p["vid"]: dtype for p in motif.params})
+    for call in motif.calls:
+        for o, (_, dt) in zip(call["outputs"], call.get("out_shapes") or [], strict=False):
+            if o is not None:
+                value_dtype[o] = rendered_dtype(dt)
+    for call in motif.calls:
         module_attr = ""
+        ins = _value_refs(call["args"])
+        outs = call["outputs"]
+        if call["name"] in SAME_DTYPE_CASTS and len(outs) == 1 and outs[0] is not None and ins and \
+                value_dtype.get(ins[0]) == value_dtype.get(outs[0]) and ins[0] in names:
+            names[outs[0]] = names[ins[0]]  # a cast to the dtype the value has in this task: no call
+            continue
         if call["spelling"] == "module":
             leaf = call.get("module_path", "").split(".")[-1]
             module_attr = _attr(leaf if leaf and not leaf.isdigit() else snake(call["name"]), attrs)
@@ -276,8 +307,7 @@ def render_motif(motif, batch: int, seq: int | None, dtype: str, docstring: str)
                 mod = eval(call["module"], {"nn": torch.nn, "torch": torch})  # noqa: S307 - traced extra_repr
             state_lines += _norm_state_lines(mod, module_attr)
         expr = expression(call, sym, names, module_attr)
-        outs = [o for o in call["outputs"]]
-        var = f"v{j}"
+        var = f"v{len(fwd)}"
         fwd.append(f"{var} = {expr}")
         if len(outs) == 1 and outs[0] is not None:
             names[outs[0]] = var
