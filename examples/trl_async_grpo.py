@@ -13,14 +13,17 @@ On a GPU machine the generation server is vLLM (``vllm serve MODEL``, ``vllm_ser
 are synced over NCCL. On CPU this example stands in for the parts that need a GPU:
 
 * the generation server is ``scripted_endpoint.py``'s ``/v1/completions`` in this process: the "policy" answers
-  every task with the scripted agent's honest files as tool calls (write_file x 2, submit), one added token of
-  the tiny tokenizer, and the log-probabilities are the tiny model's own for those tokens;
+  with the scripted agent's files as tool calls (write_file x 2, submit), the honest files and the wrong ones in
+  turn (so a group's rewards differ and the step has a gradient), each answer one added token of the tiny
+  tokenizer, and the log-probabilities are the tiny model's own for those tokens;
 * weight sync is a no-op (``NoWeightSync``): the endpoint scores with the weights the trainer started from;
 * the trainer's tree attention (FlashAttention-3 on GPU) runs as PyTorch SDPA per packed sequence
   (``cpu_stand_ins``), and the rollout worker is let start without vLLM installed.
 
 The run prints each rollout's grader result as the policy read it from the ``submit`` tool's text, and the
-rewards the trainer logged; they are the same numbers.
+reward the trainer logged for the rollouts of its step (the first to finish: a new rollout starts only when one
+has finished; the rollout process keeps generating while the step trains, and those later rollouts are printed
+too).
 """
 
 from __future__ import annotations
@@ -55,10 +58,10 @@ def tool_call_answer(files: dict[str, str]) -> str:
     return "".join(f"<tool_call>\n{json.dumps(c)}\n</tool_call>" for c in calls)
 
 
-def tiny_policy(answer: str, corpus: list[str], out_dir: str | Path):
-    """A byte-level BPE tokenizer (400 tokens, trained on ``corpus``, Qwen2.5 chat template) with ``answer`` as
-    one added token, and a random 1-layer Qwen2 (hidden size 16) saved with it to ``out_dir``. Returns
-    ``(tokenizer, answer_token_id)``."""
+def tiny_policy(answers: list[str], corpus: list[str], out_dir: str | Path):
+    """A byte-level BPE tokenizer (400 tokens, trained on ``corpus``, Qwen2.5 chat template) with each of
+    ``answers`` as one added token, and a random 1-layer Qwen2 (hidden size 16) saved with it to ``out_dir``.
+    Returns ``(tokenizer, answer_token_ids)``."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -71,7 +74,7 @@ def tiny_policy(answer: str, corpus: list[str], out_dir: str | Path):
         vocab_size=400, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    tok.add_tokens([answer])
+    tok.add_tokens(list(answers))
     tok.chat_template = qwen2_5_chat_template
     tok.padding_side = "left"
     torch.manual_seed(0)
@@ -81,20 +84,22 @@ def tiny_policy(answer: str, corpus: list[str], out_dir: str | Path):
         eos_token_id=tok.eos_token_id, tie_word_embeddings=False))
     model.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
-    return tok, tok.convert_tokens_to_ids(answer)
+    return tok, [tok.convert_tokens_to_ids(a) for a in answers]
 
 
 class ScriptedPolicy:
-    """The completer of the scripted endpoint: the answer token then end of turn, until the conversation holds
-    the ``submit`` tool's result; then end of turn. Log-probabilities from the model at ``model_dir``.
-    ``results`` collects, per finished conversation, the ``submit`` verdict and reward the policy read."""
+    """The completer of the scripted endpoint: an answer token (each of ``answer_ids`` in turn, one per
+    conversation) then end of turn, until the conversation holds the ``submit`` tool's result; then end of turn.
+    Log-probabilities from the model at ``model_dir``. ``results`` collects, per finished conversation, the
+    ``submit`` verdict and reward the policy read."""
 
-    def __init__(self, model_dir: str | Path, tokenizer, answer_id: int):
+    def __init__(self, model_dir: str | Path, tokenizer, answer_ids: list[int]):
         from transformers import AutoModelForCausalLM
 
         self.model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
         self.tokenizer = tokenizer
-        self.answer_id = answer_id
+        self.answer_ids = answer_ids
+        self._answers = 0
         self.results: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
@@ -106,7 +111,9 @@ class ScriptedPolicy:
                 self.results.append({"status": found[-1][0], "reward": float(found[-1][1])})
             ids = [eos]
         else:
-            ids = [self.answer_id, eos]
+            with self._lock:
+                ids = [self.answer_ids[self._answers % len(self.answer_ids)], eos]
+                self._answers += 1
         return ids, self.logprobs(prompt_ids, ids)
 
     def logprobs(self, prompt_ids: list[int], ids: list[int]) -> list[float]:
@@ -167,17 +174,19 @@ def cpu_stand_ins() -> None:
 
 def async_grpo_step(tasks, out_dir: str | Path, client, env_config=None, build_root: str | None = None,
                     num_generations: int = 2) -> dict[str, Any]:
-    """One ``AsyncGRPOTrainer`` step over ``tasks`` (a frame of opforge rows; the answer's files are written
-    for the first row's public sizes) with the environment's heavy steps on ``client``'s cluster. Returns the
-    trainer's first log entry (``log``) and the rollouts' grader results the policy read (``results``)."""
+    """One ``AsyncGRPOTrainer`` step over ``tasks`` (a frame of opforge rows; the answers' files, honest and
+    wrong, are written for the first row's public sizes) with the environment's heavy steps on ``client``'s
+    cluster. Returns the trainer's first log entry (``log``) and the rollouts' grader results as the policy
+    read them, in the order they finished (``results``)."""
     from opforge.harness.adapters.trl_env import trl_dataset, trl_environment_factory
     from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
     out_dir = Path(out_dir)
     code = tasks.iloc[0]["code"]
-    answer = tool_call_answer(agents.kernel_files("honest", "cpu", **agents.public_sizes(code)))
-    tok, answer_id = tiny_policy(answer, [code], out_dir / "policy")
-    policy = ScriptedPolicy(out_dir / "policy", tok, answer_id)
+    answers = [tool_call_answer(agents.kernel_files(kind, "cpu", **agents.public_sizes(code)))
+               for kind in ("honest", "wrong")]
+    tok, answer_ids = tiny_policy(answers, [code], out_dir / "policy")
+    policy = ScriptedPolicy(out_dir / "policy", tok, answer_ids)
     served = endpoint.Served(endpoint.scripted_app([], completer=policy))
     cpu_stand_ins()
     try:
@@ -213,12 +222,13 @@ def main() -> None:
                       dashboard_address=None) as cluster, Client(cluster) as client, \
             tempfile.TemporaryDirectory() as tmp:
         out = async_grpo_step(tasks, args.out or tmp, client, config)
-    for r in out["results"]:
-        print(f"rollout graded: {r['status']}, reward {r['reward']:g}")
+    n = len(tasks) * 2
+    for i, r in enumerate(out["results"]):
+        when = "trained" if i < n else "generated while the step trained"
+        print(f"rollout {i} ({when}): {r['status']}, reward {r['reward']:g}")
     log = out["log"]
-    print(f"trainer logged: reward {log.get('reward')}, rewards/KernelToolEnv {log.get('rewards/KernelToolEnv')}, "
-          f"loss {log.get('loss')}")
-
+    print(f"trainer logged for its {n} rollouts: rewards/KernelToolEnv {log.get('rewards/KernelToolEnv')} "
+          f"(the mean of the first {n} above), loss {log.get('loss')}, grad_norm {log.get('grad_norm')}")
 
 if __name__ == "__main__":
     main()

@@ -270,7 +270,7 @@ def test_async_grpo_step_with_the_environment_on_a_dask_cluster(tasks, build_roo
     """One AsyncGRPOTrainer step on CPU (examples/trl_async_grpo.py): the environment factory travels with a
     Dask client into the spawned rollout process, the rollouts' tool calls run there and their heavy steps on
     the cluster; the reward the trainer logs is the grader's, as the scripted policy read it from the submit
-    tool of each rollout it trained on."""
+    tool of each rollout it trained on (one honest, one wrong: the step has a gradient)."""
     for module in ("trl", "aiohttp", "uvicorn", "fastapi"):
         pytest.importorskip(module)
     from distributed import Client, LocalCluster
@@ -289,11 +289,13 @@ def test_async_grpo_step_with_the_environment_on_a_dask_cluster(tasks, build_roo
         client.close()
         cluster.close()
     log, results = out["log"], out["results"]
-    # the first two rollouts to finish are the step's group (a new rollout starts only when one has finished)
-    assert len(results) >= 2 and all(r["status"] == "correct" and r["reward"] >= 1.0 for r in results[:2]), results
+    # the first two rollouts to finish are the step's group (a new rollout starts only when one has finished):
+    # the policy answered one with the honest files, the other with the wrong ones
+    assert len(results) >= 2 and sorted(r["status"] for r in results[:2]) == ["correct", "incorrect"], results
+    assert sorted(r["reward"] for r in results[:2])[0] == -1.0 and max(r["reward"] for r in results[:2]) >= 1.0
     assert log["rewards/KernelToolEnv"] == pytest.approx(sum(r["reward"] for r in results[:2]) / 2)
     assert log["tools/call_frequency"] == 3 and log["tools/failure_frequency"] == 0  # write_file x 2, submit
-    assert "loss" in log and log["batch/samples_per_step"] == 2
+    assert log["batch/samples_per_step"] == 2 and log["grad_norm"] > 0  # rewards differ: a gradient
 
 
 def test_openenv_directory_server_and_typed_client(tasks, build_root):
