@@ -4,11 +4,11 @@ through the environment's tools, and ``trl_dataset`` for the training rows; the 
 
 TRL (1.16) builds one ``KernelToolEnv`` per concurrent rollout and reuses it: ``reset(**row)`` starts the
 episode of the row's ``task_id`` and returns the task prompt after a blank line (TRL appends it to the row's last
-user message, the instruction), every
-public method other than ``reset`` / ``get_reward`` is offered to the model as a tool (schema from its type hints
-and Google-style docstring), and ``get_reward()`` - the environment owning its reward - is called once per
-finished rollout: the grader's reward of the submitted workspace, or of the workspace as it stands when the
-model never called ``submit`` (``harness.env.KernelEnv.final_reward``).
+user message, the instruction), every public method other than ``reset`` / ``get_reward`` is offered to the
+model as a tool (schema from its type hints and Google-style docstring, ``harness.adapters.tools``), and
+``get_reward()`` - the environment owning its reward - is called once per finished rollout: the grader's reward
+of the submitted workspace, or of the workspace as it stands when the model never called ``submit``
+(``harness.env.KernelEnv.final_reward``).
 
 ``AsyncGRPOTrainer`` (``trl.experimental.async_grpo``) takes the same factory and runs the rollouts' tool calls
 in parallel, in a spawned process; the factory pickles, a Dask client included (see

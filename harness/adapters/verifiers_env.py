@@ -30,14 +30,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import logging
 from typing import Any, Literal
 
 import verifiers.v1 as vf
 from opforge.harness.env import TOOLS, EnvConfig, KernelEnv, instruction, task_text
 from opforge.harness.evaluate import EvalConfig
-
-logger = logging.getLogger(__name__)
 
 # the grader's result fields kept on the trace (``info["kernel_result"]``)
 RESULT_KEYS = ("status", "reward", "error", "hacks", "speedup_eager", "speedup_compile", "candidate_ms", "eager_ms",
