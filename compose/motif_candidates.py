@@ -6,7 +6,8 @@ models use in that place (``ACTIVATION_SWAPS``), ``residual`` adds the residual 
 block (the output plus a second input of its shape), ``norm`` swaps an ``nn.LayerNorm`` for an ``nn.RMSNorm``
 of the same size and eps and back (Llama-style models replaced the one with the other). The dtype is the family's own (``native_dtype``) with
 probability ``composer.NATIVE_DTYPE_SHARE``, else the run's dtype mix. Batch and sequence length come from
-the shape vocabulary (``compose.motif_sizing.choose_sizes``), the sequence never past the family's
+the shape vocabulary (``compose.motif_sizing.choose_sizes``: a random pair among those predicted inside the
+window shrunk by its margin, so candidates of one motif differ in size), the sequence never past the family's
 ``max_positions``; a motif whose predicted time cannot reach the window at those sizes stays as fast as it is
 (the runtime filter rejects it as too fast; sizes are never inflated past the family's vocabulary).
 
@@ -150,8 +151,8 @@ def motif_candidate(state: dict, rng: random.Random, i: int, dtype: str) -> dict
         longest = min(motif.max_positions or 4096, 8192)
         seqs = [s for s in vocab.values("seq", 16, longest)] or [128]
         batches = [b for b in vocab.values("batch", 1, profile.max_batch)] or [1]
-        _, _, target = window_target(profile)
-        picked = choose_sizes(cost, profile, dtype, batches, seqs, target)
+        ok_lo, ok_hi, target = window_target(profile)
+        picked = choose_sizes(cost, profile, dtype, batches, seqs, target, band=(ok_lo, ok_hi), rng=rng)
         if picked is None:
             return None
         batch, seq, predicted = picked

@@ -280,9 +280,22 @@ def _identity_scalar(c: Call) -> bool:
     return isinstance(b, (int, float)) and not isinstance(b, bool) and b == _IDENTITY_SCALARS[c.name]
 
 
+OVERFLOW_GUARD = 1e4  # |bound| of a clamp that only guards against float16 overflow (finfo.max - 1000 in T5)
+
+
+def is_overflow_guard(name: str, args: list, kwargs: dict) -> bool:
+    """A ``clamp`` whose bounds are all at least ``OVERFLOW_GUARD`` in magnitude: a no-op on activations."""
+    if name not in ("clamp", "clip", "clamp_", "clip_"):
+        return False
+    bounds = [b.get("lit", b) if isinstance(b, dict) else b for b in list(args[1:3]) + list(kwargs.values())]
+    nums = [b for b in bounds if isinstance(b, (int, float)) and not isinstance(b, bool)]
+    return bool(nums) and all(abs(b) >= OVERFLOW_GUARD for b in nums)
+
+
 def _elide(trace: Trace, calls: list[Call]) -> list[Call]:
-    """``calls`` without the no-op copies of motif inputs (``ELIDE_ON_INPUT``) and argument-less ``.to()``
-    (a device move); later references to their outputs point at their inputs."""
+    """``calls`` without the no-op copies of motif inputs (``ELIDE_ON_INPUT``), argument-less ``.to()`` (a
+    device move) and float16 overflow guards (``is_overflow_guard``); later references to their outputs point
+    at their inputs."""
     produced = {o for c in calls for o in c.outputs if o is not None}
     alias: dict[int, int] = {}
     kept = []
@@ -292,7 +305,8 @@ def _elide(trace: Trace, calls: list[Call]) -> list[Call]:
         plain_to = c.name == "to" and not [a for a in c.args[1:] if not (isinstance(a, dict) and "device" in a)] \
             and all(isinstance(v, dict) and "device" in v for v in c.kwargs.values())
         if len(ins) == 1 and len(c.outputs) == 1 and c.outputs[0] is not None and \
-                ((c.name in ELIDE_ON_INPUT and ins[0] not in produced) or plain_to):
+                ((c.name in ELIDE_ON_INPUT and ins[0] not in produced) or plain_to or
+                 is_overflow_guard(c.name, c.args, c.kwargs)):
             alias[c.outputs[0]] = ins[0]
             continue
         kept.append(c)

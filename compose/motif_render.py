@@ -258,6 +258,12 @@ def _value_refs(obj) -> list[int]:
     return out
 
 
+def is_overflow_guard(name: str, args: list, kwargs: dict) -> bool:
+    from opforge.compose.motif_cut import is_overflow_guard as guard
+
+    return guard(name, args, kwargs)
+
+
 def render_motif(motif, batch: int, seq: int | None, dtype: str, docstring: str) -> str:
     """KernelBench source of ``motif`` at ``batch`` x ``seq`` (``seq`` ignored by a motif without a sequence
     axis) in ``dtype`` (``float32``, ``bfloat16`` or ``float16``). Raises ``RenderError`` for a call with no
@@ -295,9 +301,11 @@ def render_motif(motif, batch: int, seq: int | None, dtype: str, docstring: str)
         module_attr = ""
         ins = _value_refs(call["args"])
         outs = call["outputs"]
-        if call["name"] in SAME_DTYPE_CASTS and len(outs) == 1 and outs[0] is not None and ins and \
-                value_dtype.get(ins[0]) == value_dtype.get(outs[0]) and ins[0] in names:
-            names[outs[0]] = names[ins[0]]  # a cast to the dtype the value has in this task: no call
+        same_cast = call["name"] in SAME_DTYPE_CASTS and value_dtype.get(ins[0] if ins else -1) == \
+            value_dtype.get(outs[0] if outs else -2)
+        if (same_cast or is_overflow_guard(call["name"], call["args"], call["kwargs"])) and len(outs) == 1 and \
+                outs[0] is not None and len(ins) == 1 and ins[0] in names:
+            names[outs[0]] = names[ins[0]]  # a cast to the dtype the value has, or an overflow guard: no call
             continue
         if call["spelling"] == "module":
             leaf = call.get("module_path", "").split(".")[-1]

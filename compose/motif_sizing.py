@@ -69,19 +69,38 @@ class MotifCost:
             self.ops.append((vals, float(call.get("flops", 0.0)), self.value_form[out][0] if out is not None else
                              (1, 0, 0)))
         self.module_param_bytes = sum(_module_params(c) for c in motif.calls if c["spelling"] == "module")
+        self._forms: dict[str, tuple] = {}  # dtype -> byte polynomials (``_polynomials``)
 
-    def _bytes(self, vid: int, batch: int, seq: int, dtype: str) -> float:
+    def _bytes(self, vid: int, batch: int, seq: int, dtype: str) -> int:
         (c, p, q), dt = self.value_form[vid]
-        item = _ITEM[dtype] if dt == "float16" else _ITEM.get(dt, 4)
-        return c * batch ** p * seq ** q * item
+        return c * batch ** p * seq ** q * _item(dt, dtype)
 
-    def op_costs(self, batch: int, seq: int, dtype: str) -> list[tuple[float, float]]:
+    def _polynomials(self, dtype: str) -> tuple:
+        """Bytes in ``dtype`` as integer polynomials in (batch, seq): {(p, q): coefficient} of each op (its
+        values read and written, each once), of the inputs and of every value plus the module parameters.
+        Integer arithmetic, so ``_eval`` gives exactly the sum of ``_bytes`` in any order."""
+        if dtype not in self._forms:
+            def poly(vids) -> tuple[tuple[int, int, int], ...]:
+                terms: dict[tuple[int, int], int] = {}
+                for v in vids:
+                    (c, p, q), dt = self.value_form[v]
+                    terms[(p, q)] = terms.get((p, q), 0) + c * _item(dt, dtype)
+                return tuple((c, p, q) for (p, q), c in terms.items())
+
+            ops = [poly(dict.fromkeys(vals)) for vals, _, _ in self.ops]
+            inputs = poly([d["vid"] for d in self.motif.inputs])
+            alive = poly(self.value_form) + ((self.module_param_bytes * _ITEM[dtype], 0, 0),)
+            self._forms[dtype] = (ops, inputs, alive)
+        return self._forms[dtype]
+
+    def op_costs(self, batch: int, seq: int, dtype: str) -> list[tuple[float, int]]:
         """(FLOPs, bytes) of each op at ``batch`` x ``seq`` in ``dtype``."""
         b0, s0 = self.motif.batch, self.motif.seq
+        polys = self._polynomials(dtype)[0]
         out = []
-        for vals, flops, (_, p, q) in self.ops:
+        for (_, flops, (_, p, q)), poly in zip(self.ops, polys, strict=True):
             scale = (batch / b0) ** p * ((seq / s0) ** q if s0 else 1.0)
-            out.append((flops * scale, sum(self._bytes(v, batch, seq, dtype) for v in dict.fromkeys(vals))))
+            out.append((flops * scale, _eval(poly, batch, seq)))
         return out
 
     def predict_ms(self, batch: int, seq: int, dtype: str, profile: DeviceProfile) -> float:
@@ -91,13 +110,47 @@ class MotifCost:
         return sum(1e3 * max(f / peak, by / bw) + profile.launch_overhead_ms
                    for f, by in self.op_costs(batch, seq, dtype))
 
-    def input_bytes(self, batch: int, seq: int, dtype: str) -> float:
-        return sum(self._bytes(d["vid"], batch, seq, dtype) for d in self.motif.inputs)
+    def input_bytes(self, batch: int, seq: int, dtype: str) -> int:
+        return _eval(self._polynomials(dtype)[1], batch, seq)
 
-    def peak_bytes(self, batch: int, seq: int, dtype: str) -> float:
+    def peak_bytes(self, batch: int, seq: int, dtype: str) -> int:
         """Every value alive at once (an upper bound) plus module parameters."""
-        item = _ITEM[dtype]
-        return sum(self._bytes(v, batch, seq, dtype) for v in self.value_form) + self.module_param_bytes * item
+        return _eval(self._polynomials(dtype)[2], batch, seq)
+
+    def at_seq(self, seq: int, batches: list[int], dtype: str, profile: DeviceProfile
+               ) -> list[tuple[int, int, int, float]]:
+        """(batch, input bytes, peak bytes, predicted ms) for each of ``batches`` at ``seq``: the values of
+        ``input_bytes``, ``peak_bytes`` and ``predict_ms``, bit for bit (the same float operations in the same
+        order), with the sequence's powers taken once."""
+        b0, s0 = self.motif.batch, self.motif.seq
+        ops, inputs, alive = self._polynomials(dtype)
+        peak = profile.peak_for(dtype) * profile.flop_efficiency
+        bw = profile.bandwidth * profile.bandwidth_efficiency
+        ovh = profile.launch_overhead_ms
+
+        def in_batch(poly) -> list[tuple[int, int]]:  # (coefficient, power of batch) at this seq
+            return [(c * seq ** q, p) for c, p, q in poly]
+
+        per_op = [(flops, p, (seq / s0) ** q if s0 else 1.0, in_batch(poly))
+                  for (_, flops, (_, p, q)), poly in zip(self.ops, ops, strict=True)]
+        inputs_b, alive_b = in_batch(inputs), in_batch(alive)
+        out = []
+        for b in batches:
+            t = sum(1e3 * max(flops * ((b / b0) ** p * sscale) / peak,
+                              sum(c * b ** pb for c, pb in poly) / bw) + ovh
+                    for flops, p, sscale, poly in per_op)
+            out.append((b, sum(c * b ** p for c, p in inputs_b), sum(c * b ** p for c, p in alive_b), t))
+        return out
+
+
+def _item(value_dtype: str, dtype: str) -> int:
+    """Bytes per element of a value recorded as ``value_dtype`` in a task of ``dtype``: values traced in
+    float16 (the motif's floating dtype) take the task's."""
+    return _ITEM[dtype] if value_dtype == "float16" else _ITEM.get(value_dtype, 4)
+
+
+def _eval(poly: tuple[tuple[int, int, int], ...], batch: int, seq: int) -> int:
+    return sum(c * batch ** p * seq ** q for c, p, q in poly)
 
 
 def _refs(obj) -> list[int]:
@@ -125,10 +178,13 @@ def motif_out_shapes(motif: Motif) -> list[list[tuple[list, str]]]:
 
 
 def choose_sizes(cost: MotifCost, profile: DeviceProfile, dtype: str, batches: list[int], seqs: list[int],
-                 target_ms: float) -> tuple[int, int, float] | None:
-    """(batch, seq, predicted ms) nearest ``target_ms`` in log distance among ``batches`` x ``seqs`` (``seqs``
-    ignored without a sequence axis), within the profile's input and memory caps; None when none fits."""
-    best = None
+                 target_ms: float, band: tuple[float, float] | None = None,
+                 rng=None) -> tuple[int, int, float] | None:
+    """(batch, seq, predicted ms) among ``batches`` x ``seqs`` (``seqs`` ignored without a sequence axis), within
+    the profile's input and memory caps: with ``band`` (lo, hi ms) and ``rng`` a random one of those predicted
+    inside the band (sizes vary between candidates of one motif), else the one nearest ``target_ms`` in log
+    distance. None when no size fits the caps."""
+    best, inside = None, []
     for s in (seqs if cost.motif.seq else [0]):
         for b in batches:
             if cost.input_bytes(b, s, dtype) > profile.input_cap_bytes or \
@@ -138,4 +194,8 @@ def choose_sizes(cost: MotifCost, profile: DeviceProfile, dtype: str, batches: l
             d = abs(math.log(max(t, 1e-9) / target_ms))
             if best is None or d < best[0]:
                 best = (d, b, s, t)
+            if band is not None and band[0] <= t <= band[1]:
+                inside.append((b, s, t))
+    if inside and rng is not None:
+        return rng.choice(inside)
     return None if best is None else best[1:]

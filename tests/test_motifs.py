@@ -173,3 +173,24 @@ def test_composer_draws_motifs_with_provenance_and_exact_labels(catalog_path, ll
         assert row.data_source == f"torch#{row.num_ops}"
     again = compose(read_catalog(catalog_path), cfg, progress=False)
     assert list(again.task_id) == list(df.task_id)
+
+
+def test_sizes_vary_inside_the_window_band(llama):
+    from opforge.compose.device_profiles import get_profile
+
+    p = get_profile("h200")
+    cost = MotifCost(next(m for m in llama if m.category == "norm_residual"))
+    picks = {choose_sizes(cost, p, "bfloat16", [1, 2, 4, 8, 16, 32, 64], [128, 256, 512, 1024, 2048], 1.0,
+                          band=(0.05, 20.0), rng=random.Random(k))[:2] for k in range(20)}
+    assert len(picks) > 3
+    for b, s in picks:
+        assert 0.05 <= cost.predict_ms(b, s, "bfloat16", p) <= 20.0
+
+
+def test_overflow_guard_clamps_are_left_out():
+    from opforge.compose.motif_cut import is_overflow_guard
+
+    assert is_overflow_guard("clamp", [{"T": 1}], {"min": -64504.0, "max": 64504.0})
+    assert is_overflow_guard("clamp", [{"T": 1}, -65000.0, {"lit": 65000}], {})
+    assert not is_overflow_guard("clamp", [{"T": 1}], {"min": 0.0, "max": 6.0})
+    assert not is_overflow_guard("relu", [{"T": 1}], {})
