@@ -179,7 +179,7 @@ def candidates(harvested):
     from opforge.compose.composer import ComposeConfig, compose
 
     return compose(harvested.ops, ComposeConfig(n=150, seed=21, device_profile="test", op_mix="uniform",
-                                                transformers_share=0.0), progress=False)
+                                                transformers_share=0.0, motif_share=0.0), progress=False)
 
 
 def test_sampled_graphs_carry_roles_and_respect_them(harvested):
@@ -225,8 +225,9 @@ def test_composed_candidates_read_every_parameter(candidates):
         if not params:
             continue
         out = model(*inputs)
-        out = out[0] if isinstance(out, (tuple, list)) else out
-        grads = torch.autograd.grad(out.float().sum(), [p for _, p in params], allow_unused=True)
+        outs = [o for o in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(o, torch.Tensor)]
+        total = sum(o.float().sum() for o in outs if o.is_floating_point())
+        grads = torch.autograd.grad(total, [p for _, p in params], allow_unused=True)
         unread = [k for (k, _), g in zip(params, grads, strict=True) if g is None]
         assert not unread, (r.task_id, unread)
 
