@@ -70,8 +70,8 @@ def test_label_check_catches_a_wrong_label(test_candidates):
 
 
 def test_dag_patterns_and_op_mix(harvested):
-    df = compose(harvested.ops, ComposeConfig(n=120, seed=2, device_profile="test", op_mix="1:0,2:0,3:1"),
-                 progress=False)
+    df = compose(harvested.ops, ComposeConfig(n=120, seed=2, device_profile="test", op_mix="1:0,2:0,3:1",
+                                              motif_share=0.0), progress=False)
     torch_rows = df[df.data_source != "transformers"]
     assert set(torch_rows.num_ops) == {3}
     assert (torch_rows.pattern != "chain").sum() > 0
