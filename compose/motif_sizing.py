@@ -186,11 +186,9 @@ def choose_sizes(cost: MotifCost, profile: DeviceProfile, dtype: str, batches: l
     distance. None when no size fits the caps."""
     best, inside = None, []
     for s in (seqs if cost.motif.seq else [0]):
-        for b in batches:
-            if cost.input_bytes(b, s, dtype) > profile.input_cap_bytes or \
-                    cost.peak_bytes(b, s, dtype) > profile.memory_cap_bytes:
+        for b, inputs, alive, t in cost.at_seq(s, batches, dtype, profile):
+            if inputs > profile.input_cap_bytes or alive > profile.memory_cap_bytes:
                 continue
-            t = cost.predict_ms(b, s, dtype, profile)
             d = abs(math.log(max(t, 1e-9) / target_ms))
             if best is None or d < best[0]:
                 best = (d, b, s, t)

@@ -71,8 +71,19 @@ def _pick(rng: random.Random, values: list[int], fallback: list[int]) -> int:
     return rng.choice(values or fallback)
 
 
+_RECORDS: dict[tuple, tuple] = {}  # (id(vocab), keys) -> (vocab, its records with one of the keys)
+
+
 def _records(vocab, *keys: str) -> list[dict]:
-    return [m for m in vocab.models if any(_ints(m.get(k)) for k in keys)]
+    """The model records of ``vocab`` that have a value for one of ``keys`` (computed once per vocabulary;
+    the list is shared: do not modify it)."""
+    hit = _RECORDS.get((id(vocab), keys))
+    if hit is None or hit[0] is not vocab:
+        if len(_RECORDS) >= 16:
+            _RECORDS.clear()
+        hit = (vocab, [m for m in vocab.models if any(_ints(m.get(k)) for k in keys)])
+        _RECORDS[(id(vocab), keys)] = hit
+    return hit[1]
 
 
 def layout_kind(layout: list | str | None) -> str:
@@ -184,11 +195,19 @@ def _set(sizes: dict[str, int], knob: str, value: int) -> dict[str, int]:
     return out
 
 
-def _try_cost(graph: OpGraph, sizes: dict[str, int]) -> Cost | None:
+def _try_cost(graph: OpGraph, sizes: dict[str, int], memo: dict | None = None) -> Cost | None:
+    """``graph_cost`` at ``sizes``, None when an op refuses them; ``memo`` (sizes -> result) holds the costs of
+    one unchanged graph, so a size assignment tried again is not run again."""
+    key = tuple(sorted(sizes.items()))
+    if memo is not None and key in memo:
+        return memo[key]
     try:
-        return graph_cost(graph, sizes)
+        out = graph_cost(graph, sizes)
     except Exception:  # noqa: BLE001 - an op that refuses these sizes: the option is infeasible
-        return None
+        out = None
+    if memo is not None:
+        memo[key] = out
+    return out
 
 
 def window_target(profile: DeviceProfile) -> tuple[float, float, float]:
@@ -212,8 +231,9 @@ def fit_sizes(graph: OpGraph, profile: DeviceProfile, batches: list[int], knobs:
     ok_lo, ok_hi, target = window_target(profile)
     sizes = dict(graph.sizes)
     batches = sorted(set(batches))
+    memo: dict = {}  # the graph does not change here: each size assignment is costed once
     for _ in range(max_steps):
-        c = _try_cost(graph, sizes)
+        c = _try_cost(graph, sizes, memo)
         if c is None:
             raise SizingError("the graph does not run at its sizes")
         b0 = sizes.get(batch_name, 1)
@@ -231,7 +251,7 @@ def fit_sizes(graph: OpGraph, profile: DeviceProfile, batches: list[int], knobs:
             t = per * best + ovh
             if ok_lo <= t <= ok_hi:
                 trial = {**sizes, batch_name: best} if batch_name in sizes else sizes
-                final = _try_cost(graph, trial)
+                final = _try_cost(graph, trial, memo)
                 if final is not None and ok_lo <= final.predict_ms(profile) <= ok_hi \
                         and final.input_bytes <= profile.input_cap_bytes \
                         and final.peak_bytes <= profile.memory_cap_bytes:
@@ -256,7 +276,7 @@ def fit_sizes(graph: OpGraph, profile: DeviceProfile, batches: list[int], knobs:
                 continue
             nxt = min(cand) if move > 0 else max(cand)
             trial = _set(sizes, knob, nxt)
-            if _try_cost(graph, trial) is not None:
+            if _try_cost(graph, trial, memo) is not None:
                 sizes, moved = trial, True
                 break
         if not moved:
