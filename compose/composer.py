@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import random
+import threading
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -30,12 +31,13 @@ DEFAULT_DTYPE_MIX = "float32:0.7,bfloat16:0.18,float16:0.12"
 # Op counts of the random composer's graphs (``compose.sampler.OP_MIXES``): ``models`` follows what real models
 # fuse (3-8 ops are common); ``ops6k`` keeps CUDA-Agent-Ops-6K's mix (84 % two-op chains).
 DEFAULT_OP_MIX = "models"
-DEFAULT_MOTIF_SHARE = 0.6
+DEFAULT_MOTIF_SHARE = 0.8
 # Share of motif candidates rendered with a mutation (activation swapped, residual added); the others keep the
 # model's computation as traced. A motif is drawn in the family's own dtype with probability NATIVE_DTYPE_SHARE,
 # else from the run's dtype mix.
 MOTIF_MUTATION_SHARE = 0.3
 NATIVE_DTYPE_SHARE = 0.7
+CHUNK = 50  # candidate indices per unit of work of a process pool (the output does not depend on it)
 
 
 def parse_dtype_mix(spec: str) -> dict[str, float]:
@@ -295,37 +297,66 @@ def _block_ms(code: str, profile, dtype: str) -> float | None:
                      nbytes / (profile.bandwidth * profile.bandwidth_efficiency))
 
 
-def _chunk(args):
-    catalog, cfg, indices = args
-    if "sampler" not in _STATE:
-        _init(catalog, cfg)
-    return [_candidate(i) for i in indices]
+_LOCK = threading.Lock()  # one composition at a time per process (the state is shared)
+
+
+def _state_key(catalog: list[SeedOp], cfg: ComposeConfig) -> tuple:
+    return id(catalog), dataclasses.replace(cfg, n=0, start_index=0)
+
+
+def compose_rows(catalog: list[SeedOp], cfg: ComposeConfig, indices) -> list[dict | None]:
+    """The candidate rows (``COLUMNS``) of ``indices``, None for an index no graph fits. Each row depends only on
+    the catalog, ``cfg`` (less ``n`` and ``start_index``) and its index; the composer's state (sampler, motif
+    pool, block specs) is built once per process for a catalog object and config and kept for later calls.
+    Raises ValueError for a bad op mix, dtype mix or device profile."""
+    key = _state_key(catalog, cfg)
+    with _LOCK:
+        if _STATE.get("key") != key or _STATE.get("catalog") is not catalog:
+            _STATE.clear()
+            _init(catalog, cfg)
+            _STATE["key"], _STATE["catalog"] = key, catalog
+        return [_candidate(i) for i in indices]
+
+
+_POOL_ARGS: list = []  # (catalog, cfg) of a process-pool worker, set once by its initializer
+
+
+def _worker_init(catalog: list[SeedOp], cfg: ComposeConfig) -> None:
+    _POOL_ARGS[:] = [catalog, cfg]
+
+
+def _chunk(indices: list[int]) -> list[dict | None]:
+    catalog, cfg = _POOL_ARGS
+    return compose_rows(catalog, cfg, indices)
+
+
+def rows_frame(rows: list[dict | None]) -> pd.DataFrame:
+    """Candidate rows (``compose_rows``) as the composer's DataFrame (``COLUMNS``), indices with no row left out."""
+    return pd.DataFrame([r for r in rows if r is not None], columns=COLUMNS)
 
 
 def compose(catalog: list[SeedOp], cfg: ComposeConfig, workers: int = 1, progress: bool = True) -> pd.DataFrame:
     """``cfg.n`` candidates (candidate indices ``start_index .. start_index + n - 1``), in index order.
 
     The output depends only on the catalog and ``cfg`` (each candidate draws from its own seeded RNG),
-    not on ``workers``. Raises ValueError for a bad op mix or device profile.
+    not on ``workers`` (processes; 1 = this process). Raises ValueError for a bad op mix or device profile.
     """
     parse_op_mix(cfg.op_mix)
     parse_dtype_mix(cfg.dtype_mix)
     profile_for(cfg)
     indices = list(range(cfg.start_index, cfg.start_index + cfg.n))
-    rows: list[dict] = []
+    rows: list[dict | None] = []
     bar = tqdm(total=len(indices), desc="compose", unit="task", disable=not progress)
     if workers <= 1:
-        _STATE.clear()
-        _init(catalog, cfg)
-        for i in indices:
-            rows.append(_candidate(i))
-            bar.update(1)
+        for j in range(0, len(indices), CHUNK):
+            rows.extend(compose_rows(catalog, cfg, indices[j:j + CHUNK]))
+            bar.update(len(indices[j:j + CHUNK]))
     else:
         import multiprocessing as mp
 
-        step = 50
-        chunks = [(catalog, cfg, indices[j:j + step]) for j in range(0, len(indices), step)]
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as ex:
+        chunks = [indices[j:j + CHUNK] for j in range(0, len(indices), CHUNK)]
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_worker_init,
+                                 initargs=(catalog, cfg)) as ex:
             for part in ex.map(_chunk, chunks):
                 rows.extend(part)
                 bar.update(len(part))
@@ -334,7 +365,7 @@ def compose(catalog: list[SeedOp], cfg: ComposeConfig, workers: int = 1, progres
     if missing:
         warnings.warn(f"{missing} of {len(rows)} candidate indices found no graph that fits (left out)",
                       stacklevel=2)
-    return pd.DataFrame([r for r in rows if r is not None], columns=COLUMNS)
+    return rows_frame(rows)
 
 
 def compose_to_parquet(catalog_path: Path, out: Path, cfg: ComposeConfig, workers: int = 1,
@@ -347,4 +378,5 @@ def compose_to_parquet(catalog_path: Path, out: Path, cfg: ComposeConfig, worker
     return df
 
 
-__all__ = ["ComposeConfig", "compose", "compose_to_parquet", "graph_cost", "parse_dtype_mix"]
+__all__ = ["ComposeConfig", "compose", "compose_rows", "compose_to_parquet", "graph_cost", "parse_dtype_mix",
+           "rows_frame"]

@@ -152,7 +152,8 @@ def motif_candidate(state: dict, rng: random.Random, i: int, dtype: str) -> dict
         seqs = [s for s in vocab.values("seq", 16, longest)] or [128]
         batches = [b for b in vocab.values("batch", 1, profile.max_batch)] or [1]
         ok_lo, ok_hi, target = window_target(profile)
-        picked = choose_sizes(cost, profile, dtype, batches, seqs, target, band=(ok_lo, ok_hi), rng=rng)
+        # the band starts at twice the window's shrunk floor: predictions err by up to 2x either way
+        picked = choose_sizes(cost, profile, dtype, batches, seqs, target, band=(2 * ok_lo, ok_hi), rng=rng)
         if picked is None:
             return None
         batch, seq, predicted = picked

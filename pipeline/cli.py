@@ -291,7 +291,7 @@ def compose_cmd(
     op_mix: str = typer.Option("models", callback=_check_op_mix,
                                help="models | ops6k | uniform | '1:0.2,2:0.3,...' (share of 1..5-op tasks of "
                                     "the random composer)."),
-    motif_share: float = typer.Option(0.6, min=0.0, max=1.0, help="Share of candidates drawn from the motif "
+    motif_share: float = typer.Option(0.8, min=0.0, max=1.0, help="Share of candidates drawn from the motif "
                                       "library (fusions mined from real models)."),
     motif_library: Path = typer.Option(None, help="Motif library (default: the packaged one; `opforge "
                                                   "motifs` mines one)."),
@@ -447,7 +447,7 @@ def run_cmd(
                                help="models | ops6k | uniform | '1:0.2,2:0.3,...' (composition and selection "
                                     "quota; default models: the accepted pool's own mix)."),
     motif_share: float = typer.Option(None, min=0.0, max=1.0, help="Share of candidates drawn from the motif "
-                                      "library (default 0.6)."),
+                                      "library (default 0.8)."),
     motif_library: Path = typer.Option(None, help="Motif library (default: the packaged one)."),
     runtime_window_ms: tuple[float, float] = typer.Option(None, help="LO HI eager window in ms (default: 1 100 "
                                                           "on cuda, off on cpu)."),
