@@ -310,7 +310,8 @@ def compose_cmd(
                                                       "*_copy, ...)."),
     heavy_start: float = typer.Option(None, help="Probability that a task starts with a GEMM / conv / "
                                                  "attention / RNN op (default 0.5)."),
-    workers: int = typer.Option(1, help="Processes (output does not depend on it)."),
+    workers: int = typer.Option(None, min=1, help="Processes (default: the usable cores; output does not depend "
+                                                  "on it)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ):
     """Compose candidate fused tasks (KernelBench format) from the seed catalog."""
@@ -338,7 +339,9 @@ def compose_cmd(
         raise typer.Exit(2) from None
     t0 = time.perf_counter()
     try:
-        df = compose_to_parquet(seeds, out, cfg, workers, progress=_progress(quiet))
+        from opforge.engine.cluster import usable_cores
+
+        df = compose_to_parquet(seeds, out, cfg, workers or usable_cores(), progress=_progress(quiet))
     except (ValueError, FileNotFoundError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
