@@ -182,8 +182,8 @@ def choose_sizes(cost: MotifCost, profile: DeviceProfile, dtype: str, batches: l
                  rng=None) -> tuple[int, int, float] | None:
     """(batch, seq, predicted ms) among ``batches`` x ``seqs`` (``seqs`` ignored without a sequence axis), within
     the profile's input and memory caps: with ``band`` (lo, hi ms) and ``rng`` a random one of those predicted
-    inside the band (sizes vary between candidates of one motif), else the one nearest ``target_ms`` in log
-    distance. None when no size fits the caps."""
+    inside the band (sizes vary between candidates of one motif), else one within 2x of the nearest
+    ``target_ms`` in log distance (the nearest itself without ``rng``). None when no size fits the caps."""
     best, inside = None, []
     for s in (seqs if cost.motif.seq else [0]):
         for b, inputs, alive, t in cost.at_seq(s, batches, dtype, profile):
@@ -196,4 +196,13 @@ def choose_sizes(cost: MotifCost, profile: DeviceProfile, dtype: str, batches: l
                 inside.append((b, s, t))
     if inside and rng is not None:
         return rng.choice(inside)
+    if best is not None and rng is not None:
+        # nothing inside the band: one of the sizes within 2x of the nearest, so repeated draws of one motif
+        # still differ
+        near = [(b, s, t) for s in (seqs if cost.motif.seq else [0]) for b in batches
+                if cost.input_bytes(b, s, dtype) <= profile.input_cap_bytes
+                and cost.peak_bytes(b, s, dtype) <= profile.memory_cap_bytes
+                for t in [cost.predict_ms(b, s, dtype, profile)]
+                if abs(math.log(max(t, 1e-9) / target_ms)) <= best[0] + math.log(2)]
+        return rng.choice(near)
     return None if best is None else best[1:]

@@ -26,6 +26,7 @@ from opforge.compose.motif_cut import Motif, cut_motifs, merge, read_library, wr
 from opforge.compose.motif_trace import TraceError, trace_timm, trace_torchvision, trace_transformers
 
 DEFAULT_LIBRARY = Path(__file__).parent / "data" / "motifs.json.gz"
+FEW_MOTIFS = 200  # a category with n < FEW_MOTIFS distinct motifs has its share scaled by sqrt(n / FEW_MOTIFS)
 TORCHVISION_MODELS = ("resnet50", "resnet18", "mobilenet_v2", "mobilenet_v3_large", "efficientnet_b0",
                       "convnext_tiny", "regnet_y_400mf", "densenet121", "shufflenet_v2_x1_0", "squeezenet1_1",
                       "vit_b_16", "swin_t", "maxvit_t", "resnext50_32x4d", "wide_resnet50_2", "mnasnet1_0",
@@ -129,7 +130,9 @@ class MotifPool:
             groups[m.category][m.sources[0]].append(m)
         shares = shares or CATEGORY_SHARES
         self.groups = {c: dict(f) for c, f in groups.items() if shares.get(c, 0) > 0}
-        self.shares = {c: shares[c] for c in self.groups}
+        # a category with few distinct motifs is drawn less, so its motifs do not repeat
+        self.shares = {c: shares[c] * min(1.0, (sum(len(v) for v in self.groups[c].values()) / FEW_MOTIFS) ** 0.5)
+                       for c in self.groups}
         if not self.groups:
             raise ValueError("motif pool: no motif of a category with a positive share")
 
