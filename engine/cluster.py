@@ -7,6 +7,10 @@
   ...`` uses one GPU of several), else all that ``nvidia-smi`` lists; never counted through torch.
 * ``scheduler="tcp://host:port"``: join an existing cluster; its workers are used as they are (start them
   with ``CUDA_VISIBLE_DEVICES`` pinned, e.g. ``dask cuda worker``).
+* ``cpu_workers=K``: K more single-thread worker processes that hold the Dask resource ``cpu_work`` and run
+  CPU-only work beside the sandboxes (``ClusterHandle.cpu_workers``; on a joined cluster, the workers
+  started with ``--resources cpu_work=1``); the sandbox work is then kept off them
+  (``ClusterHandle.filter_workers``).
 
 Dask's own memory management is off (``memory_limit=0``): the sandbox's memory guard is per task.
 """
@@ -15,21 +19,29 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from distributed import Client, LocalCluster, Nanny, Scheduler, SpecCluster
 from opforge.engine.gpu_locks import visible_gpu_ids
 from opforge.engine.ledger import gpu_names
 
+CPU_RESOURCE = "cpu_work"  # the Dask resource of the CPU-only workers (``cpu_workers``)
+
 
 @dataclass
 class ClusterHandle:
-    """A connected client and, for embedded clusters, the cluster to close afterwards."""
+    """A connected client and, for embedded clusters, the cluster to close afterwards.
+
+    ``slots``: sandbox tasks that can run at once. ``filter_workers``: addresses sandbox tasks are restricted
+    to (None: any worker, when the cluster has no CPU-only workers). ``cpu_workers``: addresses of the
+    CPU-only workers (empty: none)."""
 
     client: Client
     cluster: object | None
     description: str
-    slots: int  # tasks that can run at once
+    slots: int
+    filter_workers: list[str] | None = None
+    cpu_workers: list[str] = field(default_factory=list)
 
     def close(self) -> None:
         self.client.close()
@@ -60,7 +72,8 @@ def default_workers(device: str, gpus: int = 1) -> int:
     return max(1, usable_cores() // max(1, gpus) - CORES_KEPT_PER_GPU)
 
 
-def open_cluster(device: str, workers: int | None = None, scheduler: str | None = None) -> ClusterHandle:
+def open_cluster(device: str, workers: int | None = None, scheduler: str | None = None,
+                 cpu_workers: int = 0) -> ClusterHandle:
     """Start or join the cluster for ``device``; see the module docstring.
 
     Raises:
@@ -69,29 +82,58 @@ def open_cluster(device: str, workers: int | None = None, scheduler: str | None 
     quiet = {"silence_logs": logging.ERROR, "dashboard_address": None}
     if scheduler:
         client = Client(scheduler, timeout="60s")
-        nthreads = client.nthreads()
-        if not nthreads:
+        info = client.scheduler_info()["workers"]
+        if not info:
             raise RuntimeError(f"scheduler {scheduler} has no workers")
-        return ClusterHandle(client, None, f"scheduler {scheduler} ({len(nthreads)} workers)",
-                             sum(nthreads.values()))
+        cpu = sorted(a for a, w in info.items() if CPU_RESOURCE in (w.get("resources") or {}))
+        sandbox = {a: w["nthreads"] for a, w in info.items() if a not in cpu}
+        if not sandbox:
+            raise RuntimeError(f"scheduler {scheduler} has no workers for sandboxes (all hold {CPU_RESOURCE})")
+        return ClusterHandle(client, None, f"scheduler {scheduler} ({len(info)} workers)", sum(sandbox.values()),
+                             sorted(sandbox) if cpu else None, cpu)
+    one = {"nthreads": 1, "memory_limit": 0, "silence_logs": logging.ERROR}
+    # CPU-only workers see no GPU
+    extra = {f"cpu-work-{i}": {"cls": Nanny, "options": {**one, "resources": {CPU_RESOURCE: 1},
+                                                         "env": {"CUDA_VISIBLE_DEVICES": ""}}}
+             for i in range(cpu_workers)}
     if device == "cpu":
         workers = workers or default_workers(device)
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, memory_limit=0, **quiet)
-        return ClusterHandle(Client(cluster), cluster, f"LocalCluster cpu x{workers}", workers)
-    gpus = gpu_names()
-    if not gpus:
-        raise RuntimeError("--device cuda: nvidia-smi lists no GPU")
-    ids = visible_gpus(len(gpus))
-    if not ids:
-        raise RuntimeError("--device cuda: CUDA_VISIBLE_DEVICES is set but names no GPU")
-    workers = workers or default_workers(device, len(ids))
-    specs = {f"gpu{g}": {"cls": Nanny, "options": {"nthreads": workers, "memory_limit": 0,
-                                                    "env": {"CUDA_VISIBLE_DEVICES": g}}}
-             for g in ids}
-    cluster = SpecCluster(workers=specs, scheduler={"cls": Scheduler, "options": {"dashboard_address": None}},
+        if not extra:
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, memory_limit=0,
+                                   **quiet)
+            return ClusterHandle(Client(cluster), cluster, f"LocalCluster cpu x{workers}", workers)
+        specs = {i: {"cls": Nanny, "options": dict(one)} for i in range(workers)}
+        description = f"cpu x{workers} + {cpu_workers} CPU worker(s)"
+    else:
+        gpus = gpu_names()
+        if not gpus:
+            raise RuntimeError("--device cuda: nvidia-smi lists no GPU")
+        ids = visible_gpus(len(gpus))
+        if not ids:
+            raise RuntimeError("--device cuda: CUDA_VISIBLE_DEVICES is set but names no GPU")
+        workers = workers or default_workers(device, len(ids))
+        specs = {f"gpu{g}": {"cls": Nanny, "options": {"nthreads": workers, "memory_limit": 0,
+                                                        "env": {"CUDA_VISIBLE_DEVICES": g}}}
+                 for g in ids}
+        description = f"{len(ids)} x {gpus[0]}, {workers} sandbox(es) each" + (
+            f" + {cpu_workers} CPU worker(s)" if cpu_workers else "")
+    cluster = SpecCluster(workers={**specs, **extra},
+                          scheduler={"cls": Scheduler, "options": {"dashboard_address": None}},
                           silence_logs=logging.ERROR)
-    return ClusterHandle(Client(cluster), cluster, f"{len(ids)} x {gpus[0]}, {workers} sandbox(es) each",
-                         len(ids) * workers)
+    client = Client(cluster)
+    return _handle(client, cluster, description, set(specs))
+
+
+def _handle(client: Client, cluster, description: str, sandbox_names: set) -> ClusterHandle:
+    """The handle of an embedded cluster whose sandbox workers are named ``sandbox_names`` (the others run
+    CPU-only work): waits for every worker, so the addresses are known."""
+    expected = len(cluster.worker_spec)
+    client.wait_for_workers(expected, timeout=300)
+    info = client.scheduler_info()["workers"]
+    sandbox = sorted(a for a, w in info.items() if w.get("name") in sandbox_names)
+    cpu = sorted(a for a in info if a not in sandbox)
+    slots = sum(info[a]["nthreads"] for a in sandbox)
+    return ClusterHandle(client, cluster, description, slots, sandbox if cpu else None, cpu)
 
 
 def visible_gpus(count: int) -> list[str]:

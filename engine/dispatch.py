@@ -12,73 +12,159 @@ next to others (``engine.sandbox_child._run_on_gpu``, ``harness.batch.evaluate_o
 A future that raises (a worker lost several times over, ``KilledWorker``...) becomes the item's result
 through ``on_error``. A run killed before the end re-runs deferred items from scratch (nothing was
 recorded for them).
+
+``Dispatcher`` is the same loop for work that arrives while it runs (``add``): deferred items run alone
+whenever nothing else is queued or in flight, and other futures the caller waits for (``watch``) are handled
+in the same loop, so one client process can keep the workers fed while it waits for more work. ``dispatch``
+runs one fixed list through it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from distributed import Client, as_completed
+from distributed import Client, Future, as_completed
 from tqdm.auto import tqdm
+
+
+class Dispatcher:
+    """A window of Dask futures over work items that may keep arriving; see the module docstring.
+
+    Args:
+        fn: the Dask task; called as ``fn(*args, alone, reserve_gib)``.
+        on_result: called with each final result, in completion order; may return a dict for the progress
+            bar's postfix.
+        on_error: turns the exception of a failed future into that item's result.
+        window: futures in flight (keeps workers busy, bounds the client's memory).
+        key_prefix: Dask keys are ``{key_prefix}-{item_key}`` (plus ``-alone`` / ``-reserved``).
+        workers: addresses the tasks may run on (None: any worker).
+    """
+
+    def __init__(self, client: Client, fn: Callable[..., dict[str, Any]],
+                 on_result: Callable[[str, dict[str, Any]], dict[str, Any] | None],
+                 on_error: Callable[[str, BaseException], dict[str, Any]], *, window: int, key_prefix: str,
+                 workers: list[str] | None = None, desc: str = "run", unit: str = "task", progress: bool = True):
+        self.client, self.fn, self.on_result, self.on_error = client, fn, on_result, on_error
+        self.window, self.key_prefix, self.workers = max(1, window), key_prefix, workers
+        self.args_of: dict[str, tuple] = {}
+        self.queue: deque[str] = deque()
+        self.retries: list[str] = []
+        self.item_of: dict[str, str] = {}
+        self.watched: dict[str, Callable[[Future], None]] = {}
+        self.in_flight = 0
+        self.finished = 0
+        self.pending = as_completed()
+        self.bar = tqdm(total=0, desc=desc, unit=unit, disable=not progress, dynamic_ncols=True)
+
+    # -- feeding ---------------------------------------------------------------------------------------
+    def add(self, items: Iterable[tuple[str, tuple]]) -> int:
+        """Queue ``(item_key, args)`` work items (a key seen before is ignored) and submit up to the window.
+        Returns how many were new."""
+        new = 0
+        for key, args in items:
+            if key in self.args_of:
+                continue
+            self.args_of[key] = args
+            self.queue.append(key)
+            new += 1
+        if new:
+            self.bar.total += new
+            self.bar.refresh()
+        self._fill()
+        return new
+
+    def watch(self, future: Future, callback: Callable[[Future], None]) -> None:
+        """Handle ``future`` in this loop: ``callback(future)`` once it is done (finished, failed or
+        cancelled)."""
+        self.watched[future.key] = callback
+        self.pending.add(future)
+
+    @property
+    def busy(self) -> bool:
+        """Items queued, in flight or deferred."""
+        return bool(self.queue or self.in_flight or self.retries)
+
+    # -- the loop --------------------------------------------------------------------------------------
+    def step(self) -> bool:
+        """Handle the next done future (an item's or a watched one), waiting for it. Returns False when
+        nothing is pending."""
+        if self.pending.is_empty():
+            return False
+        future = next(self.pending)
+        callback = self.watched.pop(future.key, None)
+        if callback is not None:
+            callback(future)
+        elif future.key in self.item_of:
+            self._done(future)
+        return True
+
+    def drain(self) -> None:
+        """Step until no item is queued, in flight or deferred (watched futures are handled meanwhile)."""
+        while self.busy and self.step():
+            pass
+
+    def close(self) -> None:
+        self.bar.close()
+
+    # -- internals -------------------------------------------------------------------------------------
+    def _submit(self, item: str, alone: bool = False, reserve_gib: float | None = None) -> None:
+        key = f"{self.key_prefix}-{item}" + ("-alone" if alone else "") + ("-reserved" if reserve_gib else "")
+        future = self.client.submit(self.fn, *self.args_of[item], alone, reserve_gib, key=key, pure=False,
+                                    workers=self.workers)
+        self.item_of[future.key] = item
+        self.in_flight += 1
+        self.pending.add(future)
+
+    def _fill(self) -> None:
+        while self.queue and self.in_flight < self.window:
+            self._submit(self.queue.popleft())
+        if not self.queue and not self.in_flight and self.retries:  # nothing else to run: the GPU alone
+            retries, self.retries = self.retries, []
+            for item in retries:
+                self._submit(item, alone=True)
+
+    def _done(self, future: Future) -> None:
+        item = self.item_of.pop(future.key)
+        self.in_flight -= 1
+        try:
+            result = future.result()
+        except Exception as exc:  # noqa: BLE001 - a lost worker (KilledWorker...) is this item's result
+            result = self.on_error(item, exc)
+        future.release()
+        reserve = result.pop("retry_gib", None)
+        if reserve:
+            self._submit(item, reserve_gib=reserve)  # the re-run takes this slot
+            return
+        if result.pop("retry_alone", False):
+            self.retries.append(item)
+        else:
+            postfix = self.on_result(item, result)
+            self.finished += 1
+            self.bar.update(1)
+            if postfix is not None:
+                self.bar.set_postfix({**postfix, "deferred": len(self.retries)}, refresh=False)
+        self._fill()
 
 
 def dispatch(client: Client, items: list[tuple[str, tuple]], fn: Callable[..., dict[str, Any]],
              on_result: Callable[[str, dict[str, Any]], dict[str, Any] | None],
              on_error: Callable[[str, BaseException], dict[str, Any]], *, window: int, key_prefix: str,
-             desc: str = "run", unit: str = "task", progress: bool = True) -> None:
-    """Run ``fn(*args, alone, reserve_gib)`` on the cluster for every ``(item_key, args)`` of ``items``.
+             desc: str = "run", unit: str = "task", progress: bool = True,
+             workers: list[str] | None = None) -> None:
+    """Run ``fn(*args, alone, reserve_gib)`` on the cluster for every ``(item_key, args)`` of ``items``
+    (a ``Dispatcher`` fed once and drained).
 
     Args:
         items: work in submission order; ``item_key`` is unique among them (it names the Dask key
             ``{key_prefix}-{item_key}``).
-        fn: the Dask task; its last two positional arguments are ``alone`` (bool) and ``reserve_gib``
-            (float or None).
-        on_result: called with each final result, in completion order; may return a dict for the progress
-            bar's postfix.
-        on_error: turns the exception of a failed future into that item's result.
-        window: futures in flight (keeps workers busy, bounds the client's memory).
+        fn, on_result, on_error, window, key_prefix, workers: as for ``Dispatcher``.
     """
-    args_of = dict(items)
-    queue = iter(args_of)
-    retries: list[str] = []
-    item_of: dict[str, str] = {}
-    bar = tqdm(total=len(args_of), desc=desc, unit=unit, disable=not progress, dynamic_ncols=True)
-
-    def submit(item: str, alone: bool = False, reserve_gib: float | None = None):
-        key = f"{key_prefix}-{item}" + ("-alone" if alone else "") + ("-reserved" if reserve_gib else "")
-        future = client.submit(fn, *args_of[item], alone, reserve_gib, key=key, pure=False)
-        item_of[future.key] = item
-        return future
-
-    def next_future():
-        for item in queue:
-            return submit(item)
-        return None
-
-    pending = as_completed([f for f in (next_future() for _ in range(max(1, window))) if f is not None])
-    for future in pending:
-        item = item_of[future.key]
-        try:
-            result = future.result()
-        except Exception as exc:  # noqa: BLE001 - a lost worker (KilledWorker...) is this item's result
-            result = on_error(item, exc)
-        future.release()
-        reserve = result.pop("retry_gib", None)
-        if reserve:
-            pending.add(submit(item, reserve_gib=reserve))
-            continue  # the re-run takes this slot; the next new item comes when a result frees one
-        if result.pop("retry_alone", False):
-            retries.append(item)
-        else:
-            postfix = on_result(item, result)
-            bar.update(1)
-            if postfix is not None:
-                bar.set_postfix({**postfix, "deferred": len(retries)}, refresh=False)
-        nxt = next_future()
-        if nxt is not None:
-            pending.add(nxt)
-        elif pending.is_empty() and retries:  # everything else is done: the GPU can be had alone
-            pending.update([submit(item, alone=True) for item in retries])
-            retries = []
-    bar.close()
+    d = Dispatcher(client, fn, on_result, on_error, window=window, key_prefix=key_prefix, workers=workers,
+                   desc=desc, unit=unit, progress=progress)
+    try:
+        d.add(items)
+        d.drain()
+    finally:
+        d.close()

@@ -118,34 +118,11 @@ class DuplicateFilter(Filter):
         Raises:
             ValueError: ``fingerprints`` is not as long as ``codes``.
         """
-        if fingerprints is not None and len(fingerprints) != len(codes):
-            raise ValueError(f"duplicate: {len(fingerprints)} fingerprints for {len(codes)} rows")
-        from tqdm.auto import tqdm
+        return self.scanner().scan(codes, progress, fingerprints)
 
-        first: dict[str, int] = {}
-        index = NearIndex()
-        out: list[dict[str, Any]] = []
-        for i, code in enumerate(tqdm(codes, desc="duplicate", unit="task", disable=not progress)):
-            if not isinstance(code, str):
-                out.append({})
-                continue
-            fp = fingerprint(code) if fingerprints is None else fingerprints[i]
-            if fp.exact_key in first:
-                out.append({"exact_of": first[fp.exact_key]})
-                continue
-            first[fp.exact_key] = i
-            if fp.minhash is None:
-                out.append({})
-                continue
-            best, best_j = index.nearest(fp)
-            if best is not None:
-                out.append({"near_of": best, "jaccard": round(best_j, 4)})
-                if best_j >= self.thresholds["near_min"] and self.thresholds["near"]:
-                    continue  # a duplicate never becomes the representative of others
-            else:
-                out.append({})
-            index.insert(i, fp)
-        return out
+    def scanner(self) -> DuplicateScan:
+        """A ``DuplicateScan`` with this filter's thresholds: ``score_corpus`` fed in pieces."""
+        return DuplicateScan(self.thresholds)
 
     def decide(self, m: dict[str, Any]) -> Verdict:
         if "exact_of" in m:
@@ -158,3 +135,48 @@ class DuplicateFilter(Filter):
                    fingerprints: Sequence[Fingerprint | None] | None = None) -> list[Verdict]:
         """One verdict per row of ``codes`` (input order); ``fingerprints`` as in ``score_corpus``."""
         return [self.decide(m) for m in self.score_corpus(codes, progress, fingerprints)]
+
+
+class DuplicateScan:
+    """``DuplicateFilter.score_corpus`` over rows that arrive in pieces: each ``scan`` call continues the row
+    numbering and compares its rows with every row scanned before, so scanning a list in pieces gives the
+    metrics of scanning it at once (a row's metrics depend only on the rows before it)."""
+
+    def __init__(self, thresholds: dict[str, Any]):
+        self.thresholds = thresholds
+        self.rows = 0
+        self.first: dict[str, int] = {}
+        self.index = NearIndex()
+
+    def scan(self, codes: Sequence[Any], progress: bool = False,
+             fingerprints: Sequence[Fingerprint | None] | None = None) -> list[dict[str, Any]]:
+        """Metrics of the next rows ``codes``, row numbers counted from the first row ever scanned (see
+        ``DuplicateFilter.score_corpus``). Raises ValueError: ``fingerprints`` is not as long as ``codes``."""
+        if fingerprints is not None and len(fingerprints) != len(codes):
+            raise ValueError(f"duplicate: {len(fingerprints)} fingerprints for {len(codes)} rows")
+        from tqdm.auto import tqdm
+
+        out: list[dict[str, Any]] = []
+        for k, code in enumerate(tqdm(codes, desc="duplicate", unit="task", disable=not progress)):
+            i = self.rows
+            self.rows += 1
+            if not isinstance(code, str):
+                out.append({})
+                continue
+            fp = fingerprint(code) if fingerprints is None else fingerprints[k]
+            if fp.exact_key in self.first:
+                out.append({"exact_of": self.first[fp.exact_key]})
+                continue
+            self.first[fp.exact_key] = i
+            if fp.minhash is None:
+                out.append({})
+                continue
+            best, best_j = self.index.nearest(fp)
+            if best is not None:
+                out.append({"near_of": best, "jaccard": round(best_j, 4)})
+                if best_j >= self.thresholds["near_min"] and self.thresholds["near"]:
+                    continue  # a duplicate never becomes the representative of others
+            else:
+                out.append({})
+            self.index.insert(i, fp)
+        return out

@@ -4,13 +4,21 @@ Input: JSONL or Parquet with a ``code`` column and optional ``task_id`` (kept as
 ``data_source``; other columns are ignored. Rows with the same ``task_id`` are run once and share the
 verdict. Output in ``RUN_DIR``: ``ledger.jsonl`` (appended as results arrive; what makes a re-run resume),
 ``verdicts.parquet`` (one row per input row, input order) and ``funnel.json``.
+
+``FilterStream`` is the same stage for rows that arrive while it runs (``opforge run`` composes while the
+filter works): the corpus filters scan the rows in arrival order, the other rows are dispatched at once, and
+``result`` computes the verdict table of the whole input exactly as ``run_filter`` would (the corpus filters
+again over the final input, any task still missing dispatched), so a streamed stage and a one-shot stage
+give the same verdicts.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +26,7 @@ from typing import Any
 import pandas as pd
 from distributed import get_worker
 from opforge.engine.cluster import ClusterHandle, open_cluster, usable_cores
-from opforge.engine.dispatch import dispatch
+from opforge.engine.dispatch import Dispatcher, dispatch
 from opforge.engine.ledger import Ledger, environment, fingerprint
 from opforge.engine.pool import SandboxPool, fetch_logs, pool_of_worker, register
 from opforge.filters.chain import (
@@ -38,13 +46,16 @@ def verdict_task(task_id: str, code: Any, alone: bool = False, reserve_gib: floa
     (``engine.pool.SandboxPool``; ``alone``: with no other task on its GPU; ``reserve_gib``: its GPU memory
     reservation; both for ``oom`` re-runs, see ``engine.dispatch``).
 
-    Returns the ``run_chain`` dict plus ``task_id``, ``worker`` and ``start_s``.
+    Returns the ``run_chain`` dict plus ``task_id``, ``worker``, ``start_s`` and ``started_at`` / ``ended_at``
+    (Unix seconds, on the worker's clock).
     """
     pool = pool_of_worker()
     code = code if isinstance(code, str) else ""
+    started = time.time()
     with pool.sandbox() as box:
         result = box.run(task_id, code, timeout_s=box.settings["timeout_s"], alone=alone, reserve_gib=reserve_gib)
-    return {**result, "task_id": task_id, "worker": str(get_worker().name)}
+    return {**result, "task_id": task_id, "worker": str(get_worker().name), "started_at": round(started, 3),
+            "ended_at": round(time.time(), 3)}
 
 
 def warm_sandbox(seconds: float = 0.0) -> dict[str, Any]:
@@ -103,6 +114,8 @@ def warm_sandboxes(handle: ClusterHandle, settings: FilterSettings, run_dir: str
     register(handle.client, sandbox_pool(settings))
     futures = []
     for address, threads in handle.client.nthreads().items():  # each thread of each worker: one start
+        if handle.filter_workers is not None and address not in handle.filter_workers:
+            continue  # a CPU-only worker runs no sandbox
         futures += [handle.client.submit(warm_sandbox, 1.0, key=f"warm-sandbox-{address}-{i}",
                                          workers=[address], allow_other_workers=False, pure=False)
                     for i in range(threads)]
@@ -168,8 +181,142 @@ def run_filter(input_path: str | Path, run_dir: str | Path, settings: FilterSett
             if own:
                 handle.close()
     wall = time.perf_counter() - t0
+    return _finish(tasks, ledger, corpus, corpus_stats, wall, len(todo), skipped, settings, env, fp, run_dir,
+                   failures)
+
+
+class FilterStream:
+    """The filter stage of one run directory fed while it runs (see the module docstring).
+
+    ``add`` takes rows in input order (``task_id``, ``code``), scans them with the corpus filters and
+    dispatches the tasks neither rejected there nor in the ledger (``engine.dispatch.Dispatcher``; tasks run
+    on ``handle.filter_workers``); ``step`` / ``drain`` keep the loop going (also for futures the caller
+    ``watch``-es); ``result`` gives the verdicts of a whole input. The ledger is appended as verdicts arrive,
+    so a stream killed at any point resumes like ``run_filter``.
+
+    Attributes:
+        settings: the prepared settings (``prepare_settings``).
+        rows: rows added so far (the next row's input number).
+        verdicted: tasks verdicted by this stream; ``accepted``: of them, accepted.
+        first_submit / last_result: Unix seconds of the first dispatched task and of the latest verdict
+            (None before); ``busy_s``: the sandbox seconds of the verdicts received.
+        spans: (worker, started_at, ended_at, lock_hold_s) of each verdict received, for the stage timeline.
+        after_result: called after each verdict is recorded (None: nothing), e.g. to compose more.
+    """
+
+    def __init__(self, run_dir: str | Path, settings: FilterSettings, handle: ClusterHandle, progress: bool = True):
+        check_thresholds(settings.thresholds)  # before anything is written
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.handle, self.progress = handle, progress
+        self.settings = prepare_settings(settings, self.run_dir, handle, progress)
+        self.env = environment(self.settings.device)
+        self.fp = fingerprint(self.env, self.settings.fingerprint_fields())
+        self.ledger = Ledger(self.run_dir / "ledger.jsonl", self.fp)
+        self.corpus = CorpusScan(self.settings)
+        self.rows = 0
+        self.verdicted = self.accepted = 0
+        self.busy_s = 0.0
+        self.first_submit: float | None = None
+        self.last_result: float | None = None
+        self.spans: list[tuple] = []
+        self.failures: list[str] = []
+        self._counts: Counter = Counter()
+        self._round_ran, self._round_t0 = 0, None
+        self.after_result: Callable[[], None] | None = None
+        register(handle.client, sandbox_pool(self.settings))
+        self.dispatcher = Dispatcher(handle.client, verdict_task, self._on_result, self._on_error,
+                                     window=max(4, 4 * handle.slots), key_prefix=f"verdict-{self.fp}",
+                                     workers=handle.filter_workers, desc="filter", unit="task", progress=progress)
+
+    # -- results ---------------------------------------------------------------------------------------
+    def _on_result(self, task_id: str, result: dict[str, Any]) -> dict[str, Any]:
+        self.ledger.append(result)
+        self.verdicted += 1
+        self._round_ran += 1
+        self.accepted += bool(result["accepted"])
+        self.busy_s += float(sum((result.get("seconds") or {}).values())) + float(result.get("start_s") or 0.0)
+        self.last_result = time.time()
+        if result.get("ended_at"):
+            self.spans.append((result.get("worker"), result.get("started_at"), result["ended_at"],
+                               result.get("lock_hold_s") or {}))
+        self._counts["accepted" if result["accepted"] else result["reason"].split(":")[0]] += 1
+        if self.after_result is not None:
+            self.after_result()
+        return _progress_postfix(self._counts)
+
+    def _on_error(self, task_id: str, exc: BaseException) -> dict[str, Any]:
+        self.failures.append(f"{task_id}: {type(exc).__name__}: {exc}")
+        return {"task_id": task_id, "accepted": False, "reason": f"crash:{type(exc).__name__}",
+                "filter": None, "metrics": {}, "seconds": {}, "worker": None, "start_s": 0.0}
+
+    # -- feeding ---------------------------------------------------------------------------------------
+    def add(self, rows: pd.DataFrame) -> int:
+        """Scan ``rows`` (``task_id``, ``code``; the next rows of the input) and dispatch their new tasks.
+        Returns how many tasks were dispatched."""
+        tasks = pd.DataFrame({"row": range(self.rows, self.rows + len(rows)), "task_id": list(rows["task_id"]),
+                              "code": list(rows["code"])})
+        self.rows += len(rows)
+        rejected = self.corpus.add(tasks)
+        return self._dispatch(tasks[~tasks["row"].isin(rejected)])
+
+    def _dispatch(self, live: pd.DataFrame) -> int:
+        todo = live.drop_duplicates("task_id")
+        todo = todo[~todo["task_id"].isin(self.ledger.done)]
+        n = self.dispatcher.add((t, (t, c)) for t, c in zip(todo["task_id"], todo["code"], strict=True))
+        if n:
+            now = time.time()
+            self.first_submit = self.first_submit or now
+            self._round_t0 = self._round_t0 or time.perf_counter()
+        return n
+
+    def watch(self, future, callback) -> None:
+        """Handle ``future`` in the stream's loop (``Dispatcher.watch``)."""
+        self.dispatcher.watch(future, callback)
+
+    def step(self) -> bool:
+        """Handle the next done future; False when nothing is pending."""
+        return self.dispatcher.step()
+
+    def drain(self) -> None:
+        """Wait until every dispatched task has its verdict."""
+        self.dispatcher.drain()
+
+    @property
+    def pending(self) -> int:
+        """Tasks dispatched and not yet verdicted."""
+        return len(self.dispatcher.queue) + self.dispatcher.in_flight + len(self.dispatcher.retries)
+
+    # -- the whole input -------------------------------------------------------------------------------
+    def result(self, input_path: str | Path) -> FilterRunResult:
+        """The verdicts of the input at ``input_path`` (all rows, as ``run_filter`` reads them): the corpus
+        filters run again over it, tasks not in the ledger yet are dispatched and waited for, and
+        ``verdicts.parquet`` / ``funnel.json`` are written. The funnel's ``ran_this_time`` and ``wall_s``
+        count the tasks verdicted by this stream since the previous ``result``."""
+        tasks = read_tasks(input_path)
+        corpus, corpus_stats = _corpus_verdicts(tasks, self.settings, False)
+        live = tasks[~tasks["row"].isin(corpus)]
+        self._dispatch(live)
+        self.drain()
+        unique = live.drop_duplicates("task_id")
+        ran = self._round_ran
+        wall = time.perf_counter() - self._round_t0 if self._round_t0 is not None else 0.0
+        self._round_ran, self._round_t0 = 0, None
+        return _finish(tasks, self.ledger, corpus, corpus_stats, wall, ran, max(0, len(unique) - ran),
+                       self.settings, self.env, self.fp, self.run_dir, list(self.failures))
+
+    def close(self) -> None:
+        """Close the ledger and fetch the sandbox logs into ``RUN_DIR/logs``."""
+        self.dispatcher.close()
+        self.ledger.close()
+        fetch_logs(self.handle.client, self.run_dir / "logs")
+
+
+def _finish(tasks, ledger, corpus, corpus_stats, wall, ran, skipped, settings, env, fp, run_dir, failures
+            ) -> FilterRunResult:
+    """The verdict table and funnel of ``tasks`` (written to ``verdicts.parquet`` and ``funnel.json``)."""
     verdicts = _verdict_table(tasks, ledger, corpus)
-    funnel = _funnel(tasks, verdicts, ledger, corpus, corpus_stats, wall, len(todo), skipped, settings, env, fp)
+    funnel = _funnel(tasks, verdicts, ledger, corpus, corpus_stats, wall, ran, skipped, settings, env, fp)
     verdicts.to_parquet(run_dir / "verdicts.parquet", index=False)
     (run_dir / "funnel.json").write_text(json.dumps(funnel, indent=2, sort_keys=True))
     return FilterRunResult(verdicts, funnel, run_dir, skipped, failures)
@@ -196,7 +343,8 @@ def _drive(handle: ClusterHandle, todo: pd.DataFrame, settings: FilterSettings, 
     items = [(t, (t, c)) for t, c in zip(todo["task_id"], todo["code"], strict=True)]
     try:
         dispatch(handle.client, items, verdict_task, on_result, on_error, window=max(4, 4 * handle.slots),
-                 key_prefix=f"verdict-{ledger.fingerprint}", desc="filter", unit="task", progress=progress)
+                 key_prefix=f"verdict-{ledger.fingerprint}", desc="filter", unit="task", progress=progress,
+                 workers=handle.filter_workers)
     finally:
         fetch_logs(handle.client, run_dir / "logs")
 
@@ -206,22 +354,82 @@ def _corpus_verdicts(tasks: pd.DataFrame, settings: FilterSettings, progress: bo
     """Run the corpus filters (``duplicate``) over all rows on the client. Returns (row -> record of each
     rejected row, in the ledger's record shape; filter name -> {"ran": rows, "seconds": total}).
     Deterministic in the input, so recomputed on every (re-)run."""
-    out: dict[int, dict] = {}
-    stats: dict[str, dict] = {}
-    for f in make_corpus_filters(settings):
-        t0 = time.perf_counter()
-        live = tasks[~tasks["row"].isin(out)]
-        verdicts = f.run_corpus(list(live["code"]), progress=progress)
-        stats[f.name] = {"ran": len(live), "seconds": time.perf_counter() - t0}
-        per_row = stats[f.name]["seconds"] / max(1, len(live))
-        for row, v in zip(live["row"], verdicts, strict=True):
-            if not v.accepted:
-                metrics = dict(v.metrics)
-                if "duplicate_of" in metrics:  # position among the live rows -> input row number
-                    metrics["duplicate_of"] = int(live["row"].iloc[metrics["duplicate_of"]])
-                out[int(row)] = {"accepted": False, "reason": v.reason, "filter": f.name,
-                                 "metrics": {f.name: metrics}, "seconds": {f.name: per_row}, "worker": "client"}
-    return out, stats
+    scan = CorpusScan(settings, progress)
+    scan.add(tasks)
+    return scan.rejected, scan.stats
+
+
+# Fingerprints of the duplicate filter (filters.duplicate.fingerprint) by the SHA-1 of the source: a run
+# scores the same rows again at every round (and a stream once more at its end); at most this many are kept.
+_FINGERPRINTS: dict[bytes, object] = {}
+FINGERPRINT_CACHE_ROWS = 200_000
+
+
+def _fingerprints(codes: list) -> list:
+    from opforge.filters.duplicate import fingerprint
+
+    out = []
+    for code in codes:
+        if not isinstance(code, str):
+            out.append(None)
+            continue
+        key = hashlib.sha1(code.encode()).digest()
+        fp = _FINGERPRINTS.get(key)
+        if fp is None:
+            if len(_FINGERPRINTS) >= FINGERPRINT_CACHE_ROWS:
+                _FINGERPRINTS.clear()
+            fp = _FINGERPRINTS[key] = fingerprint(code)
+        out.append(fp)
+    return out
+
+
+class CorpusScan:
+    """The corpus filters over rows that arrive in input order (``add``): each filter sees the rows no earlier
+    corpus filter rejected and decides a row from the rows before it (``DuplicateFilter.scanner``), so adding
+    the input in pieces rejects the same rows as adding it at once.
+
+    Attributes:
+        rejected: input row -> record of each rejected row (the ledger's record shape, ``worker="client"``).
+        stats: filter name -> {"ran": rows, "seconds": total}.
+    """
+
+    def __init__(self, settings: FilterSettings, progress: bool = False):
+        self.filters = make_corpus_filters(settings)
+        self.scanners = [f.scanner() if hasattr(f, "scanner") else None for f in self.filters]
+        self.seen: list[list[int]] = [[] for _ in self.filters]  # per filter: input row of each row scanned
+        self.codes: list[list] = [[] for _ in self.filters]  # per filter without a scanner: the codes so far
+        self.rejected: dict[int, dict] = {}
+        self.stats: dict[str, dict] = {f.name: {"ran": 0, "seconds": 0.0} for f in self.filters}
+        self.progress = progress
+
+    def add(self, tasks: pd.DataFrame) -> dict[int, dict]:
+        """Scan ``tasks`` (``row``, ``code``; rows after every row added before). Returns the records of the
+        rows of ``tasks`` rejected."""
+        new: dict[int, dict] = {}
+        for f, scanner, seen, codes in zip(self.filters, self.scanners, self.seen, self.codes, strict=True):
+            t0 = time.perf_counter()
+            live = tasks[~tasks["row"].isin(self.rejected)]
+            batch = list(live["code"])
+            if scanner is not None:
+                fps = _fingerprints(batch) if f.name == "duplicate" else None
+                verdicts = [f.decide(m) for m in scanner.scan(batch, self.progress, fps)]
+            else:  # a corpus filter without a scanner: run again over everything it has seen
+                codes.extend(batch)
+                verdicts = f.run_corpus(codes, progress=self.progress)[len(codes) - len(batch):]
+            seen.extend(int(r) for r in live["row"])
+            secs = time.perf_counter() - t0
+            self.stats[f.name]["ran"] += len(live)
+            self.stats[f.name]["seconds"] += secs
+            per_row = secs / max(1, len(live))
+            for row, v in zip(live["row"], verdicts, strict=True):
+                if not v.accepted:
+                    metrics = dict(v.metrics)
+                    if "duplicate_of" in metrics:  # position among the rows this filter saw -> input row
+                        metrics["duplicate_of"] = seen[metrics["duplicate_of"]]
+                    self.rejected[int(row)] = new[int(row)] = {
+                        "accepted": False, "reason": v.reason, "filter": f.name, "metrics": {f.name: metrics},
+                        "seconds": {f.name: per_row}, "worker": "client"}
+        return new
 
 
 def _verdict_table(tasks: pd.DataFrame, ledger: Ledger, corpus: dict[int, dict]) -> pd.DataFrame:

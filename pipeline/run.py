@@ -12,17 +12,26 @@ Run directory::
     filter/                      ledger.jsonl, verdicts.parquet, funnel.json (see ``opforge filter``)
     selection.json               what selection chose and why
     hf/                          the Hub folder (see ``pipeline.hub_folder``)
-    run.json                     stages, timings, stop reason
+    run.json                     stages, timings, stop reason, the stage timeline (``pipeline.timeline``)
+
+The stages overlap: a round is composed in shards as Dask tasks on the cluster's CPU workers
+(``pipeline.compose_tasks``), each shard goes to the filter as soon as it is composed
+(``filter_run.FilterStream``), and the next round is composed while the filter works when the yield so far
+projects fewer accepted tasks than the target needs. A round is still the unit of every decision: its
+skipped signatures come from the verdicts of the rounds before it, its verdicts are computed over the whole
+``candidates.parquet`` once all are in, and the run stops after the round that reaches the target, so the
+verdicts, the selection and the Hub folder are those of composing and filtering the rounds one after the
+other.
 
 Every stage skips what is already on disk: finished rounds are not recomposed, verdicts in the ledger are not
-recomputed, so re-running the same command after an interruption finishes the work and redoes nothing
-finished. Selection and the Hub folder are rebuilt at the end of every run (seconds).
+recomputed, so re-running the same command after an interruption (also in the middle of a streamed round,
+which is composed again identically) finishes the work and redoes nothing finished. Selection and the Hub
+folder are rebuilt at the end of every run (seconds).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 import warnings
@@ -114,28 +123,144 @@ def _round_path(run_dir: Path, k: int) -> Path:
     return run_dir / "candidates" / f"round-{k:04d}.parquet"
 
 
-def _compose_round(cfg: RunConfig, catalog: Path, k: int, run_dir: Path, progress: bool = True) -> Path:
-    from opforge.compose.composer import ComposeConfig, compose
-    from opforge.seeds.catalog import read_catalog
+def _compose_options(cfg: RunConfig) -> dict[str, Any]:
+    """The ``compose.composer.ComposeConfig`` fields of the run's composition, less ``n``, ``start_index`` and
+    the file options (``vocabulary``, ``motif_library``: the workers' own copies, ``pipeline.compose_tasks``)."""
+    return {"seed": cfg.seed, "op_mix": cfg.op_mix, "device_profile": cfg.device_profile,
+            "transformers_share": cfg.transformers_share, "dtype_mix": cfg.dtype_mix, "op_weights": cfg.op_weights,
+            "include_internal": cfg.include_internal, "heavy_start": cfg.heavy_start,
+            "window_ms": cfg.runtime_window_ms, "motif_share": cfg.motif_share}
 
-    path = _round_path(run_dir, k)
-    if path.exists():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ccfg = ComposeConfig(n=cfg.round_size, seed=cfg.seed, op_mix=cfg.op_mix, device_profile=cfg.device_profile,
-                         transformers_share=cfg.transformers_share, start_index=k * cfg.round_size,
-                         dtype_mix=cfg.dtype_mix, op_weights=cfg.op_weights,
-                         vocabulary=_vocabulary_path(cfg, catalog),
-                         include_internal=cfg.include_internal, heavy_start=cfg.heavy_start,
-                         window_ms=cfg.runtime_window_ms, motif_share=cfg.motif_share,
-                         motif_library=cfg.motif_library)
-    # the sandboxes wait for candidates meanwhile: compose on every core (output does not depend on it)
-    workers = cfg.compose_workers or max(1, min(len(os.sched_getaffinity(0)), cfg.round_size // 50))
-    df = compose(read_catalog(catalog), ccfg, workers=workers, progress=progress)
-    tmp = path.with_suffix(".tmp.parquet")
-    df.to_parquet(tmp, index=False)
-    tmp.replace(path)
-    return path
+
+def default_compose_workers(device: str) -> int:
+    """CPU workers composing beside the filter when ``compose_workers`` is not set: one per GPU (at least 2) on
+    CUDA, where each GPU's sandboxes leave ``engine.cluster.CORES_KEPT_PER_GPU`` cores; 1 on CPU, where the
+    sandboxes take the cores and a composer outpaces the CPU filter many times over."""
+    if device != "cuda":
+        return 1
+    from opforge.engine.cluster import visible_gpus
+    from opforge.engine.ledger import gpu_names
+
+    return max(2, len(visible_gpus(len(gpu_names()))))
+
+
+# Compose the next round ahead while the accepted tasks projected from the yield so far stay below this many
+# times the target (selection's quotas and signature cap leave part of the accepted pool unused).
+AHEAD_MARGIN = 1.5
+
+
+class _StreamedJob:
+    """The cluster of a run with its filter stream (``filter_run.FilterStream``) and composer shards
+    (``compose_tasks.ShardFeed``): the shards of a round go to the filter as they are composed, the next round
+    is composed ahead while the projected yield falls short of the target, and the timeline is recorded."""
+
+    def __init__(self, cfg: RunConfig, catalog: Path, run_dir: Path, settings, timeline, progress: bool):
+        from opforge.engine.cluster import open_cluster
+        from opforge.pipeline.compose_tasks import PLUGIN_NAME, ShardFeed, composer_files
+        from opforge.pipeline.filter_run import FilterStream, prepare_settings, warm_sandboxes
+
+        self.cfg, self.run_dir, self.timeline, self.progress = cfg, run_dir, timeline, progress
+        self.warming: list = []
+        self.warm_up = None
+        self.handle = self.stream = self.feed = None
+        timeline.begin("cluster_start")
+        workers = cfg.compose_workers or default_compose_workers(cfg.device)
+        self.handle = open_cluster(cfg.device, cfg.workers, cfg.scheduler,
+                                   cpu_workers=0 if cfg.scheduler else workers)
+        try:
+            plugin = composer_files(catalog, _vocabulary_path(cfg, catalog), cfg.motif_library)
+            self.handle.client.register_plugin(plugin, name=PLUGIN_NAME)
+            settings = prepare_settings(settings, run_dir / "filter", self.handle, progress)
+            if not _round_path(run_dir, 0).exists():  # new candidates: the sandboxes start while composing
+                self.warming = warm_sandboxes(self.handle, settings, run_dir / "filter")
+            self.stream = FilterStream(run_dir / "filter", settings, self.handle, progress)
+            self.feed = ShardFeed(self.handle.client, _compose_options(cfg), cfg.round_size,
+                                  self.handle.cpu_workers or None, self.stream.watch, plugin.digest + f"-{cfg.seed}")
+        except BaseException:
+            self.close()
+            raise
+        timeline.end("cluster_start")
+
+    def pieces(self, k: int):
+        """Round ``k``'s candidates in index order: the round file when it exists, else each shard as it is
+        composed (the round file is written once all are). Keeps the filter loop turning while it waits."""
+        from opforge.compose.composer import rows_frame
+        from opforge.pipeline.compose_tasks import shards_of_round
+
+        path = _round_path(self.run_dir, k)
+        if path.exists():
+            self.timeline.mark("first_candidates")
+            yield pd.read_parquet(path)
+            return
+        self.timeline.begin("compose")
+        self.feed.submit(k)
+        rows: list = []
+        for j in range(len(shards_of_round(k, self.cfg.round_size))):
+            while (got := self.feed.take(k, j)) is None:
+                if not self.stream.step():
+                    raise RuntimeError(f"round {k} shard {j}: its compose task is lost")
+            self.timeline.mark("first_candidates")
+            rows += got
+            piece = rows_frame(got)
+            if len(piece):
+                yield piece
+        missing = sum(r is None for r in rows)
+        if missing:
+            warnings.warn(f"{missing} of {len(rows)} candidate indices found no graph that fits (left out)",
+                          stacklevel=2)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.parquet")
+        rows_frame(rows).to_parquet(tmp, index=False)
+        tmp.replace(path)
+        self.timeline.end("compose", at=self.feed.last_done, busy_s=self.feed.busy_s)
+
+    def round_starts(self, k: int, composed: int) -> None:
+        """Round ``k`` starts, ``composed`` candidates in the rounds before it: after each verdict from now on,
+        ``compose_ahead`` decides whether round ``k + 1`` is composed."""
+        self.stream.after_result = lambda: self.compose_ahead(k, composed)
+
+    def compose_ahead(self, k: int, composed: int) -> None:
+        """Send round ``k + 1``'s shards now when it fits the candidate budget (``composed``: candidates of the
+        rounds before ``k``) and the accepted tasks projected from the yield so far fall short of the target.
+        Composing more never changes the result (a round is used only when the one before falls short)."""
+        nxt = k + 1
+        if nxt in self.feed.submitted or _round_path(self.run_dir, nxt).exists():
+            return
+        if composed + 2 * self.cfg.round_size > self.cfg.candidate_budget:
+            return
+        s = self.stream
+        if s.verdicted < 20:
+            return  # no yield to project from yet
+        projected = s.accepted + s.pending * s.accepted / s.verdicted
+        if projected < AHEAD_MARGIN * self.cfg.target:
+            self.feed.submit(nxt)
+
+    def filter_round_done(self) -> None:
+        """A round's verdicts are all in: the filter stage's record so far."""
+        s = self.stream
+        if s.first_submit is not None:
+            self.timeline.begin("filter", at=s.first_submit)
+            self.timeline.end("filter", at=s.last_result or s.first_submit, busy_s=s.busy_s)
+        if self.warming:
+            self.warm_up, self.warming = _warm_up_summary(self.warming), []
+
+    def gpu_spans(self) -> list[tuple] | None:
+        return self.stream.spans if self.stream is not None and self.cfg.device == "cuda" else None
+
+    def close(self) -> None:
+        if self.feed is not None:
+            self.feed.cancel()
+        if self.stream is not None:
+            self.stream.close()
+        if self.handle is not None:
+            self.handle.close()
+
+
+def _stage_s(timeline, stage: str) -> float:
+    rec = timeline.stages.get(stage)
+    if not rec or rec["start"] is None or rec["end"] is None:
+        return 0.0
+    return rec["end"] - rec["start"]
 
 
 def _vocabulary_path(cfg: RunConfig, catalog: Path) -> str | None:
@@ -174,10 +299,9 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
         ValueError / InputError / ReferenceLoadError: from the stages, with the file or option named.
     """
     from opforge.compose.sampler import parse_op_mix
-    from opforge.engine.cluster import open_cluster
     from opforge.filters.chain import check_thresholds
-    from opforge.pipeline.filter_run import prepare_settings, run_filter, warm_sandboxes
     from opforge.pipeline.select import bucket_shares, capped_out, select_tasks
+    from opforge.pipeline.timeline import Timeline
 
     cfg = cfg.resolved()
     settings = _filter_settings(cfg)
@@ -188,46 +312,34 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     _check_same_run(cfg, run_dir)
     save_config(cfg, run_dir / "config.yaml")
     shares = bucket_shares(parse_op_mix(cfg.op_mix), cfg.transformers_share)
-    seconds: dict[str, float] = {}
+    timeline = Timeline()
 
-    t0 = time.perf_counter()
+    timeline.begin("harvest")
     catalog = _harvest(cfg, run_dir, progress)
-    seconds["harvest"] = time.perf_counter() - t0
+    timeline.end("harvest")
 
-    handle = None
-    warming: list = []
-    warm_up = None
+    job = _StreamedJob(cfg, catalog, run_dir, settings, timeline, progress)
     rounds: list[pd.DataFrame] = []  # each round's candidates, read once
     not_filtered: set[str] = set()  # task ids of candidates skipped for a full signature (skip_full_signatures)
     selection = pool = None
     stop_reason = ""
-    seconds["compose"] = seconds["filter"] = 0.0
     try:
         k = 0
         while True:
-            if handle is None:
-                t0 = time.perf_counter()
-                handle = open_cluster(cfg.device, cfg.workers, cfg.scheduler)
-                if not _round_path(run_dir, k).exists():
-                    # new candidates: the sandbox children start while the composer works (one core)
-                    settings = prepare_settings(settings, run_dir / "filter", handle, progress)
-                    warming = warm_sandboxes(handle, settings, run_dir / "filter")
-                seconds["cluster_start"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            rounds.append(pd.read_parquet(_compose_round(cfg, catalog, k, run_dir, progress)))
+            # the round's candidates stream into the filter shard by shard (skips decided from the verdicts of
+            # the earlier rounds only, so a resumed run skips the same ones)
+            job.round_starts(k, sum(len(r) for r in rounds))
+            for piece in job.pieces(k):
+                if cfg.skip_full_signatures and pool is not None:
+                    not_filtered |= capped_out(piece, pool, cfg.max_per_signature)
+                job.stream.add(piece[~piece["task_id"].isin(not_filtered)])
+            rounds.append(pd.read_parquet(_round_path(run_dir, k)))
             candidates = pd.concat(rounds, ignore_index=True)
-            if cfg.skip_full_signatures and pool is not None:
-                # decided from the verdicts of the earlier rounds only, so a resumed run skips the same ones
-                not_filtered |= capped_out(rounds[-1], pool, cfg.max_per_signature)
             candidates[~candidates["task_id"].isin(not_filtered)].to_parquet(run_dir / "candidates.parquet",
                                                                              index=False)
-            seconds["compose"] += time.perf_counter() - t0
-            t0 = time.perf_counter()
-            res = run_filter(run_dir / "candidates.parquet", run_dir / "filter", settings, handle=handle,
-                             progress=progress)
-            if warming:  # the filter stage has started: the warm-up futures are no longer needed
-                warm_up, warming = _warm_up_summary(warming), []
-            seconds["filter"] += time.perf_counter() - t0
+            # every verdict of the round (the corpus filters again over the whole input: as one filter pass)
+            res = job.stream.result(run_dir / "candidates.parquet")
+            job.filter_round_done()
             pool = accepted_pool(candidates, res.verdicts)
             if cfg.op_mix == "models":
                 shares = bucket_shares({}, 0.0, pool, keep_pool_mix=True)
@@ -241,10 +353,13 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
                                f"{cfg.target} tasks selected")
                 break
     finally:
-        if handle is not None:
-            handle.close()
+        job.close()
+    warm_up = job.warm_up
+    seconds = {"harvest": _stage_s(timeline, "harvest"), "cluster_start": _stage_s(timeline, "cluster_start"),
+               "compose": _stage_s(timeline, "compose"), "filter": _stage_s(timeline, "filter")}
 
     t0 = time.perf_counter()
+    timeline.begin("select_and_publish")
     rows = _published_rows(selection.rows, res.funnel, cfg)
     # hidden shape variants (compose.variants), with the default settings `opforge variants` uses, so adding them
     # to a published folder later gives the same column; cached in the run directory
@@ -263,12 +378,14 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     hf_dir = build_hub_folder(rows, run_dir / "hf", context, provenance)
     (run_dir / "selection.json").write_text(json.dumps(_selection_json(selection), indent=2))
     seconds["select_and_publish"] = time.perf_counter() - t0
+    timeline.end("select_and_publish", busy_s=seconds["select_and_publish"])
     result = RunResult(run_dir, hf_dir, len(rows), funnel["accepted"], len(candidates), stop_reason,
                        {k: round(v, 2) for k, v in seconds.items()})
     (run_dir / "run.json").write_text(json.dumps({
         "selected": result.selected, "accepted": result.accepted, "candidates": result.candidates,
         "rounds": len(rounds), "stop_reason": stop_reason, "seconds": result.seconds, "sandbox_warm_up": warm_up,
-        "not_filtered_full_signature": len(not_filtered), "yield": round(funnel["yield"], 4)}, indent=2))
+        "not_filtered_full_signature": len(not_filtered), "yield": round(funnel["yield"], 4),
+        "timeline": timeline.record(job.gpu_spans())}, indent=2))
     return result
 
 

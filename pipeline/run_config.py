@@ -37,8 +37,9 @@ class RunConfig(_EngineOptions):
         op_weights: label -> weight replacing the composer's relevance-based default of each op listed.
         vocabulary: shape vocabulary JSON for realistic profiles (default: the packaged one).
         include_internal / heavy_start: composer options (see ``opforge compose --help``).
-        compose_workers: processes composing candidates (default: the machine's cores; output does not
-            depend on it).
+        compose_workers: CPU workers composing candidates beside the filter on the run's cluster (default
+            ``pipeline.run.default_compose_workers``: one per GPU, at least 2, on CUDA; 1 on CPU); output does
+            not depend on it. Also the processes that compute the hidden shape variants.
         device_profile: composer cost-model profile (default: ``cpu`` on CPU, ``h100`` on CUDA).
         runtime_window_ms: eager window; None = the device default (1-100 ms on CUDA, off on CPU).
         no_window: record runtimes only, on any device.

@@ -1,8 +1,8 @@
 """``opforge status RUN_DIR``: where a run directory stands, read from its files only (nothing is started).
 
 Reads the layout of ``pipeline.run`` (``config.yaml``, ``seeds/catalog.parquet``,
-``candidates/round-NNNN.parquet``, ``filter/ledger.jsonl``, ``filter/funnel.json``, ``run.json``, ``hf/``) or
-of a bare ``opforge filter`` directory (``ledger.jsonl``, ``funnel.json``, ``verdicts.parquet``). Safe to call
+``candidates/round-NNNN.parquet``, ``filter/ledger.jsonl``, ``filter/funnel.json``, ``run.json`` with its stage
+timeline, ``hf/``) or of a bare ``opforge filter`` directory (``ledger.jsonl``, ``funnel.json``, ``verdicts.parquet``). Safe to call
 while the run is going: a ledger line being written is skipped.
 """
 
@@ -156,6 +156,9 @@ def format_status(s: dict[str, Any]) -> str:
     if s.get("result"):
         r = s["result"]
         lines.append(f"result: {r.get('stop_reason')}; {r.get('selected')} selected, yield {r.get('yield')}")
+        from opforge.pipeline.timeline import format_timeline
+
+        lines += format_timeline(r.get("timeline") or {})
     if s.get("hub_folder"):
         lines.append(f"Hub folder: {s['hub_folder']}")
     if s["last_failures"]:

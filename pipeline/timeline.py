@@ -1,0 +1,129 @@
+"""The stage timeline of ``opforge run``: when each stage ran, how busy its workers were, and how much of the
+time the GPUs were busy (``run.json``'s ``timeline``; ``opforge status`` prints it).
+
+Per stage: ``start`` / ``end`` (Unix seconds, the client's clock; the workers of an embedded cluster share it),
+``wall_s`` and ``busy_s`` (seconds of work done in the stage, summed over its workers: composer seconds of
+the shards, sandbox seconds of the verdicts; a stage on several workers can be busier than its wall).
+
+GPU busy share: per GPU worker, the union of the intervals in which one of its sandboxes held the GPU's
+compute lock (``engine.gpu_locks``: every GPU step of a task runs under it), each task's held seconds
+(``lock_hold_s``) taken as one interval ending when the task ended; divided by the time from the first
+candidates to the last verdict, and by the whole run. An approximation from the sandboxes' own records, not
+a reading of the GPU: a task's steps are not contiguous, and a held lock is not a busy SM. None on CPU runs.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+class Timeline:
+    """Stage records of one run; see the module docstring."""
+
+    def __init__(self):
+        self.stages: dict[str, dict[str, Any]] = {}
+        self.marks: dict[str, float] = {}
+
+    def begin(self, stage: str, at: float | None = None) -> None:
+        """Stage ``stage`` starts (the first call counts)."""
+        rec = self.stages.setdefault(stage, {"start": None, "end": None, "busy_s": None})
+        if rec["start"] is None:
+            rec["start"] = time.time() if at is None else at
+
+    def end(self, stage: str, at: float | None = None, busy_s: float | None = None) -> None:
+        """Stage ``stage`` ends (the last call counts); ``busy_s`` replaces the stage's busy seconds."""
+        self.begin(stage, at)
+        rec = self.stages[stage]
+        rec["end"] = time.time() if at is None else at
+        if busy_s is not None:
+            rec["busy_s"] = round(busy_s, 2)
+
+    def mark(self, name: str, at: float | None = None) -> None:
+        """A point in time (first call counts), e.g. ``first_candidates``."""
+        self.marks.setdefault(name, time.time() if at is None else at)
+
+    def record(self, gpu_spans: list[tuple] | None = None) -> dict[str, Any]:
+        """The JSON record: stages (with ``wall_s``), marks, the run's start, end and wall, and the GPU busy
+        share from ``gpu_spans`` ((worker, started_at, ended_at, lock_hold_s) of each verdict)."""
+        stages = {}
+        for name, rec in self.stages.items():
+            wall = rec["end"] - rec["start"] if rec["start"] is not None and rec["end"] is not None else None
+            stages[name] = {"start": _r(rec["start"]), "end": _r(rec["end"]),
+                            "wall_s": None if wall is None else round(wall, 2), "busy_s": rec["busy_s"]}
+        starts = [r["start"] for r in self.stages.values() if r["start"] is not None]
+        ends = [r["end"] for r in self.stages.values() if r["end"] is not None]
+        run = (min(starts), max(ends)) if starts and ends else None
+        out: dict[str, Any] = {"stages": stages, "marks": {k: _r(v) for k, v in self.marks.items()},
+                               "start": _r(run[0]) if run else None, "end": _r(run[1]) if run else None,
+                               "wall_s": round(run[1] - run[0], 2) if run else None, "gpu_busy": None}
+        filt = self.stages.get("filter")
+        if gpu_spans and run and filt and filt["end"] is not None:
+            after = self.marks.get("first_candidates", filt["start"])
+            out["gpu_busy"] = gpu_busy(gpu_spans, after, filt["end"], run[0], run[1])
+        return out
+
+
+def gpu_busy(spans: list[tuple], after: float, until: float, run_start: float, run_end: float
+             ) -> dict[str, Any] | None:
+    """Busy share per GPU worker and overall (see the module docstring): ``share_after_first_candidates``
+    over [``after``, ``until``], ``share_of_run`` over the run. None when no span held a GPU lock."""
+    per: dict[str, list[tuple[float, float]]] = {}
+    for worker, started, ended, holds in spans:
+        held = sum(v for k, v in (holds or {}).items() if k.startswith("compute"))
+        if not held or ended is None:
+            continue
+        lo = max(ended - held, started if started is not None else ended - held)
+        per.setdefault(str(worker), []).append((lo, ended))
+    if not per:
+        return None
+    workers = {}
+    for worker, intervals in sorted(per.items()):
+        workers[worker] = {"share_after_first_candidates": round(_covered(intervals, after, until) /
+                                                                 max(until - after, 1e-9), 4),
+                           "share_of_run": round(_covered(intervals, run_start, run_end) /
+                                                 max(run_end - run_start, 1e-9), 4)}
+    n = len(workers)
+    return {"method": "compute-lock hold intervals of the sandboxes (approximate)", "gpus": n,
+            "share_after_first_candidates": round(sum(w["share_after_first_candidates"] for w in workers.values())
+                                                  / n, 4),
+            "share_of_run": round(sum(w["share_of_run"] for w in workers.values()) / n, 4), "per_gpu": workers}
+
+
+def _covered(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
+    """Seconds of [lo, hi] covered by the union of ``intervals``."""
+    total, cur_s, cur_e = 0.0, None, None
+    for s, e in sorted((max(s, lo), min(e, hi)) for s, e in intervals):
+        if e <= s:
+            continue
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def _r(t: float | None) -> float | None:
+    return None if t is None else round(t, 3)
+
+
+def format_timeline(t: dict[str, Any]) -> list[str]:
+    """``run.json``'s timeline as lines for the terminal."""
+    if not t or not t.get("stages"):
+        return []
+    t0 = t.get("start") or 0.0
+    lines = [f"timeline (s from the start; wall {t.get('wall_s')} s):"]
+    for name, s in t["stages"].items():
+        start = "-" if s["start"] is None else f"{s['start'] - t0:7.1f}"
+        end = "-" if s["end"] is None else f"{s['end'] - t0:7.1f}"
+        busy = "" if s.get("busy_s") is None else f", busy {s['busy_s']} s"
+        lines.append(f"  {name:<20}{start} -> {end}  ({s.get('wall_s')} s{busy})")
+    g = t.get("gpu_busy")
+    if g:
+        lines.append(f"  GPU busy: {g['share_after_first_candidates']:.1%} after the first candidates, "
+                     f"{g['share_of_run']:.1%} of the run ({g['gpus']} GPU(s); {g['method']})")
+    return lines

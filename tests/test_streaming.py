@@ -1,0 +1,104 @@
+"""The streamed main job on CPU: composer shards as Dask tasks (the same rows on 1 and 4 workers), the filter
+fed shard by shard (the verdicts of a one-shot filter over the same candidates), a run killed in the middle
+of a streamed round resumes to the same verdicts, and the stage timeline in run.json."""
+
+import json
+
+import pandas as pd
+import pytest
+from opforge.compose.composer import ComposeConfig, compose
+from opforge.engine.cluster import open_cluster
+from opforge.pipeline import compose_tasks
+from opforge.pipeline.compose_tasks import PLUGIN_NAME, compose_shard, composer_files, shards_of_round
+from opforge.pipeline.filter_run import FilterStream, run_filter
+from opforge.pipeline.run import _compose_options, _filter_settings, run_pipeline
+from opforge.pipeline.run_config import RunConfig
+from opforge.pipeline.status import format_status, run_status
+from opforge.seeds.catalog import read_catalog
+
+# Filters whose verdicts do not depend on timings (so two runs must agree), and cheap on one core.
+SKIP = ["compile", "contamination", "determinism", "runtime", "runtime_screen", "trivial", "headroom"]
+VERDICT = ["row", "task_id", "accepted", "reason", "filter"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    handle = open_cluster("cpu", workers=1, cpu_workers=4)
+    yield handle
+    handle.close()
+
+
+def _cfg(out, catalog_path, **kw) -> RunConfig:
+    return RunConfig(target=4, out=out, device="cpu", seed=3, seeds_catalog=catalog_path, device_profile="test",
+                     round_size=12, timeout_s=60, skip_filters=SKIP, transformers_share=0.0, motif_share=0.0, **kw)
+
+
+def test_shards_are_the_same_rows_on_one_and_four_workers(cluster, catalog_path, harvested):
+    cfg = _cfg("unused", catalog_path).resolved()
+    cluster.client.register_plugin(composer_files(catalog_path, None, None), name=PLUGIN_NAME)
+    options = _compose_options(cfg)
+    shards = shards_of_round(1, 12, shard_size=4)
+    assert shards == [(12, 4), (16, 4), (20, 4)]
+
+    def rows(workers):
+        futures = [cluster.client.submit(compose_shard, options, start, n, workers=workers, pure=False)
+                   for start, n in shards]
+        out = [f.result() for f in futures]
+        return [r for o in out for r in o["rows"]], {o["worker"] for o in out}
+
+    four, used = rows(cluster.cpu_workers)
+    one, used_one = rows(cluster.cpu_workers[:1])
+    assert len(used_one) == 1 and len(cluster.cpu_workers) == 4
+    assert four == one
+    whole = compose(harvested.ops, ComposeConfig(**options, n=12, start_index=12), progress=False)
+    assert pd.DataFrame([r for r in four if r]).equals(whole)
+
+
+def test_killed_stream_resumes_to_the_verdicts_of_a_one_shot_filter(cluster, catalog_path, tmp_path,
+                                                                    monkeypatch):
+    monkeypatch.setattr(compose_tasks, "SHARD_SIZE", 4)  # three shards per round: the filter starts on the first
+    address = cluster.client.scheduler.address
+    out = tmp_path / "run"
+    original = FilterStream.add
+
+    def killed_at_the_second_shard(self, rows):
+        if self.rows:  # the first shard is in the filter: let two verdicts land, then die
+            while self.verdicted < 2 and self.step():
+                pass
+            raise KeyboardInterrupt("killed while streaming")
+        return original(self, rows)
+
+    monkeypatch.setattr(FilterStream, "add", killed_at_the_second_shard)
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(_cfg(out, catalog_path, scheduler=address), progress=False)
+    ledger = out / "filter" / "ledger.jsonl"
+    assert len(ledger.read_text().splitlines()) >= 2
+    assert not (out / "candidates" / "round-0000.parquet").exists() and not (out / "run.json").exists()
+    monkeypatch.setattr(FilterStream, "add", original)
+
+    res = run_pipeline(_cfg(out, catalog_path, scheduler=address), progress=False)
+    lines = [json.loads(x) for x in ledger.read_text().splitlines()]
+    assert len(lines) == len({x["task_id"] for x in lines})  # nothing verdicted twice
+    # the same candidates as composing the rounds at once, the same verdicts as one filter pass over them
+    cands = pd.read_parquet(out / "candidates.parquet")
+    cfg = _cfg(out, catalog_path).resolved()
+    options = _compose_options(cfg)
+    n_rounds = len(list((out / "candidates").glob("round-*.parquet")))
+    rounds = [compose(read_catalog(catalog_path), ComposeConfig(**options, n=12, start_index=12 * k), progress=False)
+              for k in range(n_rounds)]
+    pd.testing.assert_frame_equal(cands, pd.concat(rounds, ignore_index=True))
+    joined = open_cluster("cpu", scheduler=address)
+    try:
+        one_shot = run_filter(out / "candidates.parquet", tmp_path / "one-shot", _filter_settings(cfg),
+                              progress=False, handle=joined)
+    finally:
+        joined.close()
+    streamed = pd.read_parquet(out / "filter" / "verdicts.parquet")
+    pd.testing.assert_frame_equal(streamed[VERDICT], one_shot.verdicts[VERDICT])
+    assert res.selected == cfg.target
+    run = json.loads((out / "run.json").read_text())
+    stages = run["timeline"]["stages"]
+    assert {"harvest", "cluster_start", "compose", "filter", "select_and_publish"} <= set(stages)
+    assert stages["filter"]["start"] <= stages["filter"]["end"] and stages["filter"]["busy_s"] > 0
+    assert "timeline" in format_status(run_status(out))
+
