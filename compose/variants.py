@@ -445,6 +445,110 @@ def variants_for_rows(rows: list[Mapping[str, Any]], settings: VariantSettings |
     return [results[i] for i in range(len(rows))]
 
 
+
+class VariantPool:
+    """``shape_variants`` of rows handed over one by one while something else runs (``opforge run`` computes
+    those of accepted tasks while the filter works), in ``workers`` spawned processes kept for the pool's
+    life. Each result is appended to the cache file ``cache_path`` under the key ``variants_for_rows`` reads,
+    so ``variants_for_rows`` over the same rows and settings later finds it there. A chunk that times out
+    (``timeout_s``) or kills its worker is left out: ``variants_for_rows`` computes those rows again.
+
+    Attributes:
+        computed: rows whose result was written; ``busy_s``: seconds of the chunks computed (summed over the
+        workers); ``first_submit`` / ``last_done``: Unix seconds (None before).
+    """
+
+    CHUNK = 8
+
+    def __init__(self, cache_path, settings: VariantSettings | None = None, workers: int = 1,
+                 timeout_s: float = 300.0):
+        import multiprocessing
+        import threading
+        from pathlib import Path
+
+        from pebble import ProcessPool
+
+        self.settings = settings or VariantSettings()
+        self.path, self.timeout_s = Path(cache_path), timeout_s
+        self.known: set[str] = set()
+        if self.path.exists():
+            for line in self.path.read_text().splitlines():
+                try:
+                    self.known.add(json.loads(line)["key"])
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue  # a line cut by a kill
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._out = open(self.path, "a")  # noqa: SIM115 - closed by close()
+        self._lock = threading.Lock()
+        self._waiting: list[dict[str, Any]] = []
+        self._futures: list = []
+        self.computed, self.busy_s = 0, 0.0
+        self.first_submit: float | None = None
+        self.last_done: float | None = None
+        self._pool = ProcessPool(max_workers=max(1, workers), initializer=_init_worker,
+                                 context=multiprocessing.get_context("spawn"))
+
+    def submit(self, row: Mapping[str, Any], flush: bool = False) -> None:
+        """Compute the variants of ``row`` (``task_id``, ``code``, ``size_context``, ``dtype``, ``eager_ms``,
+        ``gpu``) unless the cache has them; rows go to the workers ``CHUNK`` at a time (``flush``: now)."""
+        key = _cache_key(row, self.settings)
+        if key not in self.known:
+            self.known.add(key)
+            self._waiting.append((key, dict(row)))
+        if flush or len(self._waiting) >= self.CHUNK:
+            self._send()
+
+    def _send(self) -> None:
+        import time
+
+        if not self._waiting:
+            return
+        chunk, self._waiting = self._waiting, []
+        self.first_submit = self.first_submit or time.time()
+        fut = self._pool.schedule(_timed_unit, ([r for _, r in chunk], self.settings), timeout=self.timeout_s)
+        fut.add_done_callback(lambda f, keys=[k for k, _ in chunk]: self._done(keys, f))
+        self._futures.append(fut)
+
+    def _done(self, keys: list[str], fut) -> None:
+        import time
+
+        try:
+            results, seconds = fut.result()
+        except Exception:  # noqa: BLE001 - a timeout, a dead worker or a cancelled chunk: computed again later
+            return
+        with self._lock:
+            if self._out.closed:
+                return
+            for key, res in zip(keys, results, strict=True):
+                self._out.write(json.dumps({"key": key, "result": res.__dict__}) + "\n")
+            self._out.flush()
+            self.computed += len(results)
+            self.busy_s += seconds
+            self.last_done = time.time()
+
+    def close(self, wait: bool = True) -> None:
+        """Send the rows still waiting and wait for every chunk (``wait``), or stop the workers now."""
+        if wait:
+            self._send()
+            for fut in self._futures:
+                try:
+                    fut.result()
+                except Exception:  # noqa: BLE001 - nothing written for it: computed again later
+                    pass
+            self._pool.close()
+        else:
+            self._pool.stop()
+        self._pool.join()
+        with self._lock:
+            self._out.close()
+
+
+def _timed_unit(rows: list[dict[str, Any]], settings: VariantSettings) -> tuple[list[VariantResult], float]:
+    import time
+
+    t0 = time.perf_counter()
+    return _unit(rows, settings), time.perf_counter() - t0
+
 def summary(results: list[VariantResult], settings: VariantSettings | None = None) -> dict[str, Any]:
     """Counts for a report or the data card: tasks, tasks per number of variants kept, tasks with at least
     ``settings.count``, and the reasons of those with fewer."""

@@ -201,7 +201,8 @@ class FilterStream:
         first_submit / last_result: Unix seconds of the first dispatched task and of the latest verdict
             (None before); ``busy_s``: the sandbox seconds of the verdicts received.
         spans: (worker, started_at, ended_at, lock_hold_s) of each verdict received, for the stage timeline.
-        after_result: called after each verdict is recorded (None: nothing), e.g. to compose more.
+        after_result: called with (task_id, record) after each verdict is recorded (None: nothing), e.g. to
+            compose more.
     """
 
     def __init__(self, run_dir: str | Path, settings: FilterSettings, handle: ClusterHandle, progress: bool = True):
@@ -223,7 +224,7 @@ class FilterStream:
         self.failures: list[str] = []
         self._counts: Counter = Counter()
         self._round_ran, self._round_t0 = 0, None
-        self.after_result: Callable[[], None] | None = None
+        self.after_result: Callable[[str, dict[str, Any]], None] | None = None
         register(handle.client, sandbox_pool(self.settings))
         self.dispatcher = Dispatcher(handle.client, verdict_task, self._on_result, self._on_error,
                                      window=max(4, 4 * handle.slots), key_prefix=f"verdict-{self.fp}",
@@ -242,7 +243,7 @@ class FilterStream:
                                result.get("lock_hold_s") or {}))
         self._counts["accepted" if result["accepted"] else result["reason"].split(":")[0]] += 1
         if self.after_result is not None:
-            self.after_result()
+            self.after_result(task_id, result)
         return _progress_postfix(self._counts)
 
     def _on_error(self, task_id: str, exc: BaseException) -> dict[str, Any]:

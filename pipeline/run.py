@@ -162,7 +162,8 @@ class _StreamedJob:
         self.cfg, self.run_dir, self.timeline, self.progress = cfg, run_dir, timeline, progress
         self.warming: list = []
         self.warm_up = None
-        self.handle = self.stream = self.feed = None
+        self.handle = self.stream = self.feed = self.variants = None
+        self.rows_by_task: dict[str, dict[str, Any]] = {}
         timeline.begin("cluster_start")
         workers = cfg.compose_workers or default_compose_workers(cfg.device)
         self.handle = open_cluster(cfg.device, cfg.workers, cfg.scheduler,
@@ -176,6 +177,10 @@ class _StreamedJob:
             self.stream = FilterStream(run_dir / "filter", settings, self.handle, progress)
             self.feed = ShardFeed(self.handle.client, _compose_options(cfg), cfg.round_size,
                                   self.handle.cpu_workers or None, self.stream.watch, plugin.digest + f"-{cfg.seed}")
+            from opforge.compose.variants import VariantPool, VariantSettings
+
+            # the settings `opforge variants` uses, as the publication below
+            self.variants = VariantPool(run_dir / "variants.jsonl", VariantSettings(), workers=workers)
         except BaseException:
             self.close()
             raise
@@ -190,7 +195,7 @@ class _StreamedJob:
         path = _round_path(self.run_dir, k)
         if path.exists():
             self.timeline.mark("first_candidates")
-            yield pd.read_parquet(path)
+            yield self._known(pd.read_parquet(path))
             return
         self.timeline.begin("compose")
         self.feed.submit(k)
@@ -203,7 +208,7 @@ class _StreamedJob:
             rows += got
             piece = rows_frame(got)
             if len(piece):
-                yield piece
+                yield self._known(piece)
         missing = sum(r is None for r in rows)
         if missing:
             warnings.warn(f"{missing} of {len(rows)} candidate indices found no graph that fits (left out)",
@@ -214,10 +219,28 @@ class _StreamedJob:
         tmp.replace(path)
         self.timeline.end("compose", at=self.feed.last_done, busy_s=self.feed.busy_s)
 
+    def _known(self, piece: pd.DataFrame) -> pd.DataFrame:
+        """Keep what a published row's variants are keyed by (``compose.variants``) for ``piece``'s tasks."""
+        ctx = piece["size_context"].fillna("") if "size_context" in piece else [""] * len(piece)
+        dtypes = piece["dtype"].fillna("float32") if "dtype" in piece else ["float32"] * len(piece)
+        for t, code, c, d in zip(piece["task_id"], piece["code"], ctx, dtypes, strict=True):
+            self.rows_by_task.setdefault(t, {"task_id": t, "code": code, "size_context": c, "dtype": d})
+        return piece
+
     def round_starts(self, k: int, composed: int) -> None:
         """Round ``k`` starts, ``composed`` candidates in the rounds before it: after each verdict from now on,
-        ``compose_ahead`` decides whether round ``k + 1`` is composed."""
-        self.stream.after_result = lambda: self.compose_ahead(k, composed)
+        ``compose_ahead`` decides whether round ``k + 1`` is composed, and an accepted task's hidden shape
+        variants are computed (``compose.variants.VariantPool``, cached where publication reads them)."""
+        def after(task_id: str, result: dict[str, Any]) -> None:
+            self.compose_ahead(k, composed)
+            row = self.rows_by_task.get(task_id)
+            if result.get("accepted") and row is not None and self.variants is not None:
+                eager = (result.get("metrics") or {}).get("runtime", {}).get("eager_ms")
+                gpu = (self.stream.env.get("gpu") or "cpu") if self.cfg.device == "cuda" else "cpu"
+                self.variants.submit({**row, "eager_ms": float(eager) if isinstance(eager, (int, float))
+                                      else float("nan"), "gpu": gpu})
+
+        self.stream.after_result = after
 
     def compose_ahead(self, k: int, composed: int) -> None:
         """Send round ``k + 1``'s shards now when it fits the candidate budget (``composed``: candidates of the
@@ -247,13 +270,21 @@ class _StreamedJob:
     def gpu_spans(self) -> list[tuple] | None:
         return self.stream.spans if self.stream is not None and self.cfg.device == "cuda" else None
 
-    def close(self) -> None:
+    def close(self, finished: bool = False) -> None:
+        """Stop the composer shards, close the stream and the cluster; the variants of accepted tasks are
+        waited for when the run ``finished`` (publication reads them), else stopped."""
         if self.feed is not None:
             self.feed.cancel()
         if self.stream is not None:
             self.stream.close()
         if self.handle is not None:
             self.handle.close()
+        if self.variants is not None:
+            self.variants.close(wait=finished)
+            if self.variants.first_submit is not None:
+                self.timeline.begin("publication_work", at=self.variants.first_submit)
+                self.timeline.end("publication_work", at=self.variants.last_done or self.variants.first_submit,
+                                  busy_s=self.variants.busy_s)
 
 
 def _stage_s(timeline, stage: str) -> float:
@@ -323,6 +354,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     not_filtered: set[str] = set()  # task ids of candidates skipped for a full signature (skip_full_signatures)
     selection = pool = None
     stop_reason = ""
+    finished = False
     try:
         k = 0
         while True:
@@ -352,8 +384,9 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
                 stop_reason = (f"candidate budget of {cfg.candidate_budget} exhausted: {len(selection.rows)} of "
                                f"{cfg.target} tasks selected")
                 break
+        finished = True
     finally:
-        job.close()
+        job.close(finished)
     warm_up = job.warm_up
     seconds = {"harvest": _stage_s(timeline, "harvest"), "cluster_start": _stage_s(timeline, "cluster_start"),
                "compose": _stage_s(timeline, "compose"), "filter": _stage_s(timeline, "filter")}

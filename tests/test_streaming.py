@@ -102,3 +102,24 @@ def test_killed_stream_resumes_to_the_verdicts_of_a_one_shot_filter(cluster, cat
     assert stages["filter"]["start"] <= stages["filter"]["end"] and stages["filter"]["busy_s"] > 0
     assert "timeline" in format_status(run_status(out))
 
+
+
+def test_gpu_busy_share_is_the_union_of_lock_holds_per_gpu():
+    from opforge.pipeline.timeline import Timeline, gpu_busy
+
+    spans = [("gpu0", 0.0, 10.0, {"compute_shared": 4.0}),      # held 6..10
+             ("gpu0", 5.0, 12.0, {"compute_shared": 4.0, "compute_exclusive": 1.0}),  # 7..12: union 6..12
+             ("gpu1", 0.0, 20.0, {"compute_shared": 30.0}),     # clipped to its start: 0..20
+             ("gpu1", 0.0, 3.0, {"memory": 3.0})]               # no compute lock held: not counted
+    g = gpu_busy(spans, after=2.0, until=22.0, run_start=0.0, run_end=40.0)
+    assert g["per_gpu"]["gpu0"] == {"share_after_first_candidates": 0.3, "share_of_run": 0.15}
+    assert g["per_gpu"]["gpu1"] == {"share_after_first_candidates": 0.9, "share_of_run": 0.5}
+    assert g["gpus"] == 2 and g["share_after_first_candidates"] == 0.6
+    assert gpu_busy([("cpu0", 0.0, 1.0, {})], 0.0, 1.0, 0.0, 1.0) is None
+    t = Timeline()
+    t.begin("filter", at=100.0)
+    t.end("filter", at=110.0, busy_s=30.0)
+    t.mark("first_candidates", at=102.0)
+    rec = t.record([("gpu0", 100.0, 110.0, {"compute_shared": 4.0})])
+    assert rec["stages"]["filter"] == {"start": 100.0, "end": 110.0, "wall_s": 10.0, "busy_s": 30.0}
+    assert rec["gpu_busy"]["share_after_first_candidates"] == 0.5
