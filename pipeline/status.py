@@ -62,9 +62,10 @@ def run_status(run_dir: str | Path, failures: int = 5) -> dict[str, Any]:
     """What ``run_dir`` holds: its kind (``run`` or ``filter``), stage, candidates composed, ledger progress,
     funnel so far (accepted, rejected per reason prefix) and the last ``failures`` broken tasks.
 
-    Stages of a run, in order: ``harvest`` (no seed catalog yet), ``compose`` (catalog, no candidates),
-    ``filter`` (candidates not all verdicted), ``select`` (all verdicted, no ``run.json``), ``finished``
-    (``run.json`` written: stop reason, selected count, Hub folder).
+    Stages of a run, in order: ``harvest`` (no seed catalog yet), ``compose`` (catalog, no candidates and no
+    verdict yet), ``filter`` (verdicts arriving: a round streams into the filter as it is composed),
+    ``select`` (all verdicted, no ``run.json``), ``finished`` (``run.json`` written: stop reason, selected
+    count, Hub folder, stage timeline).
 
     Raises:
         StatusError: ``run_dir`` is missing or holds neither a ``config.yaml`` nor a ``ledger.jsonl``.
@@ -115,8 +116,9 @@ def run_status(run_dir: str | Path, failures: int = 5) -> dict[str, Any]:
             out["result"] = None
         hf = run_dir / "hf"
         out["hub_folder"] = str(hf) if (hf / "README.md").is_file() else None
-    elif not rounds:
-        out["stage"] = "compose" if (run_dir / "seeds" / "catalog.parquet").is_file() else "harvest"
+    elif not rounds:  # the first round streams: its shards are filtered while later ones compose
+        out["stage"] = ("filter" if recs else "compose") if (run_dir / "seeds" / "catalog.parquet").is_file() \
+            else "harvest"
     elif len(recs) < n_unique:
         out["stage"] = "filter"
     else:
