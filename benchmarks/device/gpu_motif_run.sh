@@ -12,7 +12,7 @@ RUN=${RUN:-/tmp/motifrun}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 T0=$(date +%s)
 timeout "${LIMIT:-500}" python3 -m opforge.pipeline.cli run --device cuda --target "${TARGET:-1000}" \
-    --seed "${SEED:-35}" --device-profile h200 --out "$RUN" \
+    --seed "${SEED:-35}" --device-profile h200 --out "$RUN" ${ROUND_SIZE:+--round-size $ROUND_SIZE} \
     ${EXTRA:-} 2>&1 | stdbuf -o0 tr "\r" "\n" | grep --line-buffered -v -E "(it|task|block|problem|unit|op|model)/s" \
     | tee "$OUT/run.log"
 echo "run wall s: $(( $(date +%s) - T0 ))" | tee -a "$OUT/run.log"
