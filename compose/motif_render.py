@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 
+from opforge.compose.motif_trace import template_refs
 from opforge.compose.render import _norm_state_lines, task_source
 from opforge.task.op_names import snake
 
@@ -245,19 +246,6 @@ INPUT_NAMES = ("x", "y", "z", "w", "u", "v", "s", "t")
 SAME_DTYPE_CASTS = frozenset({"to", "float", "half", "bfloat16", "type_as", "type"})
 
 
-def _value_refs(obj) -> list[int]:
-    out: list[int] = []
-    if isinstance(obj, dict):
-        if "T" in obj and len(obj) == 1:
-            return [obj["T"]]
-        for v in obj.values():
-            out += _value_refs(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            out += _value_refs(v)
-    return out
-
-
 def is_overflow_guard(name: str, args: list, kwargs: dict) -> bool:
     from opforge.compose.motif_cut import is_overflow_guard as guard
 
@@ -299,7 +287,7 @@ def render_motif(motif, batch: int, seq: int | None, dtype: str, docstring: str)
                 value_dtype[o] = rendered_dtype(dt)
     for call in motif.calls:
         module_attr = ""
-        ins = _value_refs(call["args"])
+        ins = template_refs(call["args"])
         outs = call["outputs"]
         same_cast = call["name"] in SAME_DTYPE_CASTS and value_dtype.get(ins[0] if ins else -1) == \
             value_dtype.get(outs[0] if outs else -2)

@@ -16,6 +16,7 @@ import math
 
 from opforge.compose.device_profiles import DeviceProfile
 from opforge.compose.motif_cut import Motif
+from opforge.compose.motif_trace import template_refs
 
 _ITEM = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int64": 8, "int32": 4, "bool": 1,
          "int8": 1, "uint8": 1}
@@ -64,7 +65,7 @@ class MotifCost:
         for call in motif.calls:
             if not call.get("counted", True):
                 continue
-            vals = _refs(call["args"]) + _refs(call["kwargs"]) + [o for o in call["outputs"] if o is not None]
+            vals = template_refs(call["args"]) + template_refs(call["kwargs"]) + [o for o in call["outputs"] if o is not None]
             out = next((o for o in call["outputs"] if o is not None), None)
             self.ops.append((vals, float(call.get("flops", 0.0)), self.value_form[out][0] if out is not None else
                              (1, 0, 0)))
@@ -151,19 +152,6 @@ def _item(value_dtype: str, dtype: str) -> int:
 
 def _eval(poly: tuple[tuple[int, int, int], ...], batch: int, seq: int) -> int:
     return sum(c * batch ** p * seq ** q for c, p, q in poly)
-
-
-def _refs(obj) -> list[int]:
-    out: list[int] = []
-    if isinstance(obj, dict):
-        if "T" in obj and len(obj) == 1:
-            return [obj["T"]]
-        for v in obj.values():
-            out += _refs(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            out += _refs(v)
-    return out
 
 
 def _module_params(call: dict) -> int:

@@ -155,6 +155,13 @@ class Trace:
         return out
 
 
+def template_refs(obj) -> list[int]:
+    """Value ids of the tensors in an argument template (``{"T": vid}`` leaves), in order, repeats kept."""
+    out: list[int] = []
+    _refs(obj, out)
+    return out
+
+
 def _refs(obj, out: list[int]) -> None:
     if isinstance(obj, dict):
         if "T" in obj and len(obj) == 1:
