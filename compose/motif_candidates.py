@@ -179,7 +179,7 @@ def motif_candidate(state: dict, rng: random.Random, i: int, dtype: str) -> dict
                                                     "batch_size": batch, "seq_len": seq if motif.seq else None},
                                                    sort_keys=True),
         "categories": json.dumps(sorted({motif.category})), "input_shapes": json.dumps(shapes), "dtype": dtype,
-        "size_context": family, "pattern": f"motif:{motif.category}", "predicted_ms": float(predicted),
+        "size_context": family if profile.realistic else "", "pattern": f"motif:{motif.category}", "predicted_ms": float(predicted),
         "device_profile": profile.name, "generator": C.GENERATOR, "generator_seed": cfg.seed, "candidate_index": i,
         "provenance": json.dumps({"source": source, "found_in": len(motif.sources), "scopes": motif.scopes,
                                   "modules": motif.scope_classes, "motif_id": motif.motif_id,
