@@ -194,3 +194,28 @@ def test_overflow_guard_clamps_are_left_out():
     assert is_overflow_guard("clamp", [{"T": 1}, -65000.0, {"lit": 65000}], {})
     assert not is_overflow_guard("clamp", [{"T": 1}], {"min": 0.0, "max": 6.0})
     assert not is_overflow_guard("relu", [{"T": 1}], {})
+
+
+def test_motif_candidates_take_sizes_from_the_vocabulary_within_the_caps(catalog_path):
+    """H200-sized motif candidates of the packaged library: the batch is a vocabulary batch (<= 512), the
+    sequence a vocabulary sequence length, the inputs within the profile's cap in the task's dtype."""
+    import math
+
+    from opforge.compose.composer import ComposeConfig, compose
+    from opforge.compose.device_profiles import get_profile
+    from opforge.seeds.catalog import read_catalog
+    from opforge.seeds.vocabulary import default_vocabulary
+
+    vocab = default_vocabulary()
+    batches, seqs = set(vocab.values("batch", 1, 512)), set(vocab.values("seq"))
+    cap = get_profile("h200").input_cap_bytes
+    df = compose(read_catalog(catalog_path), ComposeConfig(n=24, seed=5, device_profile="h200", motif_share=1.0,
+                                                           transformers_share=0.0), progress=False)
+    rows = df[df.pattern.str.startswith("motif:")]
+    assert len(rows) >= 20
+    item = {"float32": 4, "bfloat16": 2, "float16": 2}
+    for row in rows.itertuples():
+        g = json.loads(row.graph)
+        assert g["batch_size"] in batches, g
+        assert g["seq_len"] is None or g["seq_len"] in seqs, g
+        assert sum(math.prod(s) for s in json.loads(row.input_shapes)) * item[row.dtype] <= cap * 1.01

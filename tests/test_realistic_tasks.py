@@ -24,9 +24,10 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 @pytest.fixture(scope="module")
 def gpu_sized(harvested):
-    """Candidates sized for an H200 (composition only runs on ``meta``)."""
-    return compose(harvested.ops, ComposeConfig(n=60, seed=7, device_profile="h200", transformers_share=0.0),
-                   progress=False)
+    """Random-composer candidates sized for an H200 (composition only runs on ``meta``; motif candidates are
+    sized by ``compose.motif_sizing``, tested in test_motifs.py)."""
+    return compose(harvested.ops, ComposeConfig(n=60, seed=7, device_profile="h200", transformers_share=0.0,
+                                                motif_share=0.0), progress=False)
 
 
 def test_sizes_come_from_the_vocabulary(gpu_sized):
@@ -149,7 +150,7 @@ def test_ops_that_matter_are_kept(harvested, labels, call_args):
 
 def test_composer_generates_no_noop_construct(harvested):
     df = compose(harvested.ops, ComposeConfig(n=80, seed=3, device_profile="test", transformers_share=0.0,
-                                              op_mix="1:0,2:0.5,3:0.5"), progress=False)
+                                              op_mix="1:0,2:0.5,3:0.5", motif_share=0.0), progress=False)
     from opforge.compose.sampler import Sampler
 
     s = Sampler(harvested.ops, get_profile("test"))
