@@ -21,7 +21,7 @@ import copy
 import json
 import random
 
-from opforge.compose.motif_cut import ACT, Motif
+from opforge.compose.motif_cut import Motif
 from opforge.compose.motif_render import RenderError, render_motif
 from opforge.compose.motif_sizing import MotifCost, _module_params, choose_sizes
 from opforge.compose.sizing import window_target
@@ -205,4 +205,4 @@ def _input_shapes(code: str) -> list[list[int]]:
     return [list(x.shape) for x in xs if isinstance(x, torch.Tensor)]
 
 
-__all__ = ["ACT", "MUTATIONS", "motif_candidate", "mutate", "small_enough"]
+__all__ = ["MUTATIONS", "motif_candidate", "mutate", "small_enough"]

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from opforge.compose.motif_render import RenderError, Symbols, expression
-from opforge.compose.motif_trace import BATCH, SEQ, Call, Trace
+from opforge.compose.motif_trace import BATCH, SEQ, Call, Trace, is_overflow_guard
 
 MOTIF_VERSION = 1
 MIN_OPS, MAX_OPS = 2, 8
@@ -278,18 +278,6 @@ def _identity_scalar(c: Call) -> bool:
     b = c.args[1]
     b = b.get("lit", b) if isinstance(b, dict) else b
     return isinstance(b, (int, float)) and not isinstance(b, bool) and b == _IDENTITY_SCALARS[c.name]
-
-
-OVERFLOW_GUARD = 1e4  # |bound| of a clamp that only guards against float16 overflow (finfo.max - 1000 in T5)
-
-
-def is_overflow_guard(name: str, args: list, kwargs: dict) -> bool:
-    """A ``clamp`` whose bounds are all at least ``OVERFLOW_GUARD`` in magnitude: a no-op on activations."""
-    if name not in ("clamp", "clip", "clamp_", "clip_"):
-        return False
-    bounds = [b.get("lit", b) if isinstance(b, dict) else b for b in list(args[1:3]) + list(kwargs.values())]
-    nums = [b for b in bounds if isinstance(b, (int, float)) and not isinstance(b, bool)]
-    return bool(nums) and all(abs(b) >= OVERFLOW_GUARD for b in nums)
 
 
 def _elide(trace: Trace, calls: list[Call]) -> list[Call]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 
-from opforge.compose.motif_trace import template_refs
+from opforge.compose.motif_trace import is_overflow_guard, template_refs
 from opforge.compose.render import _norm_state_lines, task_source
 from opforge.task.op_names import snake
 
@@ -244,12 +244,6 @@ INPUT_NAMES = ("x", "y", "z", "w", "u", "v", "s", "t")
 # Casts written out in a model (``x.to(torch.float32)`` before a norm in a bf16 model): left out where the task's
 # dtype makes them a cast to the dtype the value already has (a pure copy a kernel may skip).
 SAME_DTYPE_CASTS = frozenset({"to", "float", "half", "bfloat16", "type_as", "type"})
-
-
-def is_overflow_guard(name: str, args: list, kwargs: dict) -> bool:
-    from opforge.compose.motif_cut import is_overflow_guard as guard
-
-    return guard(name, args, kwargs)
 
 
 def render_motif(motif, batch: int, seq: int | None, dtype: str, docstring: str) -> str:

@@ -67,6 +67,19 @@ HEAVY_CANONICAL = frozenset({"linear", "matmul", "bmm", "baddbmm", "addmm", "add
                              "multi_head_attention_forward", "convolution", "tensordot"})
 
 
+OVERFLOW_GUARD = 1e4  # |bound| of a clamp that only guards against float16 overflow (finfo.max - 1000 in T5)
+
+
+def is_overflow_guard(name: str, args: list, kwargs: dict) -> bool:
+    """A ``clamp`` whose bounds are all at least ``OVERFLOW_GUARD`` in magnitude: a no-op on activations."""
+    if name not in ("clamp", "clip", "clamp_", "clip_"):
+        return False
+    bounds = [b.get("lit", b) if isinstance(b, dict) else b for b in list(args[1:3]) + list(kwargs.values())]
+    nums = [b for b in bounds if isinstance(b, (int, float)) and not isinstance(b, bool)]
+    return bool(nums) and all(abs(b) >= OVERFLOW_GUARD for b in nums)
+
+
+
 class TraceError(RuntimeError):
     """A model could not be built or traced; the message names the model and the cause."""
 

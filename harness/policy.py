@@ -67,7 +67,9 @@ def denied_module(name: str) -> bool:
                                         or (p.endswith("_") and name.startswith(p)) for p in DENIED_TORCH)
 
 
-def _dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
+def dotted_name(node: ast.AST, aliases: dict[str, str]) -> str | None:
+    """``a.b.c`` of a name / attribute chain with its first name resolved through ``aliases`` (import
+    aliases), or None when the chain does not start at a name."""
     parts = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
@@ -114,7 +116,7 @@ def policy_violations(source: str, filename: str = "model_new.py") -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
             owner_is_self = isinstance(node.value, ast.Name) and node.value.id == "self"
-            dotted = _dotted(node, aliases)
+            dotted = dotted_name(node, aliases)
             if dotted and denied_module(dotted) and not owner_is_self:
                 add(f"attribute:{dotted}")
             elif node.attr in DENIED_ATTRS and not owner_is_self:

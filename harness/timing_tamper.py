@@ -45,6 +45,8 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+from opforge.harness.policy import dotted_name
+
 TIMING_MODULES = ("time", "statistics", "numpy", "torch.cuda", "torch.accelerator", "torch.cpu", "torch.mps",
                   "torch.xpu")
 TIMING_OBJECTS = ("torch.Event", "torch.Stream")
@@ -80,17 +82,6 @@ def timing_target(dotted: str) -> bool:
             and (parts[:-1] == ["torch"] or parts[:-1] == ["torch", "Tensor"]))
 
 
-def _dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(aliases.get(node.id, node.id))
-    return ".".join(reversed(parts))
-
-
 def _root(node: ast.AST) -> ast.AST:
     while isinstance(node, (ast.Attribute, ast.Subscript)):
         node = node.value
@@ -111,7 +102,7 @@ def _aliases(tree: ast.AST) -> dict[str, str]:
     for _ in range(3):  # chains of plain assignments
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                dotted = _dotted(node.value, aliases) if isinstance(node.value, (ast.Name, ast.Attribute)) else None
+                dotted = dotted_name(node.value, aliases) if isinstance(node.value, (ast.Name, ast.Attribute)) else None
                 if dotted and dotted.split(".")[0] in {v.split(".")[0] for v in aliases.values()} \
                         and node.targets[0].id != dotted:
                     aliases[node.targets[0].id] = dotted
@@ -248,12 +239,12 @@ def _call_counters(tree: ast.Module, aliases: dict[str, str]) -> list[str]:
     # itertools.count objects: module-level names and state set in any function
     for node in tree.body:
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
-                and _dotted(node.value.func, aliases) == "itertools.count":
+                and dotted_name(node.value.func, aliases) == "itertools.count":
             counters.update(t.id for t in node.targets if isinstance(t, ast.Name))
     for fn, _cls in funcs:
         for node in _walk_own(fn):
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
-                    and _dotted(node.value.func, aliases) == "itertools.count":
+                    and dotted_name(node.value.func, aliases) == "itertools.count":
                 counters.update(k for t in node.targets if (k := scopes[id(fn)].key(t)))
     for fn, _cls in funcs:
         if fn.name == "__init__":
@@ -390,7 +381,7 @@ def timing_tampers(source: str, filename: str = "model_new.py") -> list[str]:
             return
         if not isinstance(target, ast.Attribute):
             return
-        dotted = _dotted(target, aliases)
+        dotted = dotted_name(target, aliases)
         root = _root(target)
         if dotted and timing_target(dotted):
             add(f"patch:{dotted}")
@@ -413,15 +404,15 @@ def timing_tampers(source: str, filename: str = "model_new.py") -> list[str]:
                 patched(t)
         elif isinstance(node, ast.ClassDef):
             for base in node.bases:
-                dotted = _dotted(base, aliases)
+                dotted = dotted_name(base, aliases)
                 if dotted and timing_target(dotted):
                     add(f"subclass:{dotted}")
         elif isinstance(node, ast.Call):
-            func = _dotted(node.func, aliases) or ""
+            func = dotted_name(node.func, aliases) or ""
             args = [*node.args, *(k.value for k in node.keywords)]
             if isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") and len(node.args) >= 2 \
                     and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
-                owner = _dotted(node.args[0], aliases)
+                owner = dotted_name(node.args[0], aliases)
                 name = node.args[1].value
                 root = _root(node.args[0])
                 if owner and timing_target(f"{owner}.{name}"):
@@ -430,13 +421,13 @@ def timing_tampers(source: str, filename: str = "model_new.py") -> list[str]:
                     add(f"patch:{owner or '<object>'}.{name}")
             elif func.startswith("functools."):
                 for a in args:
-                    dotted = _dotted(a, aliases) if isinstance(a, (ast.Name, ast.Attribute)) else None
+                    dotted = dotted_name(a, aliases) if isinstance(a, (ast.Name, ast.Attribute)) else None
                     if dotted and timing_target(dotted):
                         add(f"wrap:{dotted}")
             elif func.startswith(("unittest.mock.", "mock.")):
                 # patch("time.perf_counter", ...), patch.object(time, "perf_counter", ...), patch.dict(...)
                 strings = [a.value for a in args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-                owner = _dotted(node.args[0], aliases) if node.args else None
+                owner = dotted_name(node.args[0], aliases) if node.args else None
                 for name in strings:
                     for dotted in (name, f"{owner}.{name}" if owner else ""):
                         if dotted and timing_target(dotted):
@@ -448,7 +439,7 @@ def timing_tampers(source: str, filename: str = "model_new.py") -> list[str]:
         elif isinstance(node, ast.Attribute) and node.attr in SEED_ATTRS:
             root = _root(node)
             if not (isinstance(root, ast.Name) and root.id == "self"):
-                add(f"seed:{_dotted(node, aliases) or '<object>.' + node.attr}")
+                add(f"seed:{dotted_name(node, aliases) or '<object>.' + node.attr}")
         elif isinstance(node, ast.ImportFrom) and node.module:
             for a in node.names:
                 full = f"{node.module}.{a.name}"

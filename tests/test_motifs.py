@@ -188,7 +188,7 @@ def test_sizes_vary_inside_the_window_band(llama):
 
 
 def test_overflow_guard_clamps_are_left_out():
-    from opforge.compose.motif_cut import is_overflow_guard
+    from opforge.compose.motif_trace import is_overflow_guard
 
     assert is_overflow_guard("clamp", [{"T": 1}], {"min": -64504.0, "max": 64504.0})
     assert is_overflow_guard("clamp", [{"T": 1}, -65000.0, {"lit": 65000}], {})
