@@ -72,6 +72,14 @@ class TensorSpec(BaseModel):
 
 
 # Columns stored as JSON strings in the Parquet catalog.
+def _sorted_keys(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _sorted_keys(v[k]) for k in sorted(v)}
+    if isinstance(v, list):
+        return [_sorted_keys(x) for x in v]
+    return v
+
+
 JSON_FIELDS = ("init_args", "call_args", "inputs", "params", "templates", "output_shape", "config", "dtypes")
 
 # Floating dtypes a seed op's CPU forward may accept (``SeedOp.dtypes``), float32 first.
@@ -130,6 +138,13 @@ class SeedOp(BaseModel):
     config_class: str | None = None
     config: dict[str, Any] | None = None
     dtypes: list[Literal["float32", "bfloat16", "float16"]] = Field(default_factory=lambda: ["float32"])
+
+    @field_validator("init_args", "call_args", "params", "config", mode="after")
+    @classmethod
+    def _canonical_key_order(cls, v):
+        """Keys in sorted order at every depth (keyword arguments: their order means nothing), as a catalog
+        row stores them, so that a harvested op and the same op read back from Parquet compose alike."""
+        return _sorted_keys(v)
 
     def to_row(self) -> dict[str, Any]:
         row = self.model_dump()

@@ -157,3 +157,15 @@ def test_catalog_round_trip_and_every_row_reprobes(catalog_path, harvested):
 def test_read_catalog_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="opforge seeds harvest"):
         read_catalog(tmp_path / "nope.parquet")
+
+
+def test_a_harvested_op_and_its_catalog_row_hold_their_arguments_in_one_order(harvested, catalog_path):
+    """Keyword-argument dicts keep one key order, whatever order the harvest built them in, so a harvested op
+    and the same op read back from Parquet compose the same task (the composer iterates them)."""
+    op = SeedOp(label="nn.X", qualname="torch.nn.X", kind="module", init_args={"b": 1, "a": {"d": 2, "c": 3}},
+                call_args={"z": 0, "y": 1})
+    assert list(op.init_args) == ["a", "b"] and list(op.init_args["a"]) == ["c", "d"] and list(op.call_args) == ["y", "z"]
+    back = read_catalog(catalog_path)
+    fields = ("init_args", "call_args", "params", "config")
+    assert [[repr(getattr(o, f)) for f in fields] for o in harvested.ops] == \
+        [[repr(getattr(o, f)) for f in fields] for o in back]
