@@ -46,6 +46,8 @@ class TaskRun:
         inputs_reproducible: True once a fresh ``draw_inputs()`` was found equal to ``inputs``
             (``same_inputs``; set by the ``determinism`` filter), so a later filter may drop ``inputs`` to
             save GPU memory and draw them again.
+        screen_ms: the ``runtime_screen`` filter's one timed call (ms), which sizes the ``runtime`` filter's
+            bursts (``engine.timing.burst_size``), or None.
         forward_calls: how many ``call``s this task has made in this process. The first one holds the GPU
             lock as a "first_forward" step, the later ones as "forward" steps: a first call carries the
             task's one-time costs (cuDNN plans for its shapes, kernels loaded on first use), so only later
@@ -63,6 +65,7 @@ class TaskRun:
     compiled: Any = None
     inputs_reproducible: bool = False
     forward_calls: int = 0
+    screen_ms: float | None = None
 
     def load(self) -> LoadedTask:
         if self.task is None:

@@ -10,17 +10,19 @@ unpickled or executed by the grader.
 Grader -> server (``op``):
 
 * ``setup``: role-specific fields; ``slots`` (``harness.slots.SlotSpec`` dicts) and the blobs.
-* ``call``: ``{"op": "call", "target": name, "inputs": [...], "outputs": [...], "scalars": [...]}``: run the
-  target on the input slots (indices) with the non-tensor arguments ``scalars`` (positions as in the task's
-  ``get_inputs()``), copy its flat outputs into the output slots, synchronise the device, reply. Timed and
+* ``call``: ``{"op": "call", "target": name, "calls": [{"inputs": [...], "outputs": [...]}, ...]}``: a burst
+  of one or more calls, back to back: each runs the target on its arguments (``{"slot": index}`` of an input
+  slot, or ``{"value": v}`` of a non-tensor argument, in the order of the task's ``get_inputs()``) and copies
+  its flat outputs into its output slots; then the server synchronises the device once and replies. Timed and
   checked calls are the same message.
 * ``draw`` (reference only): fresh inputs for the given seeds, written into the given slots of the reference's
   own slot set; the reply holds their layouts.
 * ``exit``.
 
 Server -> grader: ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``; a ``call`` reply holds
-``hint_ms`` (the server's own time of the call: an untrusted hint), ``outputs`` (shape, dtype, ``plain``:
-an exact ``torch.Tensor``, ``strided``, ``device``), ``aliases`` and ``violations`` / ``config`` findings.
+``hint_ms`` (the server's own time of the whole burst: an untrusted hint), per call of the burst (``calls``)
+its ``outputs`` (shape, dtype, ``plain``: an exact ``torch.Tensor``, ``strided``, ``device``), ``copied`` and
+``aliases``, and the ``violations`` / ``config`` / ``timing`` findings.
 """
 
 from __future__ import annotations

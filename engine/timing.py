@@ -1,53 +1,109 @@
-"""Wall-clock timing of one forward call, on CUDA or CPU.
+"""Timing of forward calls, on CUDA or CPU: the one method of the ``runtime`` filter and the grader.
 
-Method (recorded with every measurement in ``Timing.method``):
+Method (recorded with every measurement in ``Timing.method``): a *burst* is ``K`` back-to-back calls of the
+same forward, each on its own input set where the caller rotates them, and on CUDA one device synchronisation
+(every stream) after the last call; its time is this process's ``time.perf_counter`` around the calls and the
+synchronisation, divided by ``K`` (``run_burst``). The grader's model servers time a burst the same way
+(``harness.server``), so the filter's ``eager_ms`` and the grader's are measured alike.
 
-* CUDA: warm-up calls, then per trial an L2 flush (zeroing a buffer twice the size of the device's L2, the
-  approach of ``triton.testing.do_bench``), a CUDA event pair around the call only, and the median over
-  the trials (KernelBench's ``time_execution_with_cuda_event`` also uses event pairs; it reports the mean).
-* CPU: warm-up calls, ``time.perf_counter`` around each call, median.
-
-The number of trials adapts to the call's cost: as many as fit ``budget_s`` after warm-up (estimated from
-the fastest warm-up call; with several functions timed together, the slowest one's), clamped to
-``[min_trials, max_trials]``, so a 0.05 ms op gets ``max_trials`` and a 500 ms op gets ``min_trials``.
-Warm-up stops early once it has used half the budget (a 5 s call is warmed up once); each warm-up call is
-itself timed (CUDA events), which lets ``stop_above_ms`` end the measurement of a far-too-slow call after
-one call. ``warmup=0`` is for functions the caller has already run (the filter chain's ``runtime`` filter
-comes after five other filters called the model): the first call of each function is then the first trial
-(L2-flushed like the others) and, at the same time, the estimate and the ``stop_above_ms`` check.
+* ``K`` (``burst_size``): enough calls that a burst lasts about ``BURST_TARGET_MS``, at most ``MAX_BURST``,
+  and no more input + output sets than fit ``BURST_BYTES``. A call of 20 us gets 50, one of 1 ms or more gets
+  1. What a burst amortises is the fixed cost of asking for it (a request across a process boundary, the wake
+  of a stopped process, the synchronisation), which on an H200 is 0.2-0.3 ms and varies with the neighbours;
+  the device work itself is timed back to back, as a real model runs it.
+* L2 (the policy of ``triton.testing.do_bench``): a buffer twice the size of the device's L2 is zeroed before
+  each burst, outside the measured time; inside a burst each call reads input sets written before that flush,
+  so inputs come from HBM, while weights small enough to stay in L2 stay there from the burst's second call on,
+  on both sides of a speed-up alike.
+* Queued work: the synchronisation is device-wide, so work a call leaves queued on any stream of the process is
+  charged to the burst.
+* Trials: after warm-up calls, as many bursts as fit ``budget_s`` (estimated from the fastest warm-up call;
+  with several functions timed together, the slowest one's), clamped to ``[min_trials, max_trials]``; the
+  result is the median over the bursts. Warm-up stops early once it has used half the budget (a 5 s call is
+  warmed up once); each warm-up call is itself timed, which lets ``stop_above_ms`` end the measurement of a
+  far-too-slow call after one call. ``warmup=0`` is for functions the caller has already run (the filter
+  chain's ``runtime`` filter comes after five other filters called the model): the first call of each
+  function is then the first trial (L2-flushed like the others) and, at the same time, the estimate and the
+  ``stop_above_ms`` check.
+* CPU: the same bursts, without a flush or a synchronisation.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
-import torch
 from opforge.engine.gpu_locks import gpu_timing
+
+if TYPE_CHECKING:  # torch is imported where a measurement runs: the constants and sizing rules need none of it
+    import torch
+
+# A timed burst lasts about this long (ms): the fixed cost of one request across the grader's process boundary,
+# 0.2-0.3 ms on an H200 and moved by the neighbours in a batch (docs/benchmark-log.md, 2026-11-26), is then a
+# small and steady part of the burst's wall time.
+BURST_TARGET_MS = 1.0
+# At most this many calls per burst, and at most this many bytes of input + output sets in one burst (each call
+# of a grader's burst has a fresh input set and output slots of its own).
+MAX_BURST = 64
+BURST_BYTES = 1 << 30
+
+
+def burst_cap(set_bytes: int, max_bytes: int = BURST_BYTES, max_burst: int = MAX_BURST) -> int:
+    """The most calls one burst may have when one call's input + output set takes ``set_bytes`` bytes: as many
+    sets as fit ``max_bytes``, between 1 and ``max_burst``."""
+    return max(1, min(int(max_burst), int(max_bytes) // max(int(set_bytes), 1)))
+
+
+def burst_size(call_ms: float, set_bytes: int = 0, target_ms: float = BURST_TARGET_MS) -> int:
+    """Calls per burst (``K``) for a call of about ``call_ms`` ms whose input + output set takes ``set_bytes``
+    bytes: ``ceil(target_ms / call_ms)``, at most ``burst_cap(set_bytes)``, at least 1 (1 when
+    ``target_ms`` <= 0: one call per timed request)."""
+    if target_ms <= 0 or not math.isfinite(call_ms):
+        return 1
+    return max(1, min(math.ceil(target_ms / max(call_ms, 1e-4)), burst_cap(set_bytes)))
+
+
+def run_burst(calls: Sequence[Callable[[], object]], cuda: bool) -> float:
+    """Wall ms of calling each of ``calls`` in turn and then, on CUDA, synchronising the device (every stream of
+    this process): ``time.perf_counter`` around both. The caller divides by ``len(calls)``."""
+    if cuda:
+        import torch
+    t = time.perf_counter()
+    for fn in calls:
+        fn()
+    if cuda:
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t) * 1e3
 
 
 @dataclass
 class Timing:
-    """One measurement. ``median_ms`` / ``min_ms`` / ``max_ms`` in milliseconds."""
+    """One measurement. ``median_ms`` / ``min_ms`` / ``max_ms`` in milliseconds per call; ``trials`` timed
+    bursts of ``burst`` calls each."""
 
     median_ms: float
     min_ms: float
     max_ms: float
     trials: int
     method: str
+    burst: int = 1
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-_FLUSH: dict[int, torch.Tensor] = {}
+_FLUSH: dict[int, Any] = {}  # device index -> its flush buffer
 
 
 def l2_flush_buffer(device: torch.device) -> torch.Tensor:
     """An int32 buffer twice the size of ``device``'s L2 cache (64 MiB assumed when unknown); zeroing it
     before a timed call evicts the previous call's data. One per device, kept for the process."""
+    import torch
+
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _FLUSH:
         l2 = getattr(torch.cuda.get_device_properties(index), "L2_cache_size", 0) or 64 * 2**20
@@ -57,36 +113,43 @@ def l2_flush_buffer(device: torch.device) -> torch.Tensor:
 
 def time_call(fn: Callable[[], object], device: str | torch.device = "cpu", *, warmup: int = 3,
               min_trials: int = 3, max_trials: int = 100, budget_s: float = 0.5,
-              stop_above_ms: float | None = None) -> Timing:
-    """Median time of ``fn()`` in ms on ``device`` ("cpu" or "cuda[:i]"); see the module docstring and
+              stop_above_ms: float | None = None, burst: int | None = 1, set_bytes: int = 0) -> Timing:
+    """Median time of ``fn()`` in ms per call on ``device`` ("cpu" or "cuda[:i]"); see the module docstring and
     ``time_calls`` (this is its one-function case)."""
     return time_calls({"fn": fn}, device, warmup=warmup, min_trials=min_trials, max_trials=max_trials,
-                      budget_s=budget_s, stop_above_ms=stop_above_ms)["fn"]
+                      budget_s=budget_s, stop_above_ms=stop_above_ms, burst=burst, set_bytes=set_bytes)["fn"]
 
 
 def time_calls(fns: dict[str, Callable[[], object]], device: str | torch.device = "cpu", *, warmup: int = 3,
                min_trials: int = 3, max_trials: int = 100, budget_s: float = 0.5,
-               stop_above_ms: float | None = None) -> dict[str, Timing]:
-    """Median time in ms of each zero-argument callable of ``fns`` on ``device`` ("cpu" or "cuda[:i]"),
-    measured interleaved: each trial calls every function once, in the given order, so clock and thermal
-    drift hit all alike. ``budget_s`` is per function (trials are sized by the slowest one's warm-up).
+               stop_above_ms: float | None = None, burst: int | None = 1,
+               set_bytes: int = 0) -> dict[str, Timing]:
+    """Median time in ms per call of each zero-argument callable of ``fns`` on ``device`` ("cpu" or "cuda[:i]"),
+    in bursts (see the module docstring), interleaved: each trial times one burst of every function, in the
+    given order, so clock and thermal drift hit all alike. ``budget_s`` is per function (trials are sized by
+    the slowest one's warm-up).
+
+    ``burst``: calls per burst; None sizes it from the first function's fastest warm-up call
+    (``burst_size``, with ``set_bytes``: bytes of one call's input + output set). A function whose calls
+    should each read other inputs rotates them itself.
 
     On CUDA the whole measurement (warm-up included) holds the GPU's ``compute`` lock exclusively
     (``engine.gpu_locks.gpu_timing``): no other sandbox's kernel runs meanwhile, and the measurement is
     one exclusive section however many functions it times.
 
-    ``stop_above_ms``: when the first function's first warm-up call alone takes longer (CUDA events /
-    ``perf_counter``), stop there and report that one call for it (``trials=0``, method ending in
-    ``:stopped_above``) and nothing for the others: enough to call a task too slow without spending
-    seconds of GPU time on it.
+    ``stop_above_ms``: when the first function's first warm-up call alone takes longer, stop there and report
+    that one call for it (``trials=0``, method ending in ``:stopped_above``) and nothing for the others: enough
+    to call a task too slow without spending seconds of GPU time on it.
 
     Returns ``{name: Timing}`` (only the first name when stopped). Exceptions from a function propagate.
     """
+    import torch
+
     device = torch.device(device)
     if device.type == "cuda":
-        with gpu_timing(device):
-            return _time_cuda(fns, device, warmup, min_trials, max_trials, budget_s, stop_above_ms)
-    return _time_cpu(fns, warmup, min_trials, max_trials, budget_s, stop_above_ms)
+        with gpu_timing(device), torch.cuda.device(device):
+            return _time(fns, device, warmup, min_trials, max_trials, budget_s, stop_above_ms, burst, set_bytes)
+    return _time(fns, device, warmup, min_trials, max_trials, budget_s, stop_above_ms, burst, set_bytes)
 
 
 def _trials(estimate_s: float, min_trials: int, max_trials: int, budget_s: float) -> int:
@@ -111,61 +174,33 @@ def _warm_up(fns: dict[str, Callable[[], object]], timed: Callable[[Callable[[],
     return times
 
 
-def _result(times: dict[str, list[float]], method: str) -> dict[str, Timing]:
-    return {n: Timing(statistics.median(v), min(v), max(v), len(v), method) for n, v in times.items()}
+def _time(fns, device, warmup, min_trials, max_trials, budget_s, stop_above_ms, burst, set_bytes
+          ) -> dict[str, Timing]:
+    import torch
 
+    cuda = device.type == "cuda"
+    kind = "cuda:l2_flush" if cuda else "cpu"
+    flush = l2_flush_buffer(device) if cuda else None
 
-def _stopped(first: Timing, name: str, kind: str) -> dict[str, Timing]:
-    first.method = f"{kind}:stopped_above"
-    return {name: first}
+    def timed(fn, k: int = 1) -> float:
+        if cuda:
+            flush.zero_()  # outside the measured time (run_burst starts its clock after)
+            torch.cuda.synchronize()
+        return run_burst([fn] * k, cuda) / k
 
-
-def _time_cpu(fns, warmup, min_trials, max_trials, budget_s, stop_above_ms) -> dict[str, Timing]:
-    def timed(fn) -> float:
-        t = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t) * 1e3
-
+    if cuda:
+        torch.cuda.synchronize()
     warm = _warm_up(fns, timed, max(warmup, 1), budget_s, stop_above_ms)
     if isinstance(warm, Timing):
-        return _stopped(warm, next(iter(fns)), "cpu:perf_counter")
-    n = _trials(max(min(v) for v in warm.values()) / 1e3, min_trials, max_trials, budget_s)
-    times: dict[str, list[float]] = {name: list(warm[name]) if warmup == 0 else [] for name in fns}
-    for _ in range(n - (1 if warmup == 0 else 0)):
+        warm.method = f"{kind}:burst:stopped_above"
+        return {next(iter(fns)): warm}
+    k = burst_size(min(next(iter(warm.values()))), set_bytes) if burst is None else max(1, int(burst))
+    n = _trials(max(min(v) for v in warm.values()) * k / 1e3, min_trials, max_trials, budget_s)
+    # without warm-up the first call was a trial: kept as one when trials are single calls
+    keep = warmup == 0 and k == 1
+    times: dict[str, list[float]] = {name: list(warm[name]) if keep else [] for name in fns}
+    for _ in range(n - (1 if keep else 0)):
         for name, fn in fns.items():
-            times[name].append(timed(fn))
-    return _result(times, "cpu:perf_counter:median")
-
-
-def _time_cuda(fns, device, warmup, min_trials, max_trials, budget_s, stop_above_ms) -> dict[str, Timing]:
-    flush = l2_flush_buffer(device)
-    with torch.cuda.device(device):
-        torch.cuda.synchronize()
-
-        def timed(fn) -> float:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            if warmup == 0:  # this call is a trial too
-                flush.zero_()
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end)
-
-        warm = _warm_up(fns, timed, max(warmup, 1), budget_s, stop_above_ms)
-        if isinstance(warm, Timing):
-            return _stopped(warm, next(iter(fns)), "cuda:events")
-        n = _trials(max(min(v) for v in warm.values()) / 1e3, min_trials, max_trials, budget_s)
-        events = {name: [] for name in fns}
-        for _ in range(n - (1 if warmup == 0 else 0)):
-            for name, fn in fns.items():
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                flush.zero_()
-                start.record()
-                fn()
-                end.record()
-                events[name].append((start, end))
-        torch.cuda.synchronize()
-    first = {name: list(warm[name]) if warmup == 0 else [] for name in fns}
-    return _result({name: first[name] + [s.elapsed_time(e) for s, e in pairs] for name, pairs in events.items()},
-                   "cuda:events:l2_flush:median")
+            times[name].append(timed(fn, k))
+    return {name: Timing(statistics.median(v), min(v), max(v), len(v), f"{kind}:burst:median", k)
+            for name, v in times.items()}

@@ -2,7 +2,8 @@
 
 Default window 1-100 ms on CUDA (docs/DESIGN.md §2: the eager runtime lies in the window on the GPU named).
 On CPU the window is off by default and the time is recorded as a flag (``in_window``): CPU times say
-little about GPU times. Timing method: ``engine.timing.time_calls``.
+little about GPU times. Timing method: ``engine.timing.time_calls``, in bursts on rotating input sets, as the
+grader times (``harness.grader``).
 
 Timing is the one phase a task needs the GPU to itself for (``engine.gpu_locks``: every other sandbox on
 the GPU waits meanwhile), so each task gets exactly one such exclusive section, at the end of the chain:
@@ -37,15 +38,18 @@ the GPU waits meanwhile), so each task gets exactly one such exclusive section, 
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
 from opforge.engine.execution import TaskRun
 from opforge.engine.gpu_locks import gpu_work
-from opforge.engine.timing import l2_flush_buffer, time_call, time_calls
+from opforge.engine.timing import burst_size, l2_flush_buffer, time_call, time_calls
 from opforge.filters.verdict import Cost, Filter, Verdict
 
 CUDA_WINDOW_MS = (1.0, 100.0)
+# the seeds of a burst's extra input sets: BURST_SEED + 1, + 2, ... (engine.execution's seeds are below it)
+BURST_SEED = 1000
 
 
 def resolve_window(device: str, window_ms: tuple[float, float] | None, no_window: bool = False
@@ -67,7 +71,15 @@ def measure_eager_ms(code: str, task_id: str = "<task>", device: str = "cpu", bu
     """
     run = TaskRun(code, task_id, device)
     run.model, run.inputs = run.build_model(), run.draw_inputs()
-    return time_call(lambda: run.call(seed=None), device, budget_s=budget_s).median_ms
+    return time_call(lambda: run.call(seed=None), device, budget_s=budget_s, burst=None,
+                     set_bytes=tensor_bytes(run.inputs)).median_ms
+
+
+def tensor_bytes(values) -> int:
+    """Bytes of the tensors among ``values``."""
+    import torch
+
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
 
 class RuntimeScreenFilter(Filter):
@@ -110,6 +122,7 @@ class RuntimeScreenFilter(Filter):
             t = time.perf_counter()
             run.unseeded_outputs = run.call(seed=None)
             ms = (time.perf_counter() - t) * 1e3
+        run.screen_ms = ms
         t = self.thresholds
         window = t["window_ms"]
         m = {"screen_ms": ms, "alone_ms": None, "alone_calls": 0, "certainly_too_slow": False,
@@ -137,13 +150,18 @@ class RuntimeScreenFilter(Filter):
 class RuntimeFilter(Filter):
     """Rejects ``runtime_out_of_window:too_fast`` / ``:too_slow`` when ``window_ms`` is set.
 
+    Each trial is a burst of ``K`` calls (``engine.timing``), ``K`` sized from the ``runtime_screen`` filter's call
+    (else one timed call) and the bytes of one input + output set; the calls of a burst rotate over ``K``
+    input sets (the first the task's, the others drawn with the next seeds), so each reads inputs the L2 flush
+    before the burst evicted, as the grader's calls do.
+
     Thresholds: ``window_ms`` ([lo, hi] in ms, or None = record only), ``budget_s`` (timing budget per
     timed model, seconds), ``warmup`` (untimed calls before timing; 0 = the first call is a trial, see
     ``engine.timing``), ``max_trials``, ``stop_above`` (factor over the window's upper edge that ends
     timing after one call), ``time_compiled`` (also time ``TaskRun.compiled`` when there is one; None = on
     CUDA only).
-    Metrics: ``eager_ms`` (median, ms), ``min_ms``, ``max_ms``, ``trials`` (0 when stopped after the first
-    call), ``method``, ``in_window`` (bool, or None without a window); with a compiled model also
+    Metrics: ``eager_ms`` (median, ms per call), ``min_ms``, ``max_ms``, ``trials`` (bursts; 0 when stopped
+    after the first call), ``burst`` (calls per burst), ``method``, ``in_window`` (bool, or None without a window); with a compiled model also
     ``compile_ms``, ``compile_min_ms``, ``compile_max_ms`` (ms).
     """
 
@@ -165,23 +183,37 @@ class RuntimeFilter(Filter):
 
     def score(self, run: TaskRun) -> dict[str, Any]:
         t = self.thresholds
-        model, inputs = run.model, run.inputs
+        model = run.model
         # record-only (no window): one trial is enough for a flag; with a window, at least three
         trials = 1 if t["window_ms"] is None else 3
         stop = t["window_ms"][1] * t["stop_above"] if t["window_ms"] is not None and t["stop_above"] else None
-        fns = {"eager": lambda: run.call(model, inputs, seed=None)}
+        sets = self._input_sets(run, stop)
+        # the calls run inside time_calls' exclusive hold of the GPU: no lock of their own per call
+        eager_sets = itertools.cycle(sets)
+        fns = {"eager": lambda: run.call(model, next(eager_sets), seed=None, lock=False)}
         timed_compiled = run.device.startswith("cuda") if t["time_compiled"] is None else t["time_compiled"]
         if run.compiled is not None and timed_compiled:
-            compiled = run.compiled
-            fns["compile"] = lambda: run.call(compiled, inputs, seed=None)
+            compiled, compiled_sets = run.compiled, itertools.cycle(sets)
+            fns["compile"] = lambda: run.call(compiled, next(compiled_sets), seed=None, lock=False)
         timings = time_calls(fns, run.device, warmup=t["warmup"], budget_s=t["budget_s"], min_trials=trials,
-                             max_trials=t["max_trials"], stop_above_ms=stop)
+                             max_trials=t["max_trials"], stop_above_ms=stop, burst=len(sets))
         m = timings["eager"].as_dict()
         m["eager_ms"] = m.pop("median_ms")
         if "compile" in timings:
             c = timings["compile"]
             m.update(compile_ms=c.median_ms, compile_min_ms=c.min_ms, compile_max_ms=c.max_ms)
         return m
+
+    @staticmethod
+    def _input_sets(run: TaskRun, stop_ms: float | None) -> list[list[Any]]:
+        """The input sets one burst rotates over: ``engine.timing.burst_size`` of them for a call of the
+        screen's time (else of one call timed here) and one set's bytes (inputs and outputs)."""
+        est = run.screen_ms
+        if est is None:
+            est = time_call(lambda: run.call(seed=None), run.device, warmup=0, min_trials=1, max_trials=1,
+                            budget_s=0.0, stop_above_ms=stop_ms).median_ms
+        k = burst_size(est, tensor_bytes(run.inputs) + tensor_bytes(run.outputs))
+        return [run.inputs] + [run.draw_inputs(seed=BURST_SEED + j) for j in range(1, k)]
 
     def decide(self, m: dict[str, Any]) -> Verdict:
         window = self.thresholds["window_ms"]

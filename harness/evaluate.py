@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from opforge.engine.settings import GpuAdmission
+from opforge.engine.timing import BURST_TARGET_MS
 from opforge.harness.build import FIXED_BINDING, BuildResult, build_extension
 from opforge.harness.reward import reward_for
 from opforge.harness.solution import Solution
@@ -60,7 +61,9 @@ class EvalConfig(GpuAdmission):
     tolerance of each reference output's dtype, ``opforge.task.precision``); times in s. Every call of the
     candidate is verified, so ``correct_trials`` / ``warmup`` / ``timing_trials`` / ``reverify_trials`` are
     rounds of one schedule (``harness.grader``). ``threads``: intra-op threads of both servers (None: the
-    cores this process may use). ``input_sets``: rotating input slots (>= 2)."""
+    cores this process may use). ``input_sets``: rotating input slots of the single-call rounds (>= 2).
+    ``burst_target_ms``: a warm-up or timed round of each target is one burst of calls on fresh input sets,
+    as many as make it last about this long (``engine.timing.burst_size``); 0 times one call per request."""
 
     model_config = ConfigDict(extra="forbid")
     atol: float | None = None
@@ -78,6 +81,7 @@ class EvalConfig(GpuAdmission):
     namespaces: tuple[str, ...] = ("opforge_kernels",)
     threads: int | None = Field(None, ge=1)
     input_sets: int = Field(4, ge=2)
+    burst_target_ms: float = Field(BURST_TARGET_MS, ge=0)
     # hidden shape variants of the task row (its ``shape_variants``, compose.variants): checked in the final rounds
     shape_variants: bool = True
     variant_trials: int = Field(2, ge=1)
@@ -111,6 +115,7 @@ class EvalResult(BaseModel):
     # trials, and each timed round's walls_ms / hints_ms (harness.grader)
     timing: dict[str, Any] = {}
     overhead_ms: float | None = None  # low quantile of wall - hint of the reference's eager calls (harness.grader)
+    burst: int = 1  # calls per warm-up and timed request (harness.grader, engine.timing.burst_size)
     variants_checked: int = 0  # hidden shape variants the candidate answered correctly (harness.grader)
     phases_s: dict[str, float] = {}  # seconds of the grader's steps: admit, setup, draw, total (harness.grader)
     device: str = "cpu"

@@ -68,6 +68,7 @@ from typing import Any
 import torch
 from opforge.engine.oneshot import ServerProcess
 from opforge.engine.protocol import ProtocolError, pack_pair
+from opforge.engine.timing import MAX_BURST
 from opforge.harness.slots import SlotSet, dtype_from
 
 SERVER_MODULE = "opforge.harness.server"  # the model servers' entry point (``harness.server``)
@@ -190,25 +191,32 @@ def _hint_hacks(reply: dict[str, Any]) -> list[str]:
             + [f"timing:changed:{n}" for n in reply.get("timing") or []])
 
 
-def _check_reply(reply: dict[str, Any], call: bool = True) -> None:
-    """Raise ``Verdict("hacked", protocol:...)`` unless ``reply`` has the shape of a setup or call reply."""
+def _check_reply(reply: dict[str, Any], call: bool = True, calls: int = 1) -> None:
+    """Raise ``Verdict("hacked", protocol:...)`` unless ``reply`` has the shape of a setup reply or of a call
+    reply for a burst of ``calls`` calls."""
     def bad(what: str) -> Verdict:
         return Verdict("hacked", f"malformed reply: {what}", ["protocol:malformed"])
 
+    def strings(v: Any) -> bool:
+        return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
     if not isinstance(reply.get("ok"), bool):
         raise bad("no 'ok'")
-    for key in ("violations", "config", "aliases", "timing"):
-        v = reply.get(key, [])
-        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+    for key in ("violations", "config", "timing"):
+        if not strings(reply.get(key, [])):
             raise bad(key)
     if reply["ok"] and call:
         hint = reply.get("hint_ms")
         if not isinstance(hint, (int, float)) or isinstance(hint, bool) or not math.isfinite(hint) or hint < 0:
             raise bad("hint_ms")
-        outs = reply.get("outputs")
-        if not isinstance(outs, list) or not all(isinstance(o, dict) for o in outs) \
-                or not isinstance(reply.get("copied"), bool):
-            raise bad("outputs")
+        done = reply.get("calls")
+        if not isinstance(done, list) or len(done) != calls or not all(isinstance(c, dict) for c in done):
+            raise bad("calls")
+        for c in done:
+            outs = c.get("outputs")
+            if not isinstance(outs, list) or not all(isinstance(o, dict) for o in outs) \
+                    or not isinstance(c.get("copied"), bool) or not strings(c.get("aliases", [])):
+                raise bad("outputs")
 
 
 class Grader:
@@ -289,7 +297,8 @@ class Grader:
         cfg = self.cfg
         return {"task_code": self.task["code"], "task_id": str(self.task["task_id"]),
                 "gpu_memory_fraction": cfg.gpu_memory_fraction, "gpu_admit_gib": cfg.gpu_admit_gib,
-                "alone": self.alone, "variants": self.variants, "input_sets": max(2, cfg.input_sets)}
+                "alone": self.alone, "variants": self.variants, "input_sets": max(2, cfg.input_sets),
+                "burst_target_ms": cfg.burst_target_ms}
 
     def _end_startup(self) -> None:
         if self._startup is not None:
@@ -368,11 +377,15 @@ class Grader:
         result: dict[str, Any] = {"precision": info.get("config", {})}
         layout, out_layout = info["inputs"], info["outputs"]
         k = max(2, cfg.input_sets)
+        # calls per warm-up and timed burst, sized by the reference (engine.timing.burst_size); each call of a
+        # burst has a slot set of its own
+        n_burst = max(1, min(int(info.get("burst") or 1), MAX_BURST))
+        result["burst"] = n_burst
         cset, rset = SlotSet(self.device), SlotSet(self.device)
         slot_sets += [cset, rset]
         # hidden shape variants the reference could run; each gets two rotating slot sets of its own, allocated
         # with the public ones, so the candidate's setup and call messages look alike for every shape
-        shapes = {None: (layout, out_layout, k)}
+        shapes = {None: (layout, out_layout, max(k, n_burst))}
         for j, v in enumerate(info.get("variants") or []):
             if "error" in v:
                 result.setdefault("flags", []).append(f"variant_skipped:{j}")
@@ -452,52 +465,59 @@ class Grader:
 
         slowest: dict[str, float] = {}  # target -> slowest untimed call, ms
 
-        def call(server: ServerProcess, target: str, slot: int, ins: list[list[int]], outs: list[list[int]],
-                 sset: SlotSet, values: list[Any], lay: list[dict], olay: list[dict] = out_layout
-                 ) -> tuple[dict, float, list[torch.Tensor]]:
+        def call(server: ServerProcess, target: str, slots: list[int], ins: list[list[int]], outs: list[list[int]],
+                 sset: SlotSet, draws: list[tuple[list[Any], list[dict]]], olay: list[dict] = out_layout
+                 ) -> tuple[dict, float, list[list[torch.Tensor]]]:
+            """One ``call`` message: a burst of ``len(slots)`` calls, call ``j`` on input set ``draws[j]``
+            copied into slot set ``slots[j]``. Returns (reply, wall ms of the burst, each call's outputs)."""
             timed = self.lock.mode == "exclusive"
+            n = len(slots)
             if timed:
-                limit = max(TIMED_CALL_FLOOR_S, TIMED_CALL_FACTOR * slowest.get(target, 0.0) / 1e3)
+                limit = max(TIMED_CALL_FLOOR_S, TIMED_CALL_FACTOR * n * slowest.get(target, 0.0) / 1e3)
             elif server is cand:
-                limit = max(UNTIMED_CALL_FLOOR_S, UNTIMED_CALL_FACTOR * slowest.get("eager", 0.0) / 1e3)
+                limit = max(UNTIMED_CALL_FLOOR_S, UNTIMED_CALL_FACTOR * n * slowest.get("eager", 0.0) / 1e3)
             else:
                 limit = None
-            tensors = iter(ins[slot])
-            args, written = [], []
-            for a, v in zip(lay, values, strict=True):
-                if a["tensor"]:
-                    i = next(tensors)
-                    sset.tensors[i].copy_(v)
-                    args.append({"slot": i})
-                    written.append((sset.tensors[i], v, len(written)))
-                else:
-                    args.append({"value": a["value"]})
-            for i in outs[slot]:
-                _poison(sset.tensors[i])
+            plan, written = [], []
+            for slot, (values, lay) in zip(slots, draws, strict=True):
+                tensors = iter(ins[slot])
+                args = []
+                for a, v in zip(lay, values, strict=True):
+                    if a["tensor"]:
+                        i = next(tensors)
+                        sset.tensors[i].copy_(v)
+                        args.append({"slot": i})
+                        written.append((sset.tensors[i], v, len(args) - 1))
+                    else:
+                        args.append({"value": a["value"]})
+                for i in outs[slot]:
+                    _poison(sset.tensors[i])
+                plan.append({"inputs": args, "outputs": outs[slot]})
             if self.cuda:
-                self._flush().zero_()  # L2 is device-wide: the call starts cold whichever process makes it
+                self._flush().zero_()  # L2 is device-wide: the burst starts cold whichever process makes it
                 torch.cuda.synchronize()
             # both servers sleep stopped between their calls and wake the same way for each (see Quiet)
             server.resume()
-            reply, _, wall = self._ask(server, {"op": "call", "target": target, "inputs": args, "outputs": outs[slot]},
-                                       limit_s=limit)
+            reply, _, wall = self._ask(server, {"op": "call", "target": target, "calls": plan}, limit_s=limit)
             if not timed:
-                slowest[target] = max(slowest.get(target, 0.0), wall)
+                slowest[target] = max(slowest.get(target, 0.0), wall / n)
             server.pause()
-            got = [sset.tensors[i].clone() for i in outs[slot]]
+            got = [[sset.tensors[i].clone() for i in outs[slot]] for slot in slots]
             if self.cuda:
                 torch.cuda.synchronize()
             if server is cand:
                 self._judge(reply, got, olay)
-                changed = [f"input{n}" for t, v, n in written if not _bytes_equal(t, v)]
+                changed = sorted({f"input{m}" for t, v, m in written if not _bytes_equal(t, v)})
                 if changed:
                     raise Verdict("hacked", "the candidate modified its inputs",
                                   [f"input_modified:{c}" for c in changed])
-            elif not reply.get("ok") or not reply.get("copied"):
-                raise _reference_failed(reply, f"reference {target} call failed: {reply.get('error') or reply.get('outputs')}")
+            elif not reply.get("ok") or not all(c.get("copied") for c in reply.get("calls") or [{}]):
+                raise _reference_failed(reply, f"reference {target} call failed: "
+                                               f"{reply.get('error') or reply.get('calls')}")
             return reply, wall, got
 
         variant_rounds: dict[int, int] = {}
+        burst = list(range(n_burst))  # the slot sets of a warm-up or timed burst
         i = 0
         while i < len(phases):
             phase = phases[i]
@@ -509,7 +529,7 @@ class Grader:
                 with self.lock.exclusive():
                     held = time.perf_counter()
                     while True:
-                        worst = max(worst, self._round(call, next_inputs, i % k, c_in, c_out, r_in, r_out,
+                        worst = max(worst, self._round(call, next_inputs, burst, c_in, c_out, r_in, r_out,
                                                        cset, rset, cand, ref, walls, hints, True))
                         i += 1
                         if (i == len(phases) or phases[i] != "timing"
@@ -526,8 +546,9 @@ class Grader:
                 t_verify += time.perf_counter() - t0
                 i += 1
                 continue
+            slots = burst if phase == "warmup" else [i % k]
             with self.lock.shared():
-                worst = max(worst, self._round(call, next_inputs, i % k, c_in, c_out, r_in, r_out, cset, rset,
+                worst = max(worst, self._round(call, next_inputs, slots, c_in, c_out, r_in, r_out, cset, rset,
                                                cand, ref, walls, hints, phase == "warmup"))
             if phase == "warmup":
                 t_profile += time.perf_counter() - t0
@@ -548,16 +569,16 @@ class Grader:
 
     def _variant_round(self, call, next_inputs, j: int, done: dict[int, int], c_slots, r_slots, shapes, cset, rset,
                        cand, ref) -> float:
-        """One verify round of hidden shape variant ``j`` (candidate, then eager; no timing). A wrong answer is
-        ``incorrect`` with a message that names the variant but none of its shapes."""
+        """One verify round of hidden shape variant ``j`` (candidate, then eager; one call each, no timing). A
+        wrong answer is ``incorrect`` with a message that names the variant but none of its shapes."""
         olay = shapes[j][1]
         slot = done.get(j, 0) % shapes[j][2]
-        values, lay = next_inputs(j)
+        draws = [next_inputs(j)]
         (c_in, c_out), (r_in, r_out) = c_slots[j], r_slots[j]
         try:
-            _, _, got = call(cand, "candidate", slot, c_in, c_out, cset, values, lay, olay)
-            _, _, expected = call(ref, "eager", slot, r_in, r_out, rset, values, lay, olay)
-            return self._compare(expected, got)
+            _, _, got = call(cand, "candidate", [slot], c_in, c_out, cset, draws, olay)
+            _, _, expected = call(ref, "eager", [slot], r_in, r_out, rset, draws, olay)
+            return self._compare(expected[0], got[0])
         except Verdict as v:
             if v.status == "incorrect":
                 import re
@@ -566,23 +587,24 @@ class Grader:
                 raise Verdict("incorrect", f"hidden shape variant {j + 1}: {hidden}") from None
             raise
 
-    def _round(self, call, next_inputs, slot, c_in, c_out, r_in, r_out, cset, rset, cand, ref, walls, hints,
-               with_compile: bool) -> float:
-        """One round: the candidate, then eager (the expected outputs), then ``torch.compile`` when warming up
-        or timing; in the timing phase (the lock held exclusively) appends each call's wall and hint ms.
+    def _round(self, call, next_inputs, slots: list[int], c_in, c_out, r_in, r_out, cset, rset, cand, ref, walls,
+               hints, with_compile: bool) -> float:
+        """One round on ``len(slots)`` fresh input sets: the candidate's burst, then eager's (the expected
+        outputs), then ``torch.compile``'s when warming up or timing; in the timing phase (the lock held
+        exclusively) appends each target's wall and hint ms per call (the burst's divided by its calls).
         Returns the round's error."""
-        values, lay = next_inputs()
+        draws = [next_inputs() for _ in slots]
         timed = self.lock.mode == "exclusive"
-        c_reply, c_wall, got = call(cand, "candidate", slot, c_in, c_out, cset, values, lay)
-        e_reply, e_wall, expected = call(ref, "eager", slot, r_in, r_out, rset, values, lay)
+        c_reply, c_wall, got = call(cand, "candidate", slots, c_in, c_out, cset, draws)
+        e_reply, e_wall, expected = call(ref, "eager", slots, r_in, r_out, rset, draws)
         replies = {"candidate": (c_reply, c_wall), "eager": (e_reply, e_wall)}
         if with_compile and "compile" in walls:
-            replies["compile"] = call(ref, "compile", slot, r_in, r_out, rset, values, lay)[:2]
+            replies["compile"] = call(ref, "compile", slots, r_in, r_out, rset, draws)[:2]
         if timed:
             for name, (reply, wall) in replies.items():
-                walls[name].append(wall)
-                hints[name].append(float(reply["hint_ms"]))
-        return self._compare(expected, got)
+                walls[name].append(wall / len(slots))
+                hints[name].append(float(reply["hint_ms"]) / len(slots))
+        return max(self._compare(e, g) for e, g in zip(expected, got, strict=True))
 
     def _compare(self, expected: list[torch.Tensor], got: list[torch.Tensor]) -> float:
         from opforge.engine.execution import tolerance_error
@@ -596,19 +618,25 @@ class Grader:
                                            "tolerance) on fresh inputs")
         return worst
 
-    def _judge(self, reply: dict[str, Any], got: list[torch.Tensor], out_layout: list[dict]) -> None:
-        """The candidate's reply against the rules; raises ``Verdict`` on any break."""
-        _check_reply(reply)
+    def _judge(self, reply: dict[str, Any], got: list[list[torch.Tensor]], out_layout: list[dict]) -> None:
+        """The candidate's reply to a burst of ``len(got)`` calls against the rules; raises ``Verdict`` on any
+        break."""
+        _check_reply(reply, calls=len(got))
         if reply.get("violations") or reply.get("timing"):
             raise Verdict("hacked", reply.get("error") or TIMING_TAMPERED, _hint_hacks(reply))
         if reply.get("config"):
             raise Verdict("hacked", "the candidate changed runtime settings", [f"config:{c}" for c in reply["config"]])
         if not reply["ok"]:
             raise Verdict("oom" if reply.get("oom") else "incorrect", reply.get("error") or "the call failed")
-        if reply.get("aliases"):
+        for done in reply["calls"]:
+            self._judge_call(done, out_layout)
+
+    def _judge_call(self, done: dict[str, Any], out_layout: list[dict]) -> None:
+        """One call of a burst: its outputs' aliases, class, layout, device, count, shapes, dtypes, delivery."""
+        if done.get("aliases"):
             raise Verdict("hacked", "an output shares memory with an input or a weight",
-                          [f"alias:{a}" for a in reply["aliases"]])
-        meta = reply["outputs"]
+                          [f"alias:{a}" for a in done["aliases"]])
+        meta = done["outputs"]
         for n, m in enumerate(meta):
             if m.get("plain") is not True or m.get("strided") is not True:
                 raise Verdict("hacked", f"output {n} is not a plain strided torch.Tensor", ["output:not_plain"])
@@ -621,5 +649,5 @@ class Grader:
                 raise Verdict("incorrect", f"output {n} has shape {m.get('shape')}, expected {want['shape']}")
             if m.get("dtype") != want["dtype"]:
                 raise Verdict("incorrect", f"output {n} has dtype {m.get('dtype')}, expected {want['dtype']}")
-        if not reply["copied"]:
+        if not done["copied"]:
             raise Verdict("incorrect", "the outputs were not delivered")

@@ -6,8 +6,10 @@ on fake tensors before any GPU work, grown to the measured layouts and peak afte
 runtime settings as the candidate's server (``harness.guard.pin_config``) and Inductor's ``compile_threads``
 to ``COMPILE_THREADS``, load the task
 (``opforge.task.source.load_task``), build ``Model(*get_init_inputs())`` after ``torch.manual_seed(seed)``
-(a seed the grader draws per evaluation), run it once on one draw of inputs to learn the output layout.
-Reply: the input layout (per position: a tensor's shape and dtype, or a JSON value) and the output layout;
+(a seed the grader draws per evaluation), run it once on one draw of inputs to learn the output layout, and
+up to three more times to size the grader's bursts (``engine.timing.burst_size``).
+Reply: the input layout (per position: a tensor's shape and dtype, or a JSON value), the output layout and
+``burst`` (calls per warm-up and timed burst);
 blob: ``torch.save`` bytes of ``{"init_inputs", "state"}`` for the candidate's server.
 
 Hidden shape variants (``variants`` in the setup message, each a dict of size-constant values): inputs drawn
@@ -87,6 +89,9 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
         outputs = flatten_tensors(model(*sample))
     if not outputs:
         raise TypeError("the task's forward returned no tensor")
+    in_layout = _layout(sample, "get_inputs()")
+    out_layout = [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")} for o in outputs]
+    burst = _burst(model, sample, device, msg, in_layout, out_layout)
     variants = _variants(msg, model, device)
     server = Server(device)
     server.targets["eager"] = model
@@ -110,14 +115,30 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
     # the same per-call bookkeeping as the candidate's server, so both sides' calls cost the same
     server.after_call = lambda: {"violations": [], "config": sorted(k for k, v in config_state().items()
                                                                     if pinned[k] != v)}
-    in_layout = _layout(sample, "get_inputs()")
-    out_layout = [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")} for o in outputs]
     if budget is not None:
-        _grow(budget, msg, in_layout, out_layout, variants)
+        _grow(budget, msg, in_layout, out_layout, variants, burst)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()} if isinstance(model, torch.nn.Module) else {}
-    reply = {"ok": True, "config": pinned, "inputs": in_layout, "outputs": out_layout,
+    reply = {"ok": True, "config": pinned, "inputs": in_layout, "outputs": out_layout, "burst": burst,
              "variants": [{k: v for k, v in var.items() if k != "draw"} for var in variants]}
     return server, reply, _save({"init_inputs": init_inputs, "state": state})
+
+
+def _burst(model, sample: list[Any], device: str, msg: dict[str, Any], in_layout: list[dict[str, Any]],
+           out_layout: list[dict[str, Any]]) -> int:
+    """Calls per warm-up and timed burst (``engine.timing.burst_size``) for eager's call on ``sample``: its
+    fastest of up to three warm calls (one when that already reaches the target), the bytes of one input +
+    output set, and the message's ``burst_target_ms``."""
+    from opforge.engine.timing import burst_size, run_burst
+    from opforge.harness.gpu_memory import layout_bytes
+
+    target = float(msg.get("burst_target_ms") or 0.0)
+    if target <= 0:
+        return 1
+    times: list[float] = []
+    with torch.no_grad():
+        while len(times) < 3 and (not times or min(times) < target):
+            times.append(run_burst([lambda: model(*sample)], device == "cuda"))
+    return burst_size(min(times), layout_bytes(in_layout) + layout_bytes(out_layout), target)
 
 
 def _into_slots(server: Server, sets: list[list[Any]], targets: list[list[int]]) -> bool:
@@ -172,6 +193,15 @@ def _admit(msg: dict[str, Any]):
     return budget
 
 
+def public_sets(msg: dict[str, Any], set_bytes: int) -> int:
+    """Slot sets of the public shape the grader may allocate: ``input_sets``, or more for a burst of calls
+    (``engine.timing.burst_cap`` of one input + output set's bytes) when ``burst_target_ms`` is on."""
+    from opforge.engine.timing import burst_cap
+
+    sets = int(msg.get("input_sets") or 4)
+    return max(sets, burst_cap(set_bytes)) if float(msg.get("burst_target_ms") or 0.0) > 0 else sets
+
+
 def predicted_need_gib(msg: dict[str, Any], device: str) -> float | None:
     """GiB the evaluation of ``msg`` (``task_code``, ``task_id``, ``variants``, ``input_sets``) will hold on
     ``device``: ``harness.gpu_memory.evaluation_bytes`` over fake-tensor runs of the public shape
@@ -184,7 +214,7 @@ def predicted_need_gib(msg: dict[str, Any], device: str) -> float | None:
     public = predict_footprint(msg["task_code"], device, str(msg.get("task_id")))
     if public is None:
         return None
-    shapes = [Shape(int(msg.get("input_sets") or 4), public.inputs, public.outputs, public.peak)]
+    shapes = [Shape(public_sets(msg, public.inputs + public.outputs), public.inputs, public.outputs, public.peak)]
     for sizes in msg.get("variants") or []:
         try:
             fp = predict_footprint(with_sizes(msg["task_code"], sizes), device, str(msg.get("task_id")))
@@ -196,20 +226,23 @@ def predicted_need_gib(msg: dict[str, Any], device: str) -> float | None:
 
 
 def _grow(budget, msg: dict[str, Any], in_layout: list[dict[str, Any]], out_layout: list[dict[str, Any]],
-          variants: list[dict[str, Any]]) -> None:
-    """Grow the evaluation's reservation (never waiting) to ``harness.gpu_memory.evaluation_bytes`` over the
+          variants: list[dict[str, Any]], burst: int) -> None:
+    """Fit the evaluation's reservation (never waiting) to ``harness.gpu_memory.evaluation_bytes`` over the
     measured layouts (the public shape's ``in_layout`` / ``out_layout`` and each variant's) and this process's
-    measured peak, when that is more than was admitted."""
+    measured peak: grown when that is more than was admitted; shrunk by the slot sets admitted for a burst
+    longer than ``burst`` (the public shape's ``public_sets`` less ``max(input_sets, burst)``)."""
     from opforge.harness.gpu_memory import VARIANT_SETS, Shape, evaluation_bytes, layout_bytes
 
     peak = torch.cuda.max_memory_reserved()
-    shapes = [Shape(int(msg.get("input_sets") or 4), layout_bytes(in_layout), layout_bytes(out_layout), peak)]
-    for v in variants:
-        if "error" not in v:
-            shapes.append(Shape(VARIANT_SETS, layout_bytes(v["inputs"]), layout_bytes(v["outputs"]), peak))
-    gib = evaluation_bytes(shapes) / 2**30
-    if gib > budget.held_gib:
-        budget.resize(gib)
+    ins, outs = layout_bytes(in_layout), layout_bytes(out_layout)
+    rest = [Shape(VARIANT_SETS, layout_bytes(v["inputs"]), layout_bytes(v["outputs"]), peak)
+            for v in variants if "error" not in v]
+    used = max(int(msg.get("input_sets") or 4), burst)
+    gib = evaluation_bytes([Shape(used, ins, outs, peak), *rest]) / 2**30
+    unused = (evaluation_bytes([Shape(public_sets(msg, ins + outs), ins, outs, peak), *rest]) / 2**30) - gib
+    fit = max(gib, budget.held_gib - unused)
+    if fit != budget.held_gib:
+        budget.resize(fit)
 
 
 def _variants(msg: dict[str, Any], model, device: str) -> list[dict[str, Any]]:

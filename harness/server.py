@@ -51,35 +51,48 @@ def output_meta(t: torch.Tensor) -> dict[str, Any]:
 
 
 def serve_call(server: Server, msg: dict[str, Any]) -> dict[str, Any]:
-    """Run one ``call`` (see ``engine.protocol``): outputs copied into their slots only when their count,
-    shapes, dtypes and devices match the slots; the device synchronised (every stream) before the reply."""
-    from opforge.engine.execution import flatten_tensors, is_oom
-    from opforge.harness.guard import aliases
+    """Run one ``call`` (see ``engine.protocol``): a burst of the target's ``calls`` back to back, each on its
+    own input slots, its outputs copied into its output slots only when their count, shapes, dtypes and devices
+    match the slots; then one device synchronisation (every stream) and the reply. ``hint_ms``: this process's
+    ``time.perf_counter`` around the whole burst, synchronisation included (``engine.timing.run_burst``'s
+    method)."""
+    from opforge.engine.execution import is_oom
 
     fn = server.targets[msg["target"]]
-    inputs = [server.slots[a["slot"]] if "slot" in a else a["value"] for a in msg["inputs"]]
-    outs = [server.slots[i] for i in msg["outputs"]]
-    cuda = server.device == "cuda"
+    plans = [([server.slots[a["slot"]] if "slot" in a else a["value"] for a in c["inputs"]],
+              [server.slots[i] for i in c["outputs"]]) for c in msg["calls"]]
+    done: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     try:
         with torch.no_grad():
-            got = flatten_tensors(fn(*inputs))
-            meta = [output_meta(g) for g in got]
-            fits = len(got) == len(outs) and all(
-                m["plain"] and m["strided"] and g.shape == s.shape and g.dtype == s.dtype and g.device == s.device
-                for g, s, m in zip(got, outs, meta, strict=False))
-            if fits:
-                for g, s in zip(got, outs, strict=True):
-                    s.copy_(g)
-            if cuda:
+            for inputs, outs in plans:
+                done.append(_one_call(server, fn, inputs, outs))
+            if server.device == "cuda":
                 torch.cuda.synchronize()
     except BaseException as exc:  # noqa: BLE001 - every failure of the call is reported (the guard's too)
         return {"ok": False, "oom": is_oom(exc) if isinstance(exc, Exception) else False,
                 "error": f"{type(exc).__name__}: {str(exc)[:500]}", **server.after_call()}
     hint_ms = (time.perf_counter() - t0) * 1e3
+    return {"ok": True, "hint_ms": hint_ms, "calls": done, **server.after_call()}
+
+
+def _one_call(server: Server, fn: Callable[..., Any], inputs: list[Any], outs: list[torch.Tensor]
+              ) -> dict[str, Any]:
+    """One call of a burst: its outputs' ``output_meta``, whether they were copied into ``outs``, and the
+    inputs or weights they alias."""
+    from opforge.engine.execution import flatten_tensors
+    from opforge.harness.guard import aliases
+
+    got = flatten_tensors(fn(*inputs))
+    meta = [output_meta(g) for g in got]
+    fits = len(got) == len(outs) and all(
+        m["plain"] and m["strided"] and g.shape == s.shape and g.dtype == s.dtype and g.device == s.device
+        for g, s, m in zip(got, outs, meta, strict=False))
+    if fits:
+        for g, s in zip(got, outs, strict=True):
+            s.copy_(g)
     named = {f"input{i}": x for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)}
-    return {"ok": True, "hint_ms": hint_ms, "outputs": meta, "copied": fits,
-            "aliases": aliases(got, {**named, **server.owned}), **server.after_call()}
+    return {"outputs": meta, "copied": fits, "aliases": aliases(got, {**named, **server.owned})}
 
 
 def main() -> None:

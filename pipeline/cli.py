@@ -639,6 +639,10 @@ def harness_eval_cmd(
     reward: Reward = typer.Option(Reward.milestone, case_sensitive=False,
                                   help="milestone: -1 / 1 / 2 / 3 (CUDA-Agent's scheme); speedup: the speed-up."),
     no_compile: bool = typer.Option(False, "--no-compile", help="Do not profile torch.compile."),
+    burst_ms: float = typer.Option(None, "--burst-ms", min=0.0,
+                                   help="Each warm-up and timed request is a burst of calls on fresh inputs lasting "
+                                        "about this long (ms; 0: one call per request; default "
+                                        "engine.timing.BURST_TARGET_MS)."),
     atol: float = typer.Option(None, help="Absolute tolerance (default: by output dtype, 1e-2 for float32)."),
     rtol: float = typer.Option(None, help="Relative tolerance (default: by output dtype, 1e-2 for float32)."),
     threads: int = typer.Option(None, help="Intra-op threads of the reference and candidate servers (default: "
@@ -659,7 +663,8 @@ def harness_eval_cmd(
     out = Path(_given(out, out_option, "OUT"))
     try:
         config = EvalConfig(device=_value(device), reward=_value(reward), profile_compile=not no_compile,
-                            atol=atol, rtol=rtol, threads=threads)
+                            atol=atol, rtol=rtol, threads=threads,
+                            **({} if burst_ms is None else {"burst_target_ms": burst_ms}))
         tasks = load_tasks(dataset)
         if not solutions.is_dir():
             raise DatasetError(f"{solutions}: not a directory")

@@ -163,12 +163,12 @@ def test_snapshot_reports_replaced_and_deleted_functions(monkeypatch):
 
 
 def test_grader_scores_a_reported_timing_change_hacked():
-    reply = {"ok": True, "hint_ms": 0.1, "outputs": [], "copied": True, "violations": [], "config": [],
-             "aliases": [], "timing": ["time.perf_counter"]}
+    reply = {"ok": True, "hint_ms": 0.1, "calls": [{"outputs": [], "copied": True, "aliases": []}],
+             "violations": [], "config": [], "timing": ["time.perf_counter"]}
     grader = Grader.__new__(Grader)
     grader.device = "cpu"
     with pytest.raises(Verdict) as caught:
-        grader._judge(reply, [], [])
+        grader._judge(reply, [[]], [])
     assert caught.value.status == "hacked" and caught.value.hacks == ["timing:changed:time.perf_counter"]
     with pytest.raises(Verdict) as caught:
         _check_reply({**reply, "timing": "time.perf_counter"})
