@@ -5,18 +5,20 @@
 The task is the scripted agent's ``relu(x * scale + 1)`` (examples/scripted_agent.py: three eager kernels)
 over ``16 x L x 2048`` float32, at sequence lengths ``--seqs`` chosen so that eager takes about 0.02, 0.05,
 0.1, 0.2, 0.5, 1 and 2 ms on an H200; the honest candidate is its one fused CUDA kernel (one source for every
-size, so one build). ``opforge harness eval`` (the CLI, its default local cluster, ``--no-compile``) scores:
+size, so one build). The grader (``harness.evaluate``, ``profile_compile`` off) scores:
 
-* *alone*: ``--alone`` copies per size, one evaluation at a time (``--workers 1``);
-* *batch*: ``--batch`` copies per size, all sizes in one call with ``--workers`` evaluations at once (each
-  evaluation has neighbours of several sizes).
+* *alone*: ``--alone`` evaluations per size, one at a time, in rounds over the sizes (round r evaluates copy r
+  of every size, so a cut-off run has the same number of evaluations of each size);
+* *batch*: ``--batch`` copies per size, all sizes at once on a local Dask cluster with ``--workers``
+  evaluations at a time (``harness.batch.evaluate_many``: each evaluation has neighbours of several sizes).
 
 Per size: eager ms (median of the alone evaluations), the burst (calls per timed request), the speed-up over
 eager alone (median, coefficient of variation = sd / mean) and in the batch (median, CV), and the batch / alone
 ratio of the medians. The floor is the smallest eager time from which on every measured size has CV <= ``--cv``
 alone and a ratio within ``--ratio`` of 1 (both 3 %: the issue's rule). ``--burst-ms 0`` measures the grader
-with one call per timed request (the method before bursts) for comparison. Each phase is saved as it ends;
-``--out`` of an earlier run with the same settings resumes (the CLI's results.jsonl are kept in ``--work``).
+with one call per timed request (the method before bursts) for comparison. The result is saved after every
+alone evaluation and after the batch; ``--out`` of an earlier run with the same settings resumes it (a later
+call on a fresh machine, with the file carried back).
 """
 
 from __future__ import annotations
@@ -24,8 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -62,15 +62,41 @@ def prepare(work: Path, seqs: list[int], alone: int, batch: int, device: str, ch
     (work / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def run_phase(work: Path, phase: str, device: str, workers: int, burst_ms: float | None) -> tuple[list[dict], float]:
-    """``opforge harness eval`` over ``work/phase``; (results, wall s)."""
-    extra = [] if burst_ms is None else ["--burst-ms", str(burst_ms)]
-    t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "opforge.pipeline.cli", "harness", "eval", str(work / "tasks.jsonl"),
-                    str(work / phase), str(work / f"report_{phase}"), "--device", device, "--workers", str(workers),
-                    "--no-compile", "--quiet", *extra], check=True)
-    lines = (work / f"report_{phase}" / "results.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines], time.perf_counter() - t0
+KEYS = ("task_id", "status", "reward", "error", "eager_ms", "candidate_ms", "speedup_eager", "burst",
+        "overhead_ms", "phases_s")
+
+
+def _config(device: str, burst_ms: float | None):
+    from opforge.harness.evaluate import EvalConfig
+
+    return EvalConfig(device=device, profile_compile=False,
+                      **({} if burst_ms is None else {"burst_target_ms": burst_ms}))
+
+
+def run_alone(work: Path, todo: list[str], device: str, burst_ms: float | None, build_root: str, save) -> None:
+    """Evaluate the task ids ``todo`` one at a time (``harness.evaluate``), calling ``save(result)`` after each."""
+    from opforge.harness.dataset import get_task, load_tasks
+    from opforge.harness.evaluate import evaluate
+    from opforge.harness.solution import Solution
+
+    tasks = load_tasks(work / "tasks.jsonl")
+    for tid in todo:
+        res = evaluate(get_task(tasks, tid), Solution.from_dir(work / "alone" / tid), _config(device, burst_ms),
+                       build_root=build_root)
+        save({k: getattr(res, k) for k in KEYS})
+
+
+def run_batch(work: Path, ids: list[str], device: str, workers: int, burst_ms: float | None, build_root: str
+              ) -> list[dict]:
+    """Evaluate ``ids`` at once on a local cluster with ``workers`` evaluations at a time."""
+    from opforge.harness.batch import evaluate_many
+    from opforge.harness.dataset import get_task, load_tasks
+    from opforge.harness.solution import Solution
+
+    tasks = load_tasks(work / "tasks.jsonl")
+    pairs = [(get_task(tasks, tid), Solution.from_dir(work / "batch" / tid).files) for tid in ids]
+    res = evaluate_many(pairs, _config(device, burst_ms), build_root=build_root, progress=False, workers=workers)
+    return [{k: r.get(k) for k in KEYS} for r in res]
 
 
 def _cv(values: list[float]) -> float | None:
@@ -117,11 +143,13 @@ def floor(rows: list[dict], cv: float, ratio: float) -> float | None:
 
 
 def main() -> None:
+    import tempfile
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seqs", default=",".join(map(str, DEFAULT_SEQS)), help="sequence lengths, comma-separated")
     p.add_argument("--alone", type=int, default=5)
-    p.add_argument("--batch", type=int, default=8, help="copies per size in the batch call")
-    p.add_argument("--workers", type=int, default=16, help="evaluations at once in the batch call")
+    p.add_argument("--batch", type=int, default=8, help="copies per size in the batch")
+    p.add_argument("--workers", type=int, default=16, help="evaluations at once in the batch")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--burst-ms", type=float, default=None, help="the grader's burst target (default its own)")
     p.add_argument("--cv", type=float, default=0.03)
@@ -135,31 +163,50 @@ def main() -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     prepare(work, seqs, args.alone, args.batch, args.device)
+    build_root = tempfile.mkdtemp(prefix="opforge-ext-")
     settings = {"seqs": seqs, "alone": args.alone, "batch": args.batch, "workers": args.workers,
                 "device": args.device, "burst_ms": args.burst_ms}
-    out: dict = {"settings": settings, "results": {}, "wall_s": {}}
+    out: dict = {"settings": settings, "results": {"alone": []}, "wall_s": {}}
     if args.out and Path(args.out).exists():
         old = json.loads(Path(args.out).read_text())
         if old.get("settings") == settings:
-            out.update(results=old.get("results", {}), wall_s=old.get("wall_s", {}))
-    for phase in args.phases.split(","):
-        if phase in out["results"]:
-            continue
-        res, wall = run_phase(work, phase, args.device, 1 if phase == "alone" else args.workers, args.burst_ms)
-        out["results"][phase] = [{k: r.get(k) for k in ("task_id", "status", "reward", "error", "eager_ms",
-                                                       "candidate_ms", "speedup_eager", "burst", "overhead_ms")}
-                                 for r in res]
-        out["wall_s"][phase] = wall
+            out.update(results=old.get("results", {"alone": []}), wall_s=old.get("wall_s", {}))
+            print(f"resuming: {len(out['results'].get('alone', []))} alone evaluations, batch "
+                  f"{'done' if 'batch' in out['results'] else 'not done'}", flush=True)
+
+    def save() -> None:
         out["table"] = table(out["results"], seqs)
         out["floor_ms"] = floor(out["table"], args.cv, args.ratio)
         out["rule"] = f"cv_alone <= {args.cv} and |batch/alone - 1| <= {args.ratio} at this size and every larger"
-        print(phase, f"{wall:.0f} s", json.dumps([{k: r[k] for k in ("seq_len", "eager_ms", "burst", "cv_alone",
-                                                                     "batch_over_alone")} for r in out["table"]]),
-              flush=True)
         if args.out:
             record.write_file(args.out, out)
         else:
             record.write(args.name, out)
+
+    phases = args.phases.split(",")
+    if "alone" in phases:
+        done = {r["task_id"] for r in out["results"]["alone"]}
+        todo = [f"L{seq}_{i:02d}" for i in range(args.alone) for seq in seqs]
+        t0 = time.perf_counter()
+
+        def keep(r: dict) -> None:
+            out["results"]["alone"].append(r)
+            out["wall_s"]["alone"] = out["wall_s"].get("alone", 0.0) + time.perf_counter() - keep.t
+            keep.t = time.perf_counter()
+            print("alone", json.dumps({k: r[k] for k in ("task_id", "status", "eager_ms", "speedup_eager",
+                                                          "burst")}), flush=True)
+            save()
+
+        keep.t = t0
+        run_alone(work, [t for t in todo if t not in done], args.device, args.burst_ms, build_root, keep)
+    if "batch" in phases and "batch" not in out["results"]:
+        t0 = time.perf_counter()
+        ids = [f"L{seq}_{i:02d}" for seq in seqs for i in range(args.batch)]
+        out["results"]["batch"] = run_batch(work, ids, args.device, args.workers, args.burst_ms, build_root)
+        out["wall_s"]["batch"] = time.perf_counter() - t0
+        save()
+    print(json.dumps([{k: r.get(k) for k in ("seq_len", "eager_ms", "burst", "cv_alone", "batch_over_alone")}
+                      for r in out.get("table", [])]), "floor", out.get("floor_ms"), flush=True)
 
 
 if __name__ == "__main__":

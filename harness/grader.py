@@ -11,30 +11,37 @@ the verdict depends on:
   addresses rotate. Each set reaches the reference's slots only after the candidate answered for it.
 * Calls: one schedule of rounds - ``correct_trials`` verify rounds, ``warmup`` rounds, ``timing_trials``
   timed rounds, ``reverify_trials`` rounds - and every round is the same ``call`` message to the candidate,
-  whose outputs are verified in every round (so timed calls are checked calls). Output slots are poisoned
+  whose outputs are verified in every round (so timed calls are checked calls). A verify round is one call; a
+  warm-up or timed round is a *burst*: one message of ``burst`` back-to-back calls, each on a fresh input set in
+  a slot set of its own, answered after one device synchronisation (``engine.timing``: ``burst`` is sized by
+  the reference from eager's time so a burst lasts about ``EvalConfig.burst_target_ms``, 1 ms by default, at
+  most ``engine.timing.MAX_BURST`` calls and ``BURST_BYTES`` of sets), so the fixed cost of a request (the
+  socket, the wake of a stopped process) is spread over the burst's calls. Output slots are poisoned
   (NaN / the integer minimum) before a call and copied right after the reply (an answer given before the
   work is done is caught by the comparison); inputs are compared byte for byte with the grader's copy after
-  every call. On CUDA the grader zeroes a buffer twice the L2 size before each call (the method of
-  ``triton.testing.do_bench``), outside the measured time.
+  every call. On CUDA the grader zeroes a buffer twice the L2 size before each request (the method of
+  ``triton.testing.do_bench``), outside the measured time: every call of a burst reads inputs from HBM, and
+  weights that fit in L2 stay there after the burst's first call, on both sides of a speed-up.
 * Hidden shape variants (``variants``: size-constant values per variant, ``compose.variants``): the reference
   draws their inputs from the task source with those values and runs the same ``Model`` on them. Their slots
   are allocated with the public ones (the candidate's setup lists every slot), their rounds are verify rounds
   (candidate, then eager; never timed) shuffled in secret order among the final re-verify rounds, and a call is
   the same ``call`` message whatever the shape. A wrong answer on one is ``incorrect``, its message naming the
   variant but not its shapes; a variant the reference cannot run is dropped (flag ``variant_skipped:<j>``).
-* Time: per target ``max(median hint, low wall - overhead)``, at most ``median wall``: ``wall`` is this
-  process's ``time.perf_counter`` around each timed request (the candidate cannot touch it), ``hint`` the
-  server's own time of the call (untrusted from the candidate), ``overhead`` the low quantile of
-  ``wall - hint`` of the reference's eager calls: what the protocol and the server's own code cost, measured
-  on a server that never ran candidate code; ``low`` is the ``WALL_QUANTILE`` quantile. Both servers run the
-  same call code, so a candidate that under-reports its hint is still charged its wall time less the
-  reference's overhead. The wall bound uses a low quantile on both sides because a call's wake-up and
-  socket latency only ever add time: over 15 evaluations (alone, one H200) of an honest kernel of about
-  0.5 ms per call, its speed-up over eager spread 0.97-1.17 (sd 0.064) with a median-based bound, 1.05-1.17
-  (sd 0.031) with this one and 1.08-1.17 (sd 0.028) from the hints alone (docs/benchmark-log.md,
-  2026-11-26). On CPU each call starts in a process that slept since its previous call (cold caches): a
-  64 x 256 elementwise task takes about 0.14 ms per call here against 0.01 ms in a hot loop, on both sides
-  of the speed-up.
+* Time: per target, per call, ``max(median hint, low wall - overhead)``, at most ``median wall``: ``wall`` is
+  this process's ``time.perf_counter`` around each timed request divided by its burst's calls (the candidate
+  cannot touch it), ``hint`` the server's own time of the burst (untrusted from the candidate) divided the same
+  way, ``overhead`` the low quantile of ``wall - hint`` of the reference's eager calls: what the protocol and
+  the server's own code cost per call, measured on a server that never ran candidate code; ``low`` is the
+  ``WALL_QUANTILE`` quantile. Both servers run the same call code, so a candidate that under-reports its hint
+  is still charged its wall time less the reference's overhead. Work a call leaves queued on any stream is
+  charged: the server synchronises the whole device before it replies. The wall bound uses a low quantile
+  on both sides because a request's wake-up and socket latency only ever add time: over 15 evaluations
+  (alone, one H200) of an honest kernel of about 0.5 ms per call timed one call per request, its speed-up over
+  eager spread 0.97-1.17 (sd 0.064) with a median-based bound, 1.05-1.17 (sd 0.031) with this one and
+  1.08-1.17 (sd 0.028) from the hints alone (docs/benchmark-log.md, 2026-11-26). On CPU each request starts
+  in a process that slept since its previous one (cold caches): a 64 x 256 elementwise task takes about
+  0.14 ms per call so timed one call per request against 0.01 ms in a hot loop, on both sides of the speed-up.
 * Device: the timed rounds hold the device's timing lock exclusively (``engine.gpu_locks.GpuLock``:
   ``compute`` on the physical GPU, ``cpu.compute`` on CPU), consecutive rounds under one hold of at most
   ``TIMING_HOLD_S``; every other round holds it shared, so two evaluations never time at once and nothing
@@ -43,7 +50,7 @@ the verdict depends on:
   ``timeout``: a candidate that stalls only once timing starts cannot hold every other user of the device
   off for the whole evaluation timeout. An untimed candidate call (held shared, which an exclusive waiter
   queues behind) may take at most ``UNTIMED_CALL_FACTOR`` x the slowest eager call so far, at least
-  ``UNTIMED_CALL_FLOOR_S``.
+  ``UNTIMED_CALL_FLOOR_S``. Both bounds are per call: a burst of ``n`` calls may take ``n`` times as long.
 * Quiet: between its calls the candidate's process group is stopped (``SIGSTOP`` / ``SIGCONT``), so
   no thread or child of it competes with the reference's timed calls. The reference server is stopped
   between its calls the same way, so both sides of a speed-up wake from the same state and ``overhead``
