@@ -3,7 +3,7 @@
 Mutations (``MUTATIONS``, applied to ``composer.MOTIF_MUTATION_SHARE`` of the motif candidates) keep a motif
 a piece of a real model while varying it: ``activation`` swaps its activation function for another one real
 models use in that place (``ACTIVATION_SWAPS``), ``residual`` adds the residual connection of a pre-norm
-block (the output plus a second input of its shape), ``norm`` swaps an ``nn.LayerNorm`` for an ``nn.RMSNorm``
+block (the output plus a second input of its shape; not to a motif whose output is such a sum already), ``norm`` swaps an ``nn.LayerNorm`` for an ``nn.RMSNorm``
 of the same size and eps and back (Llama-style models replaced the one with the other). The dtype is the family's own (``native_dtype``) with
 probability ``composer.NATIVE_DTYPE_SHARE``, else the run's dtype mix. Batch and sequence length come from
 the shape vocabulary (``compose.motif_sizing.choose_sizes``: a random pair among those predicted inside the
@@ -64,7 +64,7 @@ def mutate(m: Motif, kind: str, rng: random.Random) -> Motif | None:
         call["kwargs"] = {}
         return m
     if kind == "residual":
-        if len(m.outputs) != 1:
+        if len(m.outputs) != 1 or ends_in_residual(m):
             return None
         out = m.outputs[0]
         shape, dtype = _out_shape(m, out)
@@ -94,6 +94,25 @@ def mutate(m: Motif, kind: str, rng: random.Random) -> Motif | None:
         call["canonical"] = "nn." + call["name"]
         return m
     raise ValueError(f"unknown motif mutation {kind!r}; known: {', '.join(MUTATIONS)}")
+
+
+RESIDUAL_ADDS = frozenset({"add", "__add__", "__radd__", "__iadd__", "add_"})
+
+
+def ends_in_residual(m: Motif) -> bool:
+    """Whether ``m``'s output is a sum of two tensors of its shape (a residual connection already): a
+    ``residual`` mutation would add a second one."""
+    from opforge.compose.motif_trace import template_refs
+
+    if len(m.outputs) != 1:
+        return False
+    last = next((c for c in m.calls if m.outputs[0] in c["outputs"]), None)
+    if last is None or last["name"] not in RESIDUAL_ADDS:
+        return False
+    refs = template_refs(last["args"])
+    inputs = {i["vid"]: i["shape"] for i in m.inputs}
+    out_shape = list(_out_shape(m, m.outputs[0])[0] or [])
+    return len(refs) == 2 and all(list(inputs.get(v) or _out_shape(m, v)[0] or []) == out_shape for v in refs)
 
 
 def _swap_norm(source: str) -> tuple[str, str] | None:

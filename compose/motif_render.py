@@ -244,12 +244,79 @@ INPUT_NAMES = ("x", "y", "z", "w", "u", "v", "s", "t")
 # Casts written out in a model (``x.to(torch.float32)`` before a norm in a bf16 model): left out where the task's
 # dtype makes them a cast to the dtype the value already has (a pure copy a kernel may skip).
 SAME_DTYPE_CASTS = frozenset({"to", "float", "half", "bfloat16", "type_as", "type"})
+# Contiguity of a traced value, inferred while rendering (the trace records shapes, not strides): views that keep
+# a contiguous input contiguous; calls whose output is dense whatever the input's layout; calls whose output may
+# be a strided view. Any other call's output is contiguous when all its tensor inputs are (elementwise ops and
+# reductions allocate their outputs in their inputs' layout).
+CONTIGUOUS_KEEPING_VIEWS = frozenset({"view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "view_as",
+                                      "reshape_as", "contiguous"})
+DENSE_OUTPUT = frozenset({"linear", "matmul", "__matmul__", "mm", "bmm", "addmm", "baddbmm", "layer_norm",
+                          "rms_norm", "embedding", "Linear", "LayerNorm", "RMSNorm", "Embedding"})
+STRIDED_OUTPUT = frozenset({"transpose", "permute", "expand", "expand_as", "__getitem__", "narrow", "split",
+                            "split_with_sizes", "chunk", "t", "movedim", "moveaxis", "swapaxes", "select", "unbind",
+                            "unfold", "diagonal", "as_strided", "einsum", "tensor_split"})
+
+
+def output_contiguous(call: dict, contiguous: set[int]) -> bool:
+    """Whether ``call``'s outputs are contiguous, given the value ids known ``contiguous`` (see
+    ``CONTIGUOUS_KEEPING_VIEWS``, ``DENSE_OUTPUT``, ``STRIDED_OUTPUT``)."""
+    name = call["name"]
+    if name == "contiguous" or name in DENSE_OUTPUT:
+        return True
+    if name in STRIDED_OUTPUT:
+        return False
+    ins = template_refs(call["args"]) + template_refs(call["kwargs"])
+    return bool(ins) and all(i in contiguous for i in ins)
 
 
 def render_motif(motif, batch: int, seq: int | None, dtype: str, docstring: str) -> str:
     """KernelBench source of ``motif`` at ``batch`` x ``seq`` (``seq`` ignored by a motif without a sequence
-    axis) in ``dtype`` (``float32``, ``bfloat16`` or ``float16``). Raises ``RenderError`` for a call with no
-    source form."""
+    axis) in ``dtype`` (``float32``, ``bfloat16`` or ``float16``). A ``.contiguous()`` of a value that is
+    contiguous at these sizes is left out (inferred while rendering, ``output_contiguous``, then checked by one
+    run of the source on ``meta``): a copy that copies nothing is no work for a kernel. Raises ``RenderError``
+    for a call with no source form."""
+    copies: list[int] = []
+    code = _render(motif, batch, seq, dtype, docstring, frozenset(), copies)
+    if not copies:
+        return code
+    try:
+        noop = _noop_copies(code)
+    except Exception:  # noqa: BLE001 - a source that does not run on meta: kept as rendered (the filters judge it)
+        return code
+    if len(noop) != len(copies) or not any(noop):
+        return code
+    return _render(motif, batch, seq, dtype, docstring, frozenset(c for c, n in zip(copies, noop, strict=True) if n),
+                   [])
+
+
+def _noop_copies(code: str) -> list[bool]:
+    """Per ``.contiguous()`` call of one forward of ``code`` on ``meta``, in order: whether its input was
+    contiguous already."""
+    import torch
+    from opforge.task.source import load_task
+    from torch.overrides import TorchFunctionMode
+
+    seen: list[bool] = []
+
+    class Copies(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is torch.Tensor.contiguous:
+                seen.append(bool(args[0].is_contiguous()))
+            return func(*args, **(kwargs or {}))
+
+    with torch.device("meta"):
+        task = load_task(code, "motif")
+        model = task.build()
+        inputs = task.inputs()
+        with Copies(), torch.no_grad():
+            model(*inputs)
+    return seen
+
+
+def _render(motif, batch: int, seq: int | None, dtype: str, docstring: str, elide: frozenset[int],
+            copies: list[int]) -> str:
+    """``render_motif``'s source with the ``.contiguous()`` calls of ``motif.calls`` indices ``elide`` left
+    out; appends to ``copies`` the indices of the ``.contiguous()`` calls rendered, in order."""
     import torch
 
     sym = Symbols(motif.batch, motif.seq)
@@ -279,16 +346,25 @@ def render_motif(motif, batch: int, seq: int | None, dtype: str, docstring: str)
         for o, (_, dt) in zip(call["outputs"], call.get("out_shapes") or [], strict=False):
             if o is not None:
                 value_dtype[o] = rendered_dtype(dt)
-    for call in motif.calls:
+    contiguous = {i["vid"] for i in motif.inputs} | {p["vid"] for p in motif.params}
+    for index, call in enumerate(motif.calls):
         module_attr = ""
         ins = template_refs(call["args"])
         outs = call["outputs"]
         same_cast = call["name"] in SAME_DTYPE_CASTS and value_dtype.get(ins[0] if ins else -1) == \
             value_dtype.get(outs[0] if outs else -2)
-        if (same_cast or is_overflow_guard(call["name"], call["args"], call["kwargs"])) and len(outs) == 1 and \
-                outs[0] is not None and len(ins) == 1 and ins[0] in names:
-            names[outs[0]] = names[ins[0]]  # a cast to the dtype the value has, or an overflow guard: no call
+        no_copy = call["name"] == "contiguous" and ins and (ins[0] in contiguous or index in elide)
+        if (same_cast or no_copy or is_overflow_guard(call["name"], call["args"], call["kwargs"])) and \
+                len(outs) == 1 and outs[0] is not None and len(ins) == 1 and ins[0] in names:
+            # a cast to the dtype the value has, a copy of a contiguous value, or an overflow guard: no call
+            names[outs[0]] = names[ins[0]]
+            if ins[0] in contiguous or index in elide:
+                contiguous.add(outs[0])
             continue
+        if output_contiguous(call, contiguous):
+            contiguous.update(o for o in outs if o is not None)
+        if call["name"] == "contiguous":
+            copies.append(index)
         if call["spelling"] == "module":
             leaf = call.get("module_path", "").split(".")[-1]
             module_attr = _attr(leaf if leaf and not leaf.isdigit() else snake(call["name"]), attrs)

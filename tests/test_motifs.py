@@ -137,7 +137,9 @@ def test_mutations_swap_the_activation_and_add_a_residual(llama):
     gated = next(m for m in llama if m.category == "gated_mlp" and "silu" in _calls(m))
     swapped = mutate(gated, "activation", random.Random(0))
     assert "silu" not in _calls(swapped) and _calls(swapped) & {"gelu", "relu", "mish"}
-    single = next(m for m in llama if len(m.outputs) == 1)
+    from opforge.compose.motif_candidates import ends_in_residual
+
+    single = next(m for m in llama if len(m.outputs) == 1 and not ends_in_residual(m))
     res = mutate(single, "residual", random.Random(0))
     assert len(res.inputs) == len(single.inputs) + 1 and res.n_ops == single.n_ops + 1
     outs = _run_meta(render_motif(res, 2, 32, "float32", "doc"))
@@ -219,3 +221,44 @@ def test_motif_candidates_take_sizes_from_the_vocabulary_within_the_caps(catalog
         assert g["batch_size"] in batches, g
         assert g["seq_len"] is None or g["seq_len"] in seqs, g
         assert sum(math.prod(s) for s in json.loads(row.input_shapes)) * item[row.dtype] <= cap * 1.01
+
+
+def test_no_second_residual_on_a_motif_that_ends_in_one(llama):
+    """A motif whose output is already a residual sum (pre-norm ``h + attn(norm(h))``) gets no second one; the
+    mutated motif itself ends in one."""
+    from opforge.compose.motif_candidates import ends_in_residual, mutate
+
+    summed = [m for m in llama if len(m.outputs) == 1 and ends_in_residual(m)]
+    assert summed
+    assert all(mutate(m, "residual", random.Random(0)) is None for m in summed)
+    plain = next(m for m in llama if len(m.outputs) == 1 and not ends_in_residual(m))
+    assert ends_in_residual(mutate(plain, "residual", random.Random(0)))
+
+
+def test_a_copy_of_a_contiguous_value_is_not_rendered():
+    """``.contiguous()`` calls the motifs traced (after views, slices and transposes) are rendered only where
+    they copy at the rendered sizes: run on ``meta``, no rendered one receives a contiguous tensor, and the real
+    copies (after a transpose of two non-trivial dims) stay."""
+    from opforge.compose.motifs import load_motifs
+    from torch.overrides import TorchFunctionMode
+
+    motifs = [m for m in load_motifs(None) if any(c["name"] == "contiguous" for c in m.calls)]
+    sample = random.Random(3).sample(motifs, 150)
+    seen: list[bool] = []
+
+    class Copies(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is torch.Tensor.contiguous:
+                seen.append(args[0].is_contiguous())
+            return func(*args, **(kwargs or {}))
+
+    for m in sample:
+        code = render_motif(m, 2, 16 if m.seq else None, "float32", "doc")
+        with torch.device("meta"):
+            task = load_task(code, "motif")
+            model, inputs = task.build(), task.inputs()
+            with Copies():
+                model(*inputs)
+    traced = sum(c["name"] == "contiguous" for m in sample for c in m.calls)
+    assert seen and not any(seen)
+    assert len(seen) < traced
