@@ -46,8 +46,9 @@ COLUMNS: list[tuple[str, pa.DataType, str, str]] = [
                                           "(`transformers:llama`, `torchvision:resnet50`), module `scopes` and "
                                           "`modules`, `category`, `mutation`; a transformers block's `block`; "
                                           "empty for the random composer"),
-    ("eager_ms", pa.float64(), "float64", "median eager runtime in ms on `gpu` (CUDA events + L2 flush; CPU: "
-                                          "wall clock)"),
+    ("eager_ms", pa.float64(), "float64", "median eager runtime in ms per call on `gpu`: bursts of back-to-back "
+                                          "calls on rotating input sets, L2 flushed before each, device "
+                                          "synchronised after (engine.timing; CPU: wall clock)"),
     ("compile_ms", pa.float64(), "float64", "median `torch.compile` (Inductor) runtime in ms on `gpu` "
                                             "(null on CPU)"),
     ("roofline_ms", pa.float64(), "float64", "ms of one ideal fused kernel on `gpu`'s datasheet peaks (the H200 "
