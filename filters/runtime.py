@@ -166,6 +166,7 @@ class RuntimeFilter(Filter):
     """
 
     name = "runtime"
+    version = 2  # bursts on rotating input sets (engine.timing)
     cost = Cost.DEVICE
     gpu_work_lock = False  # time_calls holds the compute lock exclusively
 

@@ -1,17 +1,19 @@
 """Realism figures of a set of KernelBench-format tasks, measured on the ``meta`` device.
 
 Measures the figures of issue #20 ("Must show") for composer candidates, a published Hugging Face dataset
-folder or CUDA-Agent-Ops-6K, so that they can be compared with the issue's targets.
+folder or CUDA-Agent-Ops-6K, so that they can be compared with the issue's targets. ``opforge compare``
+(``opforge.pipeline.compare``) reports them for two datasets side by side; ``benchmarks/realism_bench.py``
+measures one dataset with a per-row cache.
 
-Usage::
+Library use::
 
-    python benchmarks/realism.py INPUT [--name realism_X] [--workers 2]   # -> benchmarks/results/<machine>/realism_X.json
-        [--timeout-s 60] [--limit N] [--cache runs/realism_cache.jsonl]
-    python benchmarks/realism.py --compare A.json B.json
+    rows = read_rows(Path("runs/x/hf"))              # Parquet / JSONL file or folder with data/*.parquet
+    records, cached = measure_with_cache(rows, Path("runs/realism_cache.jsonl"), workers=2)
+    figures = summarise(records)
+    print(format_table([{"input": {"path": "runs/x/hf"}, "figures": figures, "targets": check_targets(figures)}]))
 
-``INPUT`` is a Parquet file (``opforge compose`` output or the Ops-6K Parquet) or a dataset folder holding
-``data/*.parquet``. The only column required is ``code``; ``ops`` (op labels), ``data_source``, ``task_id``
-and ``dtype`` are used when present.
+The only column required is ``code``; ``ops`` (op labels), ``data_source``, ``task_id`` and ``dtype`` are used
+when present.
 
 What one row costs: the task source is executed (``opforge.task.source.load_task``), then, under
 ``torch.device("meta")`` (no memory, no compute), ``get_inputs()`` and ``Model(*get_init_inputs())`` are
@@ -61,7 +63,6 @@ Targets (``TARGETS``) are those of issue #20, "Must show", for 2,000 candidates 
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -69,7 +70,6 @@ import multiprocessing
 import os
 import random
 import re
-import shlex
 import sys
 import time
 from collections import Counter
@@ -77,10 +77,7 @@ from multiprocessing.connection import wait as wait_ready
 from pathlib import Path
 from typing import Any
 
-import record
-
 MEASURE_VERSION = 2
-ROOT = Path(__file__).resolve().parents[1]
 
 # Canonical op names (opforge.task.op_names) that count as a heavy call. mm / bmm are canonicalised to
 # matmul; addmm / baddbmm / addbmm are GEMMs with an added term; einsum / tensordot / bilinear /
@@ -552,23 +549,30 @@ def measure_rows(rows: list[dict[str, Any]], workers: int = 2, timeout_s: float 
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
-    """Rows of a Parquet file or of a dataset folder's ``data/*.parquet`` (sorted by name), as dicts.
+    """Rows of a dataset: a folder's ``data/*.parquet`` shards (in name order), a ``.parquet`` file or a
+    ``.jsonl`` / ``.json`` file (one JSON object per line), as dicts with ``code``, ``name`` (``<file or
+    folder name>:<position>``) and, when present, ``task_id``, ``ops``, ``data_source`` and ``dtype``.
 
     Raises:
         FileNotFoundError: the path is missing or a folder holds no ``data/*.parquet``.
-        ValueError: the table has no ``code`` column.
+        ValueError: a file that is not Parquet / JSONL, a line that is not JSON, or no ``code`` column.
     """
     import pandas as pd
 
+    path = Path(path)
     if path.is_dir():
         files = sorted((path / "data").glob("*.parquet"))
         if not files:
             raise FileNotFoundError(f"{path}: dataset folder without data/*.parquet")
         df = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
-    elif path.is_file():
+    elif not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file or folder")
+    elif path.suffix in (".jsonl", ".json"):
+        df = pd.read_json(path, lines=True, dtype=False)
+    elif path.suffix == ".parquet":
         df = pd.read_parquet(path)
     else:
-        raise FileNotFoundError(f"{path}: no such file or folder")
+        raise ValueError(f"{path}: expected a dataset folder, a .parquet or a .jsonl file")
     if "code" not in df.columns:
         raise ValueError(f"{path}: no 'code' column (columns: {', '.join(map(str, df.columns))})")
     keep = [c for c in ("task_id", "code", "ops", "data_source", "dtype") if c in df.columns]
@@ -614,7 +618,8 @@ def measure_with_cache(rows: list[dict[str, Any]], cache: Path | None,
                 continue
     missing = [i for i, k in enumerate(keys) if k not in known]
     if missing:
-        print(f"measuring {len(missing)} rows ({len(rows) - len(missing)} from the cache)", file=sys.stderr)
+        if kw.get("progress", True):
+            print(f"measuring {len(missing)} rows ({len(rows) - len(missing)} from the cache)", file=sys.stderr)
         fresh = measure_rows([rows[i] for i in missing], **kw)
         if cache:
             cache.parent.mkdir(parents=True, exist_ok=True)
@@ -647,8 +652,14 @@ _TABLE = ["rows", "n_built", "n_traced", "batch_p50", "batch_p90", "batch_share_
           "n_transformers", "transformers_models_import_share", "transformers_any_import_share"]
 
 
-def print_table(results: list[dict[str, Any]]) -> None:
-    """Figures of one or more results side by side, with the issue's target and pass / fail per result."""
+def format_table(results: list[dict[str, Any]]) -> str:
+    """Figures of one or more results side by side, with the issue's target and ``ok`` / ``FAIL`` per result,
+    then each result's 20 most common ops.
+
+    Args:
+        results: dicts with ``figures`` (``summarise``), ``targets`` (``check_targets``) and optionally
+            ``input.path`` (the column title is its last component).
+    """
     targets = {k: t for k, t, _ in TARGETS}
     names = [Path(r.get("input", {}).get("path", "?")).name for r in results]
     head = ["figure", *names, "target"]
@@ -664,56 +675,14 @@ def print_table(results: list[dict[str, Any]]) -> None:
         cells.append(targets.get(key, ""))
         lines.append(cells)
     widths = [max(len(str(line[i])) for line in lines) for i in range(len(head))]
-    for line in lines:
-        print("  ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True)))
+    out = ["  ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines]
     for r, name in zip(results, names, strict=True):
         top = ", ".join(f"{op} {100 * s:.1f} %" for op, s in r["figures"]["top20_ops"])
-        print(f"\n{name} top 20 ops (share of traced tasks): {top}")
+        out.append(f"\n{name} top 20 ops (share of traced tasks): {top}")
+    return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("input", nargs="?", help="Parquet file or dataset folder with data/*.parquet")
-    ap.add_argument("--name", help="result name: benchmarks/results/<machine>/NAME.json (default realism_<input stem>)")
-    ap.add_argument("--out", help="write the result JSON here instead")
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--timeout-s", type=float, default=60.0, help="per-row limit (seconds)")
-    ap.add_argument("--memory-gib", type=float, default=4.0, help="address-space margin per worker (GiB)")
-    ap.add_argument("--limit", type=int, help="measure only the first N rows")
-    ap.add_argument("--cache", default=str(ROOT / "runs" / "realism_cache.jsonl"),
-                    help="JSONL cache of per-row records ('' for none)")
-    ap.add_argument("--compare", nargs=2, metavar=("A", "B"), help="print two result JSONs side by side")
-    args = ap.parse_args(argv)
-    if args.compare:
-        print_table([json.loads(Path(p).read_text()) for p in args.compare])
-        return
-    if not args.input:
-        ap.error("INPUT is required unless --compare is given")
-    path = Path(args.input)
-    rows = read_rows(path)
-    if args.limit:
-        rows = rows[: args.limit]
-    t0 = time.perf_counter()
-    records, cached = measure_with_cache(rows, Path(args.cache) if args.cache else None, workers=args.workers,
-                                 timeout_s=args.timeout_s, memory_gib=args.memory_gib)
-    figures = summarise(records)
-    result = {
-        "benchmark": "realism", "measure_version": MEASURE_VERSION,
-        "input": {"path": str(path), "rows": len(rows),
-                  "sha256": hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None},
-        "settings": {"workers": args.workers, "timeout_s": args.timeout_s, "memory_gib": args.memory_gib,
-                     "limit": args.limit, "cache": args.cache or None, "rows_from_cache": cached},
-        "seconds": round(time.perf_counter() - t0, 1),
-        "figures": figures,
-        "targets": check_targets(figures),
-        "by_source": {name: summarise(part) for name, part in _by_source(records).items()},
-    }
-    if argv is not None:  # called from Python: the command is this call, not the process's
-        result["provenance"] = {"command": shlex.join(["python", "benchmarks/realism.py", *argv])}
-    out = record.write_file(args.out, result) if args.out else record.write(args.name or f"realism_{path.stem}", result)
-    print_table([result])
-    print(f"\nwrote {out}")
-
-
-if __name__ == "__main__":
-    main()
+def by_source(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``summarise`` of the ``torch`` rows (``data_source`` ``torch#k``) and of the ``transformers`` rows
+    (a part without rows is left out)."""
+    return {name: summarise(part) for name, part in _by_source(records).items()}

@@ -1,45 +1,44 @@
-"""An opforge dataset side by side with CUDA-Agent-Ops-6K: rows, distinct ops, label fidelity, duplicates,
-KernelBench signature hits, dtypes and the realism figures.
+"""Two KernelBench-format datasets side by side (``opforge compare A B``): rows, distinct ops, label fidelity,
+duplicates, KernelBench signature hits, fusion headroom, axis misuse, dtypes and the realism figures.
 
-Usage::
+Library use::
 
-    python benchmarks/release_compare.py --ours RUN_DIR/hf [--ops6k PATH] [--kernelbench PATH]
-        [--workers N] [--limit N] [--seed 0] [--timeout-s 120] [--out JSON]
+    result = compare("runs/ops/hf", "cuda_agent_ops_6k.parquet", workers=2, limit=500)
+    json_path, md_path = write_compare(result, "runs/compare")     # compare.json, compare.md
+    print(markdown_table(result["table"], result["names"]))
 
-``--ours`` is a Hugging Face dataset folder written by ``opforge run`` (``RUN_DIR/hf``, rows in
-``data/*.parquet``) or a Parquet file with the same columns (``opforge compose`` output); ``--ops6k``
-defaults to ``runs/reference/cuda_agent_ops_6k.parquet`` of this checkout, else
-``../shared/reference/cuda_agent_ops_6k.parquet`` beside it. Only ``code`` is required; ``ops``, ``data_source``,
-``task_id`` and ``dtype`` are used when present. Writes one JSON result (``--out``) and prints a markdown
-table (measure | opforge | Ops-6K).
+A and B are each a dataset folder (rows in ``data/*.parquet``, e.g. ``RUN_DIR/hf`` written by ``opforge run``),
+a Parquet file or a JSONL file (``opforge.task.realism.read_rows``). Only ``code`` is required; ``ops``,
+``data_source``, ``task_id`` and ``dtype`` are used when present. The result holds one block per dataset under
+``datasets.a`` / ``datasets.b`` and the table (measure | A | B) under ``table``.
 
 Every measure is computed by the same code for both datasets, with opforge's own functions.
 
 Over all rows (cheap):
 
 * **labels**: a row's labels are ``realism.op_labels(ops)``; torch rows are those whose ``data_source``
-  is not ``transformers``. Distinct op labels, distinct signatures (sorted label sets) and transformers
-  modules are ``compose_bench.diversity`` (an Ops-6K transformers label ``Name_k`` counts as ``Name``);
-  ``max_rows_per_signature`` is the largest number of torch rows sharing one signature. Shares per op
-  count (number of labels, 1..5 and ``>5``) are over torch rows, shares per ``data_source`` over all rows.
+  is not ``transformers``. Distinct op labels, signatures (sorted label sets) and sequences are counted over
+  torch rows, distinct transformers modules over transformers rows (an Ops-6K label ``Name_k`` counts as
+  ``Name``); ``max_rows_per_signature`` is the largest number of torch rows sharing one signature. Shares
+  per op count (number of labels, 1..5 and ``>5``) are over torch rows, shares per ``data_source`` over all
+  rows.
 * **duplicates within a dataset**: the ``duplicate`` filter's verdicts over the dataset in row order
   (``filters.duplicate.DuplicateFilter`` with its default thresholds): ``exact`` = equal normalised
   source, ``near`` = MinHash Jaccard >= ``near_min`` (0.9) with the same source-read op signature.
-* **cross-dataset duplicates**: per row of ours, ``exact`` when its normalised-source hash equals an
-  Ops-6K row's, else ``near`` when the duplicate rule's nearest Ops-6K row (``filters.duplicate.NearIndex``
-  over every Ops-6K row) reaches ``near_min``. Exact must be 0 for a release.
+* **cross-dataset duplicates**: per row of A, ``exact`` when its normalised-source hash equals a row of B's,
+  else ``near`` when the duplicate rule's nearest row of B (``filters.duplicate.NearIndex`` over every row
+  of B) reaches ``near_min``. For a release compared with Ops-6K, exact must be 0.
 * **declared dtype**: shares of the ``dtype`` column, when the dataset has one.
 
-Over a sample of ``--limit`` rows per dataset (``random.Random(seed).sample`` of the row numbers, the
-same seed for both; all rows without ``--limit``), one worker process per ``--workers``, each row with a
-wall-clock limit of ``--timeout-s`` and an address-space margin of ``--memory-gib``
-(``seeds.probe_pool.memory_bound``); a row that runs out of time or kills its worker is counted as
-untraced with that reason, never stops the run:
+Over a sample of ``limit`` rows per dataset (``random.Random(seed).sample`` of the row numbers, the same
+seed for both; all rows without a limit), one worker process per ``workers``, each row with a wall-clock
+limit of ``timeout_s`` and an address-space margin of ``memory_gib`` (``seeds.probe_pool.memory_bound``); a
+row that runs out of time or kills its worker is counted as untraced with that reason, never stops the run:
 
 * **label fidelity**, traced on the ``meta`` device (``compose.labels``: ``task.trace.trace_task``, shapes
   only, so published sizes cost no memory or compute); a row whose trace fails on ``meta`` (an op with no
   meta kernel, e.g. ``masked_select``, ``nonzero``) is traced again on the CPU with real tensors when its
-  inputs, measured on ``meta``, total at most ``--cpu-fallback-mb`` MB, else it is untraced with the
+  inputs, measured on ``meta``, total at most ``cpu_fallback_mb`` MB, else it is untraced with the
   error as reason. Rules, over traced rows:
 
   - torch rows, ``exact_sequence``: ``compose.labels.labels_match`` - the traced calls are exactly the
@@ -57,10 +56,18 @@ untraced with that reason, never stops the run:
     itself renamed, so its rows fail this rule by construction: the figure is reported, not compared;
   - ``label_fidelity`` (the headline): ``exact_sequence`` over traced torch rows.
 * **KernelBench signature hits**: the ``contamination`` filter's score of the row
-  (``filters.contamination.ContaminationFilter`` with default thresholds, reference ``--kernelbench`` or
+  (``filters.contamination.ContaminationFilter`` with default thresholds, reference ``kernelbench`` or
   the filter's default): a hit is a row with a non-empty ``signature_matches`` (its canonical op set,
   traced on ``meta``, else read from the source, equals a problem's). The filter's verdict counts (any
   tier) are reported too.
+* **fusion headroom**: ``task.roofline.roofline`` of the row on ``meta`` at the datasheet peaks ``peaks``
+  (``task.peaks``, H200 SXM by default): ``fusion_gain = per_op_ms / roofline_ms``, what fusing the task can
+  win at best. Reported: p10 / p50 / p90 over measured rows (``numpy.percentile``, linear interpolation)
+  and the share of measured rows with ``fusion_gain < 1.1`` (issue #38's "<= 10 % of rows below 1.1");
+  rows the roofline cannot trace are counted by error.
+* **axis misuse**: ``task.axis_misuse.axis_misuse`` (an axis-wise op over the batch axis, or a ``roll``
+  without dims); the share of misused rows among the rows whose forward ran twice on ``meta``, and among
+  all sampled rows; misuses counted by op (the first word of each reason).
 * **realism and dtypes**: ``realism.measure_row`` per row and ``realism.summarise`` / ``check_targets``
   over the sample (batch, largest non-batch dim, heavy-op share, low-precision share, input bytes...).
   A row's dtype is ``bfloat16`` / ``float16`` when an input, parameter or buffer has that dtype, else
@@ -69,7 +76,6 @@ untraced with that reason, never stops the run:
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import multiprocessing
@@ -77,25 +83,18 @@ import os
 import platform
 import random
 import re
-import shlex
 import socket
-import sys
 import time
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # sibling benchmark modules
+from opforge.task import realism
 
-import realism  # noqa: E402
-import record  # noqa: E402
-
-MEASURE_VERSION = 1
-OPS6K_CANDIDATES = (ROOT / "runs" / "reference" / "cuda_agent_ops_6k.parquet",
-                    ROOT.parent / "shared" / "reference" / "cuda_agent_ops_6k.parquet")
+MEASURE_VERSION = 2
 FINGERPRINT_CHUNK = 250  # rows per fingerprint job
+LOW_GAIN = 1.1  # fusion gain below which a task leaves little to fuse (issue #38: <= 10 % of rows below 1.1)
 _OPS6K_SUFFIX = re.compile(r"_\d+$")  # Ops-6K spells a transformers module ``Name_k``
 
 
@@ -107,23 +106,18 @@ class CompareInputError(ValueError):
 # input
 
 
-def default_ops6k() -> Path | None:
-    """The first existing Ops-6K copy of ``OPS6K_CANDIDATES`` (None when there is none)."""
-    return next((p for p in OPS6K_CANDIDATES if p.is_file()), None)
-
-
 def read_dataset(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a dataset folder (``data/*.parquet``) or Parquet file, as dicts with ``row`` (position),
-    ``code`` and, when present, ``task_id``, ``ops``, ``data_source``, ``dtype``.
+    """Rows of a dataset folder (``data/*.parquet``), a Parquet or a JSONL file, as dicts with ``row``
+    (position), ``code`` and, when present, ``task_id``, ``ops``, ``data_source``, ``dtype`` (strings or None).
 
     Raises:
-        CompareInputError: missing path, no ``data/*.parquet``, unreadable Parquet or no ``code`` column.
+        CompareInputError: missing path, no ``data/*.parquet``, unreadable file or no ``code`` column.
     """
     path = Path(path)
     try:
         rows = realism.read_rows(path)
     except (FileNotFoundError, ValueError, OSError) as exc:
-        raise CompareInputError(f"{path}: {exc}") from None
+        raise CompareInputError(str(exc) if str(path) in str(exc) else f"{path}: {exc}") from None
     for i, row in enumerate(rows):
         row["row"] = i
         for key in ("ops", "data_source", "dtype", "task_id"):
@@ -131,6 +125,13 @@ def read_dataset(path: str | Path) -> list[dict[str, Any]]:
             if v is not None and not isinstance(v, str):  # NaN / None from pandas
                 row[key] = None if v != v else str(v)
     return rows
+
+
+def dataset_name(path: str | Path) -> str:
+    """The column title of a dataset: a run's ``hf`` folder by its run folder (``runs/ops/hf`` -> ``ops``), a
+    file by its stem."""
+    path = Path(path)
+    return path.parent.name if path.name == "hf" and path.parent.name else path.stem
 
 
 def sample_rows(n: int, limit: int | None, seed: int) -> list[int]:
@@ -142,6 +143,7 @@ def sample_rows(n: int, limit: int | None, seed: int) -> list[int]:
 
 
 def is_transformers(row: dict[str, Any]) -> bool:
+    """Whether a row is a transformers module (``data_source == "transformers"``)."""
     return row.get("data_source") == "transformers"
 
 
@@ -159,23 +161,26 @@ def module_name_candidates(label: str) -> list[str]:
 
 
 def label_measures(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Label figures over all rows (rules in the module docstring)."""
-    import pandas as pd
-    from compose_bench import diversity
+    """Label figures over all rows (rules in the module docstring): counts of distinct op labels,
+    signatures, sequences and transformers modules, op-count shares, ``data_source`` and declared dtype
+    shares (fractions in [0, 1])."""
 
-    def diversity_ops(row):  # compose_bench.diversity reads torch rows as JSON lists, transformers as names
+    def module_name(row):  # a transformers row's module: Ops-6K's bare ``Name_k`` read as ``Name``
         labels = realism.op_labels(row.get("ops"))
-        if is_transformers(row):
-            if not labels:
-                return ""
-            bare = not str(row.get("ops")).lstrip().startswith("[")  # Ops-6K's ``Name_k``
-            return module_name_candidates(labels[0])[-1] if bare else labels[0]
-        return json.dumps(labels)
+        if not labels:
+            return ""
+        bare = not str(row.get("ops")).lstrip().startswith("[")
+        return module_name_candidates(labels[0])[-1] if bare else labels[0]
 
-    frame = pd.DataFrame({"ops": [diversity_ops(r) for r in rows],
-                          "data_source": [r.get("data_source") or "" for r in rows]})
-    out = diversity(frame)
-    torch_rows = [realism.op_labels(r.get("ops")) for r in rows if not is_transformers(r)]
+    torch_labels = [realism.op_labels(r.get("ops")) for r in rows if not is_transformers(r)]
+    out: dict[str, Any] = {
+        "rows": len(rows),
+        "distinct_op_labels": len({x for labels in torch_labels for x in labels}),
+        "distinct_signatures": len({tuple(sorted(set(labels))) for labels in torch_labels}),
+        "distinct_sequences": len({tuple(labels) for labels in torch_labels}),
+        "transformers_modules": len({module_name(r) for r in rows if is_transformers(r)}),
+    }
+    torch_rows = torch_labels
     sigs = Counter(tuple(sorted(set(labels))) for labels in torch_rows)
     top = sigs.most_common(1)
     out["n_torch"] = len(torch_rows)
@@ -210,19 +215,20 @@ def duplicate_measures(rows: list[dict[str, Any]], fingerprints: list | None = N
             "examples": examples}
 
 
-def cross_duplicates(ours: list, ops6k: list, near_min: float) -> dict[str, Any]:
-    """Rows of ours that are exact or near duplicates of an Ops-6K row (lists of
-    ``filters.duplicate.Fingerprint`` or None for a non-string code, in row order)."""
+def cross_duplicates(a: list, b: list, near_min: float) -> dict[str, Any]:
+    """Rows of A that are exact or near duplicates of a row of B (``a``, ``b``: lists of
+    ``filters.duplicate.Fingerprint``, None for a non-string code, in row order). Returns counts and the
+    first pairs ``[row of A, row of B(, Jaccard)]``."""
     from opforge.filters.duplicate import NearIndex
 
     keys = {}
     index = NearIndex()
-    for j, fp in enumerate(ops6k):
+    for j, fp in enumerate(b):
         if fp is not None:
             keys.setdefault(fp.exact_key, j)
             index.insert(j, fp)
     exact, near, jaccards = [], [], []
-    for i, fp in enumerate(ours):
+    for i, fp in enumerate(a):
         if fp is None:
             continue
         if fp.exact_key in keys:
@@ -251,6 +257,8 @@ def _init_worker() -> None:
 
     import opforge.compose.labels  # noqa: F401 - imported once, not inside the first row's time limit
     import opforge.filters.contamination  # noqa: F401
+    import opforge.task.axis_misuse  # noqa: F401
+    import opforge.task.roofline  # noqa: F401
     import torch
 
     warnings.simplefilter("ignore")
@@ -329,15 +337,41 @@ def kernelbench_check(row: dict[str, Any], index_path: str) -> dict[str, Any]:
             "nearest": m["kernelbench_nearest"], "similarity": m["kernelbench_similarity"]}
 
 
-def measure_task(row: dict[str, Any], index_path: str, memory_bytes: int, cpu_fallback_bytes: int) -> dict:
-    """Worker: realism record, label fidelity and KernelBench check of one row, under the memory bound."""
+def headroom_check(row: dict[str, Any], peaks: str) -> dict[str, Any]:
+    """``task.roofline.roofline`` of one row at the named datasheet peaks: ``fusion_gain`` (per-op ms over
+    fused ms, >= 1), ``roofline_ms`` and ``bound``, or ``{"error": ...}`` when it cannot be traced on meta."""
+    from opforge.task.peaks import get_peaks
+    from opforge.task.roofline import roofline
+
+    try:
+        r = roofline(row["code"], get_peaks(peaks), name=str(row.get("task_id") or f"row{row['row']}"))
+    except (Exception, SystemExit) as exc:
+        return {"error": _error(exc)}
+    return {"fusion_gain": r.fusion_gain, "roofline_ms": r.roofline_ms, "bound": r.bound}
+
+
+def axis_check(row: dict[str, Any]) -> dict[str, Any]:
+    """``task.axis_misuse.axis_misuse`` of one row: ``misused`` (True / False, None when untraced) and its
+    reasons."""
+    from opforge.task.axis_misuse import axis_misuse
+
+    check = axis_misuse(row["code"], str(row.get("task_id") or f"row{row['row']}"))
+    return {"misused": check.misused, "reasons": check.reasons[:5]}
+
+
+def measure_task(row: dict[str, Any], index_path: str, memory_bytes: int, cpu_fallback_bytes: int,
+                 peaks: str = "h200") -> dict:
+    """Worker: realism record, label fidelity, KernelBench check, fusion headroom and axis misuse of one
+    row, under the memory bound (bytes)."""
     from opforge.seeds.probe_pool import memory_bound
 
     with memory_bound(memory_bytes):
         rec = realism.measure_row(row)
         fid = label_fidelity(row, rec.get("input_bytes"), cpu_fallback_bytes)
         kb = kernelbench_check(row, index_path)
-    return {"realism": rec, "fidelity": fid, "kernelbench": kb}
+        head = headroom_check(row, peaks)
+        axis = axis_check(row)
+    return {"realism": rec, "fidelity": fid, "kernelbench": kb, "headroom": head, "axis": axis}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -347,15 +381,20 @@ def measure_task(row: dict[str, Any], index_path: str, memory_bytes: int, cpu_fa
 def _failed_record(row: dict[str, Any], reason: str) -> dict[str, Any]:
     rec = realism.measure_static(row)
     rec.update(status=reason_kind(reason), error=reason)
-    return {"realism": rec, "fidelity": {"untraced": reason}, "kernelbench": {"error": reason}}
+    return {"realism": rec, "fidelity": {"untraced": reason}, "kernelbench": {"error": reason},
+            "headroom": {"error": reason}, "axis": {"misused": None, "reasons": [reason]}}
 
 
 def run_pool(jobs: dict[str, tuple[list[dict], list[int]]], index_path: str, workers: int, timeout_s: float,
-             memory_gib: float, cpu_fallback_mb: float, progress: bool) -> tuple[dict[str, list], dict[str, list]]:
+             memory_gib: float, cpu_fallback_mb: float, progress: bool,
+             peaks: str = "h200") -> tuple[dict[str, list], dict[str, list]]:
     """Fingerprint every row and measure the sampled rows of each dataset in ``workers`` spawned processes.
 
     Args:
         jobs: dataset name -> (rows, sampled row numbers).
+        index_path: the KernelBench index saved by ``filters.kernelbench.cached_index``.
+        timeout_s: per-row limit (s); memory_gib: address-space margin per row (GiB); cpu_fallback_mb: the
+            label-fidelity CPU fallback's input limit (MB); peaks: ``task.peaks`` name of the roofline.
 
     Returns:
         (fingerprints per dataset in row order, per-row ``measure_task`` records per dataset in sample
@@ -381,7 +420,7 @@ def run_pool(jobs: dict[str, tuple[list[dict], list[int]]], index_path: str, wor
                 futures[pool.schedule(fingerprint_chunk, (chunk,), timeout=max(timeout_s, 600))] = \
                     (name, "fp", start)
             for k, i in enumerate(sample):
-                futures[pool.schedule(measure_task, (rows[i], index_path, memory_bytes, fallback),
+                futures[pool.schedule(measure_task, (rows[i], index_path, memory_bytes, fallback, peaks),
                                       timeout=timeout_s)] = (name, "row", k)
         fps = {name: [None] * len(rows) for name, (rows, _) in jobs.items()}
         recs = {name: [None] * len(sample) for name, (_, sample) in jobs.items()}
@@ -435,8 +474,43 @@ def _share(n: int, d: int) -> float | None:
     return n / d if d else None
 
 
+def _quantiles(values: list[float]) -> dict[str, float] | None:
+    import numpy as np
+
+    if not values:
+        return None
+    return {f"p{q}": round(float(np.percentile(values, q)), 4) for q in (10, 50, 90)}
+
+
+def headroom_measures(sample: list[int], heads: list[dict[str, Any]]) -> dict[str, Any]:
+    """Fusion-headroom figures of the sampled rows (``headroom_check`` records in sample order):
+    ``fusion_gain`` p10 / p50 / p90, ``share_below_1.1`` (fraction of measured rows with a gain below
+    ``LOW_GAIN``), ``n_measured`` and the untraced rows counted by error kind."""
+    gains = [h["fusion_gain"] for h in heads if "fusion_gain" in h]
+    errors = [(sample[k], h["error"]) for k, h in enumerate(heads) if "error" in h]
+    return {"n_sampled": len(heads), "n_measured": len(gains), "fusion_gain": _quantiles(gains),
+            f"share_below_{LOW_GAIN:g}": _share(sum(g < LOW_GAIN for g in gains), len(gains)),
+            "roofline_ms": _quantiles([h["roofline_ms"] for h in heads if "roofline_ms" in h]),
+            "compute_bound_share": _share(sum(h.get("bound") == "compute" for h in heads), len(gains)),
+            "n_untraced": len(errors),
+            "untraced_reasons": [list(kv) for kv in Counter(reason_kind(e) for _, e in errors).most_common(5)]}
+
+
+def axis_measures(sample: list[int], axes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Axis-misuse figures of the sampled rows (``axis_check`` records in sample order): misused rows,
+    their share of the traced rows and of all sampled rows, misuses by op and the first examples."""
+    traced = [a for a in axes if a["misused"] is not None]
+    misused = [(sample[k], a["reasons"]) for k, a in enumerate(axes) if a["misused"]]
+    by_op = Counter(why.split(" ")[0] for _, reasons in misused for why in reasons)
+    return {"n_sampled": len(axes), "n_traced": len(traced), "misused": len(misused),
+            "share_of_traced": _share(len(misused), len(traced)), "share_of_all": _share(len(misused), len(axes)),
+            "misuses_by_op": dict(by_op.most_common()), "examples": [list(m) for m in misused[:10]]}
+
+
 def sample_measures(rows: list[dict[str, Any]], sample: list[int], recs: list[dict]) -> dict[str, Any]:
-    """Fidelity, KernelBench and realism figures of the sampled rows (rules in the module docstring)."""
+    """Fidelity, KernelBench, fusion headroom, axis misuse, dtype and realism figures of the sampled rows
+    (rules in the module docstring; ``recs``: ``measure_task`` records in sample order). Shares are
+    fractions in [0, 1], None when nothing was measured."""
     fid = [r["fidelity"] for r in recs]
     untraced = [(sample[k], f["untraced"]) for k, f in enumerate(fid) if "untraced" in f]
     torch_f = [f for f in fid if f.get("kind") == "torch"]
@@ -473,34 +547,27 @@ def sample_measures(rows: list[dict[str, Any]], sample: list[int], recs: list[di
     dtypes = Counter(row_dtype(r) for r in records)
     figures = realism.summarise(records)
     return {"label_fidelity": fidelity, "kernelbench": kernelbench,
+            "headroom": headroom_measures(sample, [r["headroom"] for r in recs]),
+            "axis_misuse": axis_measures(sample, [r["axis"] for r in recs]),
             "dtype_share": {k: v / len(records) for k, v in sorted(dtypes.items())} if records else {},
             "realism": figures, "realism_targets": realism.check_targets(figures)}
 
 
-def _describe(argv: list[str] | None) -> dict[str, Any]:
-    """What produced the result: commit (``-dirty`` with uncommitted changes to tracked files), date,
-    command line, machine (hostname, CPU count, platform) and versions (python, torch, transformers)."""
-    import torch
+def provenance() -> dict[str, Any]:
+    """What produced a result: date (UTC), opforge version, machine (hostname, CPU count, platform) and the
+    library versions (``engine.ledger.environment``)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from opforge.engine.ledger import environment
 
     try:
-        import transformers
-
-        tf_version = transformers.__version__
-    except ImportError:
-        tf_version = None
-    commit = record.git("rev-parse", "HEAD")
-    if commit and record.git("status", "--porcelain", "--untracked-files=no"):
-        commit += "-dirty"
-    return {
-        "commit": commit,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": shlex.join(["python", *sys.argv]) if argv is None
-        else shlex.join(["python", "benchmarks/release_compare.py", *argv]),
-        "machine": {"hostname": socket.gethostname(), "cpu_count": os.cpu_count(),
-                    "platform": platform.platform()},
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "transformers": tf_version},
-    }
+        opforge_version = version("opforge")
+    except PackageNotFoundError:
+        opforge_version = None
+    return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "opforge": opforge_version,
+            "machine": {"hostname": socket.gethostname(), "cpu_count": os.cpu_count(),
+                        "platform": platform.platform()},
+            "versions": environment("cpu")}
 
 
 def _input_info(path: Path, n: int) -> dict[str, Any]:
@@ -537,9 +604,20 @@ def _figure(key: str, v: Any) -> str:
 
 
 def table_rows(result: dict[str, Any]) -> list[list[str]]:
-    """(measure, opforge, Ops-6K) cells of the summary table."""
-    a, b = result["datasets"]["ours"], result["datasets"]["ops6k"]
+    """(measure, A, B) cells of the side-by-side table: counts plain, shares in %, bytes in MB (10^6)."""
+    a, b = result["datasets"]["a"], result["datasets"]["b"]
     cross = result["cross_duplicates"]
+    other = result["names"][1]
+
+    def head(d, key):
+        h = d["sample"]["headroom"]
+        if key == "share":
+            return _pct(h[f"share_below_{LOW_GAIN:g}"])
+        return "-" if h["fusion_gain"] is None else f"{h['fusion_gain'][key]:.2f}"
+
+    def axis(d):
+        x = d["sample"]["axis_misuse"]
+        return f"{_num(x['misused'])} ({_pct(x['share_of_traced'])} of {_num(x['n_traced'])} traced)"
 
     def both(fn) -> list[str]:
         return [fn(a), fn(b)]
@@ -578,11 +656,16 @@ def table_rows(result: dict[str, Any]) -> list[list[str]]:
         ["exact duplicates within (normalised source)", *both(lambda d: _num(d["duplicates"]["exact"]))],
         ["near duplicates within (MinHash >= 0.9, same op signature)",
          *both(lambda d: _num(d["duplicates"]["near"]))],
-        ["rows exactly duplicating an Ops-6K row", _num(cross["exact"]), "-"],
-        ["rows nearly duplicating an Ops-6K row", _num(cross["near"]), "-"],
+        [f"rows exactly duplicating a row of {other}", _num(cross["exact"]), "-"],
+        [f"rows nearly duplicating a row of {other}", _num(cross["near"]), "-"],
         ["KernelBench signature hits (sample)",
          *both(lambda d: f"{_num(d['sample']['kernelbench']['signature_hits'])} "
                          f"({_pct(d['sample']['kernelbench']['signature_hit_share'])})")],
+        *[[f"fusion gain {q} (roofline, sample)", *both(lambda d, q=q: head(d, q))] for q in ("p10", "p50", "p90")],
+        [f"share of rows with fusion gain < {LOW_GAIN:g} (sample)", *both(lambda d: head(d, "share"))],
+        ["  rows the roofline could not trace (sample)",
+         *both(lambda d: _num(d["sample"]["headroom"]["n_untraced"]))],
+        ["axis misuse: axis-wise op over the batch axis or flat roll (sample)", *both(axis)],
         *[[f"dtype {k} (sample)", *both(lambda d, k=k: _pct(d["sample"]["dtype_share"].get(k, 0.0)))]
           for k in dtypes],
     ]
@@ -594,8 +677,9 @@ def table_rows(result: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-def markdown_table(rows: list[list[str]]) -> str:
-    lines = ["| measure | opforge | Ops-6K |", "|---|---|---|"]
+def markdown_table(rows: list[list[str]], names: tuple[str, str] | list[str] = ("A", "B")) -> str:
+    """The table as Markdown: a ``measure`` column, then one column per dataset titled by ``names``."""
+    lines = [f"| measure | {names[0]} | {names[1]} |", "|---|---|---|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
 
@@ -604,24 +688,40 @@ def markdown_table(rows: list[list[str]]) -> str:
 # main
 
 
-def compare(ours: str | Path, ops6k: str | Path, kernelbench: str | None = None, workers: int = 2,
+def compare(a: str | Path, b: str | Path, kernelbench: str | None = None, workers: int = 2,
             limit: int | None = None, seed: int = 0, timeout_s: float = 120.0, memory_gib: float = 4.0,
-            cpu_fallback_mb: float = 64.0, progress: bool = True) -> dict[str, Any]:
-    """Compute every measure for both datasets (module docstring) and return the result dict (without the
-    describing fields ``main`` adds).
+            cpu_fallback_mb: float = 64.0, peaks: str = "h200", progress: bool = True) -> dict[str, Any]:
+    """Compute every measure (module docstring) for datasets ``a`` and ``b`` and return the result.
+
+    Args:
+        a, b: dataset folders (``data/*.parquet``), Parquet or JSONL files.
+        kernelbench: KernelBench reference (``.jsonl[.gz]`` / ``.parquet`` / ``hub:REPO@REV``; None: the
+            contamination filter's default).
+        workers: worker processes of the traced measures; limit: rows per dataset for them (a
+            ``random.Random(seed)`` sample; None: every row); timeout_s: per-row limit in s; memory_gib:
+            address-space margin per row in GiB; cpu_fallback_mb: label-fidelity CPU fallback limit in MB
+            (10^6 bytes); peaks: ``task.peaks`` name of the roofline's datasheet peaks.
+
+    Returns:
+        ``{"benchmark", "measure_version", "names", "provenance", "settings", "seconds", "datasets": {"a",
+        "b"}, "cross_duplicates", "table"}``; ``names`` are the column titles (``dataset_name``), ``table``
+        the ``table_rows``.
 
     Raises:
         CompareInputError: a dataset cannot be read.
+        ValueError: ``workers`` or ``limit`` below 1, or unknown ``peaks``.
         filters.kernelbench.ReferenceLoadError: the KernelBench reference cannot be loaded.
     """
     from opforge.filters.kernelbench import cached_index
+    from opforge.task.peaks import get_peaks
 
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
+    peaks_info = get_peaks(peaks).describe()
     t0 = time.perf_counter()
-    paths = {"ours": Path(ours), "ops6k": Path(ops6k)}
+    paths = {"a": Path(a), "b": Path(b)}
     data = {name: read_dataset(p) for name, p in paths.items()}
     samples = {name: sample_rows(len(rows), limit, seed) for name, rows in data.items()}
     index_path, index = cached_index(kernelbench, progress=progress)
@@ -629,29 +729,34 @@ def compare(ours: str | Path, ops6k: str | Path, kernelbench: str | None = None,
 
     t1 = time.perf_counter()
     fps, recs = run_pool({n: (data[n], samples[n]) for n in data}, str(index_path), workers, timeout_s,
-                         memory_gib, cpu_fallback_mb, progress)
+                         memory_gib, cpu_fallback_mb, progress, peaks)
     seconds["pool"] = round(time.perf_counter() - t1, 1)
     t2 = time.perf_counter()
     within = {name: duplicate_measures(rows, fps[name]) for name, rows in data.items()}
-    cross = cross_duplicates(fps["ours"], fps["ops6k"], within["ours"]["near_min"])
+    cross = cross_duplicates(fps["a"], fps["b"], within["a"]["near_min"])
     seconds["duplicates"] = round(time.perf_counter() - t2, 1)
     t2 = time.perf_counter()
     datasets = {}
     for name, rows in data.items():
         sample = samples[name]
-        datasets[name] = {"input": _input_info(paths[name], len(rows)), "rows": len(rows),
-                          "labels": label_measures(rows), "duplicates": within[name],
+        datasets[name] = {"name": dataset_name(paths[name]), "input": _input_info(paths[name], len(rows)),
+                          "rows": len(rows), "labels": label_measures(rows), "duplicates": within[name],
                           "n_sampled": len(sample), "sample_rows": sample if len(sample) <= 50 else
                           [*sample[:50], "..."],
                           "sample": sample_measures(rows, sample, recs[name])}
     seconds["summaries"] = round(time.perf_counter() - t2, 1)
     seconds["total"] = round(time.perf_counter() - t0, 1)
+    names = [datasets["a"]["name"], datasets["b"]["name"]]
+    if names[0] == names[1]:
+        names = [f"A: {names[0]}", f"B: {names[1]}"]
     result = {
-        "benchmark": "release_compare", "measure_version": MEASURE_VERSION,
+        "benchmark": "compare", "measure_version": MEASURE_VERSION, "names": names,
+        "provenance": provenance(),
         "settings": {"workers": workers, "limit": limit, "seed": seed, "timeout_s": timeout_s,
                      "memory_gib": memory_gib, "cpu_fallback_mb": cpu_fallback_mb,
                      "trace_device": "meta (CPU with real tensors for rows that fail on meta and whose "
                                      f"inputs total <= {cpu_fallback_mb:g} MB)",
+                     "peaks": peaks_info,
                      "kernelbench": index.identity(), "kernelbench_problems": len(index.problems)},
         "seconds": seconds, "datasets": datasets, "cross_duplicates": cross,
     }
@@ -659,41 +764,12 @@ def compare(ours: str | Path, ops6k: str | Path, kernelbench: str | None = None,
     return result
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ours", required=True, help="opforge dataset: RUN_DIR/hf folder or a Parquet file")
-    ap.add_argument("--ops6k", default=None, help="CUDA-Agent-Ops-6K Parquet (default: "
-                    "runs/reference/cuda_agent_ops_6k.parquet, else ../shared/reference/...)")
-    ap.add_argument("--kernelbench", default=None,
-                    help="KernelBench reference (.jsonl / .parquet / hub:REPO@REV; default: the filter's)")
-    ap.add_argument("--workers", type=int, default=2, help="worker processes for the traced measures")
-    ap.add_argument("--limit", type=int, default=None,
-                    help="rows per dataset for the traced measures (deterministic sample; default all)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the --limit sample")
-    ap.add_argument("--timeout-s", type=float, default=120.0, help="per-row limit in its worker (seconds)")
-    ap.add_argument("--memory-gib", type=float, default=4.0, help="address-space margin per row (GiB)")
-    ap.add_argument("--cpu-fallback-mb", type=float, default=64.0,
-                    help="trace on the CPU a row that fails on meta when its inputs total at most this (MB)")
-    ap.add_argument("--out", default=None, help="result JSON (default benchmarks/results/"
-                    "release_compare_<ours name>.json)")
-    ap.add_argument("--no-progress", action="store_true")
-    args = ap.parse_args(argv)
-    ops6k = args.ops6k or default_ops6k()
-    if ops6k is None:
-        ap.error("no Ops-6K copy found; pass --ops6k PATH")
-    ours = Path(args.ours)
-    result = {**_describe(argv), **compare(
-        ours, ops6k, args.kernelbench, args.workers, args.limit, args.seed, args.timeout_s, args.memory_gib,
-        args.cpu_fallback_mb, progress=not args.no_progress and sys.stderr.isatty())}
-    stem = ours.parent.name if ours.name == "hf" else ours.stem
-    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"release_compare_{stem}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    print(markdown_table(result["table"]))
-    print(f"\n{result['seconds']['total']:.1f} s; wrote {out}")
-    return result
-
-
-if __name__ == "__main__":
-    main()
+def write_compare(result: dict[str, Any], out: str | Path) -> tuple[Path, Path]:
+    """Write ``result`` (``compare``) as ``OUT/compare.json`` and its table as ``OUT/compare.md``; the folder
+    is created. Returns both paths."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out / "compare.json", out / "compare.md"
+    json_path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    md_path.write_text(markdown_table(result["table"], result["names"]) + "\n")
+    return json_path, md_path
