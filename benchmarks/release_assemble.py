@@ -4,14 +4,14 @@
 Usage (from the repository root, after the release run finished; ``benchmarks/device/RELEASE.md``)::
 
     opforge variants runs/release6k/hf --out runs/release6k/hf_variants --workers 2
-    python benchmarks/release_compare.py --ours runs/release6k/hf_variants --out runs/release6k/compare.json
+    opforge compare runs/release6k/hf_variants CUDA_AGENT_OPS_6K.parquet --out runs/release6k  # compare.json
     python benchmarks/release_assemble.py --run runs/release6k --hf runs/release6k/hf_variants \\
         --compare runs/release6k/compare.json --out releases/opforge-ops-6k
 
 Inputs: ``--run`` is the run directory (``run.json``, ``selection.json``, ``candidates/round-*.parquet``,
 ``filter/ledger.jsonl``, ``filter/verdicts.parquet``, ``recheck/recheck.json``, ``realism_published.json`` /
 ``.txt``); ``--hf`` the published folder with the ``shape_variants`` column (``opforge variants``); ``--compare``
-the ``release_compare.py`` result on those rows. ``RUN_FACTS`` holds what only the device calls' logs know
+the ``opforge compare`` result on those rows. ``RUN_FACTS`` holds what only the device calls' logs know
 (machines, wall times, throughput).
 
 The whole-run funnel is counted here, not read from ``filter/funnel.json`` or ``run.json``, whose wall time,
@@ -285,7 +285,7 @@ def realism_section(realism: dict[str, Any]) -> str:
             "Every target is met except " + ", ".join(f"`{k}`" for k in missed)
             + f" (`{fig['top_other_op']}` is in {_pct(fig['top_other_op_share'])} of the tasks).")
     return f"""
-Measured on the `meta` device over all {fig['rows']:,} rows (`benchmarks/realism.py`; targets of opforge issue #20
+Measured on the `meta` device over all {fig['rows']:,} rows (`opforge.task.realism`; targets of opforge issue #20
 for realistic tasks). {note} `realism.json` / `realism.txt` in this folder hold every figure.
 
 {chr(10).join(rows)}
@@ -293,7 +293,7 @@ for realistic tasks). {note} `realism.json` / `realism.txt` in this folder hold 
 
 
 def compare_section(cmp: dict[str, Any]) -> str:
-    """The card's side-by-side table: the headline rows of ``release_compare``'s table (rows where both
+    """The card's side-by-side table: the headline rows of ``opforge compare``'s table (rows where both
     datasets show 0.0 % left out; "(sample)" dropped when the sample is every row)."""
     keep = ("rows", "distinct op labels", "distinct op-label signatures", "largest number of rows sharing",
             "distinct transformers modules", "label fidelity", "exact duplicates within", "near duplicates within",
@@ -307,9 +307,10 @@ def compare_section(cmp: dict[str, Any]) -> str:
             continue
         rows.append(f"| {m.replace(' (sample)', '') if every else m} | {a} | {b} |")
     sample = ("all rows" if every else f"a random sample of {s['limit']:,} rows per dataset (seed {s['seed']})")
-    sig = " + ".join(f"`{x}`" for x in cmp["datasets"]["ours"]["labels"]["most_common_signature"] or [])
+    ours = cmp["datasets"].get("a") or cmp["datasets"]["ours"]  # "ours": results of the former script
+    sig = " + ".join(f"`{x}`" for x in ours["labels"]["most_common_signature"] or [])
     return f"""
-The same measures for both datasets, computed by opforge's own functions (`benchmarks/release_compare.py`):
+The same measures for both datasets, computed by opforge's own functions (`opforge compare`):
 labels, duplicates and dtype over all rows, the traced measures (label fidelity, KernelBench signature hits,
 realism) over {sample}, traced on the `meta` device.
 
@@ -576,7 +577,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", required=True, type=Path, help="the finished run directory (runs/release6k)")
     ap.add_argument("--hf", required=True, type=Path, help="its published folder with shape_variants")
-    ap.add_argument("--compare", type=Path, default=None, help="release_compare.py result on those rows")
+    ap.add_argument("--compare", type=Path, default=None, help="`opforge compare` result (compare.json) on those rows")
     ap.add_argument("--out", type=Path, default=ROOT / "releases" / "opforge-ops-6k", help="release folder")
     ap.add_argument("--no-record", action="store_true", help="write the folder only")
     args = ap.parse_args(argv)

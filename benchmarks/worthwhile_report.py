@@ -9,7 +9,7 @@ Reads RUN_DIR/hf (the published rows, with the ``roofline_ms`` / ``fusion_gain``
   fused kernel, H200 datasheet peaks);
 * room: ``min(eager_ms, compile_ms) / roofline_ms`` (what a perfect kernel has over the better of eager and
   torch.compile) p10 / p50 / p90 and the share >= 2;
-* heavy-op share: rows that call a GEMM, convolution, attention or recurrent op (``benchmarks/realism.py``'s
+* heavy-op share: rows that call a GEMM, convolution, attention or recurrent op (``opforge.task.realism``'s
   classes, traced on meta);
 * axis misuse share (``task.axis_misuse``: softmax, scans, sort, topk or arg-reductions over the batch axis,
   flattened rolls);
@@ -40,10 +40,10 @@ def _static(code: str) -> dict:
 
     warnings.simplefilter("ignore")
     from opforge.task.axis_misuse import axis_misuse
+    from opforge.task.realism import is_heavy
     from opforge.task.roofline import roofline
     from opforge.task.source import load_task
     from opforge.task.trace import trace_task
-    from realism import is_heavy
 
     out: dict = {}
     try:

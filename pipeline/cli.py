@@ -540,6 +540,49 @@ def recheck_cmd(
     typer.echo(f"report: {out / 'recheck.json'}")
 
 
+@app.command("compare")
+def compare_cmd(
+    a: Path = typer.Argument(..., metavar="A", help="First dataset: an opforge hf/ folder (data/*.parquet) or a "
+                                                     ".parquet / .jsonl file with a `code` column."),
+    b: Path = typer.Argument(..., metavar="B", help="Second dataset, read the same way (e.g. CUDA-Agent-Ops-6K's "
+                                                     "Parquet)."),
+    out: Path = typer.Option(Path("runs/compare"), help="Folder for compare.json and compare.md."),
+    limit: int = typer.Option(None, min=1, help="Rows per dataset for the traced measures (a seeded random "
+                                                "sample; default: every row)."),
+    seed: int = typer.Option(0, help="Seed of the --limit sample (the same for both datasets)."),
+    workers: int = typer.Option(2, min=1, help="Worker processes for the traced measures."),
+    timeout_s: float = typer.Option(120.0, help="Per-row limit in its worker, seconds."),
+    peaks: str = typer.Option("h200", help="Datasheet peaks of the roofline's fusion gain: h200, h100, h100-pcie."),
+    kernelbench: str = typer.Option(None, rich_help_panel=KB_PANEL,
+                                    help="KernelBench problems for the signature hits: a .jsonl[.gz] / .parquet "
+                                         "path or hub:REPO@REVISION (default: $OPFORGE_KERNELBENCH, else the "
+                                         "copy packaged with opforge)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
+):
+    """Two KernelBench-format datasets side by side: rows, distinct ops, label fidelity, duplicates (within
+    and A's rows duplicating B's), KernelBench signature hits, fusion headroom, axis misuse, dtypes and the
+    realism figures (OUT/compare.json, OUT/compare.md, and the table printed)."""
+    from opforge.filters.kernelbench import ReferenceLoadError
+    from opforge.pipeline.compare import CompareInputError, compare, markdown_table, write_compare
+
+    for path in (a, b):
+        if not path.exists():
+            _fail(f"{path}: no such file or folder")
+    try:
+        result = compare(a, b, kernelbench=kernelbench, workers=workers, limit=limit, seed=seed,
+                         timeout_s=timeout_s, peaks=peaks, progress=_progress(quiet))
+    except ReferenceLoadError as exc:
+        _fail(f"{exc} (pass --kernelbench PATH)")
+    except (CompareInputError, ValueError) as exc:
+        _fail(str(exc))
+    import shlex
+
+    result["command"] = shlex.join(["opforge", *sys.argv[1:]]) if Path(sys.argv[0]).name == "opforge" else None
+    json_path, md_path = write_compare(result, out)
+    typer.echo(markdown_table(result["table"], result["names"]))
+    typer.echo(f"\n{result['seconds']['total']:.1f} s; wrote {json_path} and {md_path}")
+
+
 @app.command("publish")
 def publish_cmd(
     run_dir: Path = typer.Argument(..., help="Run directory holding hf/ (from `opforge run`)."),

@@ -119,3 +119,67 @@ def test_status_of_a_filter_directory_and_of_no_run(tmp_path):
     assert s["kind"] == "filter" and s["ledger"]["accepted"] == 1
     res = invoke("status", str(tmp_path))
     assert res.exit_code == 2 and "not a run directory" in res.output
+
+
+def _kb_task(forward: str, inputs: str, init: str = "") -> str:
+    """A KernelBench-format source: ``Model.forward(x)`` returning ``forward``, ``get_inputs()`` -> [inputs]."""
+    return (f"import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+            f"        super().__init__()\n        {init or 'pass'}\n\n    def forward(self, x):\n"
+            f"        return {forward}\n\n\ndef get_inputs():\n    return [{inputs}]\n\n\n"
+            f"def get_init_inputs():\n    return []\n")
+
+
+def test_compare_two_small_datasets(tmp_path, monkeypatch):
+    """`opforge compare A B` on a JSONL file and an hf/ folder whose figures follow from the rows."""
+    monkeypatch.setenv("OPFORGE_CACHE", str(tmp_path / "cache"))
+    tanh_sigmoid = _kb_task("torch.sigmoid(torch.tanh(x))", "torch.randn(16, 32)")
+    softmax_batch = _kb_task("torch.softmax(x, dim=0)", "torch.randn(16, 32)")  # over the batch axis
+    linear_relu = _kb_task("torch.relu(self.fc(x))", "torch.randn(16, 32)", "self.fc = nn.Linear(32, 32)")
+    exp_only = _kb_task("torch.exp(x)", "torch.randn(16, 32)")
+    cumsum_rows = _kb_task("torch.cumsum(x, dim=1)", "torch.randn(16, 32)")
+    a_rows = [
+        {"code": tanh_sigmoid, "ops": '["torch.tanh", "torch.sigmoid"]', "data_source": "torch#2"},
+        {"code": tanh_sigmoid, "ops": '["torch.tanh", "torch.sigmoid"]', "data_source": "torch#2"},  # copy
+        {"code": softmax_batch, "ops": '["torch.softmax"]', "data_source": "torch#1"},
+        {"code": linear_relu, "ops": '["nn.Linear", "torch.relu"]', "data_source": "torch#2"},
+    ]
+    a = tmp_path / "a.jsonl"
+    a.write_text("".join(json.dumps(r) + "\n" for r in a_rows))
+    b = tmp_path / "ref" / "hf"
+    (b / "data").mkdir(parents=True)
+    pd.DataFrame([
+        {"code": tanh_sigmoid, "ops": '["torch.tanh", "torch.sigmoid"]', "data_source": "torch#2"},
+        {"code": exp_only, "ops": '["torch.exp"]', "data_source": "torch#1"},
+        {"code": cumsum_rows, "ops": '["torch.cumsum"]', "data_source": "torch#1"},
+    ]).to_parquet(b / "data" / "train-00000-of-00001.parquet", index=False)
+    kb = tmp_path / "kernelbench.jsonl"
+    kb.write_text(json.dumps({"level": 2, "problem_id": 1, "name": "1_Linear_ReLU", "code": _kb_task(
+        "torch.relu(self.linear(x))", "torch.randn(2, 4)", "self.linear = nn.Linear(4, 4)")}) + "\n")
+    out = tmp_path / "cmp"
+
+    res = invoke("compare", str(a), str(b), "--out", str(out), "--workers", "1", "--kernelbench", str(kb), "--quiet")
+    assert res.exit_code == 0, res.output
+    assert "| measure | a | ref |" in res.output and "| rows | 4 | 3 |" in res.output
+    result = json.loads((out / "compare.json").read_text())
+    assert (out / "compare.md").read_text().startswith("| measure | a | ref |")
+    da, db = result["datasets"]["a"], result["datasets"]["b"]
+    assert (da["rows"], db["rows"]) == (4, 3)
+    assert da["labels"]["distinct_op_labels"] == 5  # tanh, sigmoid, softmax, Linear, relu
+    assert db["labels"]["op_count_share"] == {"1": 2 / 3, "2": 1 / 3}
+    assert (da["duplicates"]["exact"], db["duplicates"]["exact"]) == (1, 0)  # A's second row copies its first
+    assert result["cross_duplicates"]["exact"] == 2  # both tanh-sigmoid rows of A are B's first row
+    assert da["sample"]["label_fidelity"]["label_fidelity"] == 1.0
+    assert da["sample"]["kernelbench"]["signature_hits"] == 1  # Linear + ReLU
+    assert db["sample"]["kernelbench"]["signature_hits"] == 0
+    assert (da["sample"]["axis_misuse"]["misused"], db["sample"]["axis_misuse"]["misused"]) == (1, 0)
+    # one op alone (softmax; exp, cumsum) has nothing to fuse: fusion gain 1; two element-wise ops on one
+    # [16, 32] tensor read and write it twice instead of once: 2
+    assert da["sample"]["headroom"]["share_below_1.1"] == 1 / 4
+    assert db["sample"]["headroom"]["share_below_1.1"] == 2 / 3
+    gains = db["sample"]["headroom"]["fusion_gain"]  # of [2, 1, 1], linear interpolation between ranks
+    assert gains["p50"] == pytest.approx(1.0, abs=1e-4) and gains["p90"] == pytest.approx(1.8, abs=1e-4)
+
+
+def test_compare_names_a_missing_dataset(tmp_path):
+    res = invoke("compare", str(tmp_path / "missing.parquet"), str(tmp_path))
+    assert res.exit_code == 2 and "missing.parquet: no such file or folder" in res.output

@@ -1,13 +1,9 @@
-"""benchmarks/realism.py: the figures it computes on hand-written tasks, and its worker pool."""
+"""opforge.task.realism: the figures it computes on hand-written tasks, and its worker pool."""
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import realism  # noqa: E402
+from opforge.task import realism
 
 # A: fp32 GEMM + GRU, batch 16, sizes (10, 100) that are not multiples of 8.
 LINEAR = '''

@@ -1,14 +1,10 @@
-"""benchmarks/release_compare.py on two hand-made datasets whose every figure is known."""
+"""opforge.pipeline.compare on two hand-made datasets whose every figure is known."""
 
 import json
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import release_compare  # noqa: E402
+from opforge.pipeline import compare
 
 
 def _task(forward: str, inputs: str, init: str = "", extra: str = "") -> str:
@@ -99,14 +95,15 @@ def datasets(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_compare_counts(datasets, capsys):
-    out = datasets / "result.json"
-    result = release_compare.main(["--ours", str(datasets / "hf"), "--ops6k", str(datasets / "ops6k.parquet"),
-                                   "--kernelbench", str(datasets / "kernelbench.jsonl"), "--workers", "2",
-                                   "--out", str(out), "--no-progress"])
-    assert json.loads(out.read_text())["datasets"]["ours"]["rows"] == 7
-    assert result["commit"] and result["machine"]["cpu_count"] and result["versions"]["torch"]
-    ours, ops6k = result["datasets"]["ours"], result["datasets"]["ops6k"]
+def test_compare_counts(datasets):
+    result = compare.compare(datasets / "hf", datasets / "ops6k.parquet",
+                                     kernelbench=str(datasets / "kernelbench.jsonl"), workers=2, progress=False)
+    json_path, md_path = compare.write_compare(result, datasets / "out")
+    assert json.loads(json_path.read_text())["datasets"]["a"]["rows"] == 7
+    prov = result["provenance"]
+    assert prov["machine"]["cpu_count"] and prov["versions"]["torch"]
+    assert result["names"] == [datasets.name, "ops6k"]  # an hf/ folder is named by its run folder
+    ours, ops6k = result["datasets"]["a"], result["datasets"]["b"]
 
     # labels over all rows
     assert ours["labels"]["distinct_op_labels"] == 8  # cumsum, gelu, Linear, relu, tanh, sigmoid, abs, +
@@ -150,13 +147,28 @@ def test_compare_counts(datasets, capsys):
     assert ours["sample"]["realism"]["low_precision_share"] == 1 / 6
     assert ops6k["sample"]["realism"]["batch_p50"] == 4
 
-    table = capsys.readouterr().out
+    # fusion headroom (memory-bound at these sizes, so gain = per-op bytes / fused bytes): two element-wise ops
+    # on one fp32 [4, 8] tensor (cumsum+gelu, tanh+sigmoid, abs+add in bf16) read and write it twice instead
+    # of once: 2.0; tanh alone: 1.0; Linear(32, 64) on [2, 3, 32] + relu: (768 + 8192 + 256 + 1536 + 2 * 1536)
+    # / (768 + 8192 + 256 + 1536) = 9 / 7; Linear(8, 8) on [4, 8] + gelu: (544 + 256) / 544. The crashed row
+    # has no roofline.
+    h = ours["sample"]["headroom"]
+    assert (h["n_measured"], h["n_untraced"]) == (6, 1)
+    assert h["share_below_1.1"] == pytest.approx(1 / 6)
+    assert h["fusion_gain"]["p50"] == pytest.approx((800 / 544 + 2.0) / 2, abs=1e-4)
+    assert h["fusion_gain"]["p90"] == pytest.approx(2.0, abs=1e-4)
+    # axis misuse: none of these forwards runs an axis-wise op over dim 0 (cumsum runs over dim 1)
+    x = ours["sample"]["axis_misuse"]
+    assert (x["n_sampled"], x["misused"]) == (7, 0) and x["n_traced"] == 6
+
+    table = md_path.read_text()
+    assert table.startswith(f"| measure | {datasets.name} | ops6k |")
     assert "| rows | 7 | 6 |" in table
-    assert "| rows exactly duplicating an Ops-6K row | 1 | - |" in table
+    assert "| rows exactly duplicating a row of ops6k | 1 | - |" in table
 
 
 def test_sample_is_deterministic_and_in_row_order():
-    a = release_compare.sample_rows(6000, 300, seed=0)
-    assert a == release_compare.sample_rows(6000, 300, seed=0) == sorted(set(a))
-    assert len(a) == 300 and a != release_compare.sample_rows(6000, 300, seed=1)
-    assert release_compare.sample_rows(5, 300, seed=0) == [0, 1, 2, 3, 4]
+    a = compare.sample_rows(6000, 300, seed=0)
+    assert a == compare.sample_rows(6000, 300, seed=0) == sorted(set(a))
+    assert len(a) == 300 and a != compare.sample_rows(6000, 300, seed=1)
+    assert compare.sample_rows(5, 300, seed=0) == [0, 1, 2, 3, 4]

@@ -3,7 +3,7 @@
 # ../shared/reference: ../shared does not travel):
 #   TARGET=700 bash benchmarks/device/gpu_realistic_run.sh
 # `opforge run --device cuda` from an empty run directory (harvest included, composer with the h200 profile),
-# then the realism figures of its candidates and of its published rows (benchmarks/realism.py). Logs and a
+# then the realism figures of its candidates and of its published rows (benchmarks/realism_bench.py). Logs and a
 # tarball of the run's records land in $OUT.
 set -uo pipefail
 . benchmarks/device/device_setup.sh || exit 1
@@ -20,11 +20,11 @@ timeout "${LIMIT:-470}" python3 -m opforge.pipeline.cli run --device cuda --targ
 echo "run wall s: $(( $(date +%s) - T0 ))" | tee -a "$OUT/run.log"
 kill $SMI 2>/dev/null
 if [ -f "$RUN/candidates.parquet" ]; then
-    timeout 60 python3 benchmarks/realism.py "$RUN/candidates.parquet" --out "$RUN/realism_candidates.json" --workers 12 \
+    timeout 60 python3 benchmarks/realism_bench.py "$RUN/candidates.parquet" --out "$RUN/realism_candidates.json" --workers 12 \
         > "$RUN/realism_candidates.txt" 2>&1
 fi
 if [ -d "$RUN/hf" ]; then
-    timeout 60 python3 benchmarks/realism.py "$RUN/hf" --out "$RUN/realism_published.json" --workers 12 \
+    timeout 60 python3 benchmarks/realism_bench.py "$RUN/hf" --out "$RUN/realism_published.json" --workers 12 \
         > "$RUN/realism_published.txt" 2>&1
 fi
 tar czf "$OUT/run.tgz" -C "$(dirname "$RUN")" --exclude='*/logs/*' --exclude='*.pkl' "$(basename "$RUN")" "$(basename "$RUN").util.csv"

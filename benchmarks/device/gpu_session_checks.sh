@@ -23,9 +23,9 @@ timeout "${RUN_LIMIT:-220}" python3 -m opforge.pipeline.cli run --device cuda --
     | tee "$OUT/run.log" | tail -5
 echo "run wall s: $(( $(date +%s) - T0 ))" | tee -a "$OUT/run.log"
 if [ -d "$RUN/hf" ]; then
-    timeout 60 python3 benchmarks/realism.py "$RUN/hf" --out "$RUN/realism_published.json" --workers 12 --cache '' \
+    timeout 60 python3 benchmarks/realism_bench.py "$RUN/hf" --out "$RUN/realism_published.json" --workers 12 --cache '' \
         > "$RUN/realism_published.txt" 2>&1
-    timeout 60 python3 benchmarks/realism.py "$RUN/candidates.parquet" --out "$RUN/realism_candidates.json" \
+    timeout 60 python3 benchmarks/realism_bench.py "$RUN/candidates.parquet" --out "$RUN/realism_candidates.json" \
         --workers 12 --cache '' > "$RUN/realism_candidates.txt" 2>&1
 fi
 if [ -d "$RUN/hf" ]; then

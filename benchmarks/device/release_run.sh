@@ -60,7 +60,7 @@ print("recheck sample", min(int(sys.argv[2]), len(rows)), "of", len(rows))
 PY
     timeout "${RECHECK_LIMIT:-240}" python3 -m opforge.pipeline.cli recheck "$RUN/recheck_sample.parquet" \
         "$RUN/recheck" --device cuda 2>&1 | filt | tail -30 | tee "$OUT/recheck.log"
-    timeout 90 python3 benchmarks/realism.py "$RUN/hf" --out "$RUN/realism_published.json" --workers 14 --cache '' \
+    timeout 90 python3 benchmarks/realism_bench.py "$RUN/hf" --out "$RUN/realism_published.json" --workers 14 --cache '' \
         > "$RUN/realism_published.txt" 2>&1
 fi
 tar czf "$OUT/release6k.tgz" --exclude='*/logs/*' --exclude='*.pkl' --exclude='*/sandboxes/*' "$RUN"
