@@ -11,9 +11,9 @@ the verdict depends on:
   addresses rotate. Each set reaches the reference's slots only after the candidate answered for it.
 * Calls: one schedule of rounds - ``correct_trials`` verify rounds, ``warmup`` rounds, ``timing_trials``
   timed rounds, ``reverify_trials`` rounds - and every round is the same ``call`` message to the candidate,
-  whose outputs are verified in every round (so timed calls are checked calls). A verify round is one call; a
-  warm-up or timed round is a *burst*: one message of ``burst`` back-to-back calls, each on a fresh input set in
-  a slot set of its own, answered after one device synchronisation (``engine.timing``: ``burst`` is sized by
+  whose outputs are verified in every round (so timed calls are checked calls). Every round of the public
+  shape is a *burst*: one message of ``burst`` back-to-back calls, each on a fresh input set in a slot set of
+  its own (verify, warm-up and timed rounds look alike), answered after one device synchronisation (``engine.timing``: ``burst`` is sized by
   the reference from eager's time so a burst lasts about ``EvalConfig.burst_target_ms``, 1 ms by default, at
   most ``engine.timing.MAX_BURST`` calls and ``BURST_BYTES`` of sets), so the fixed cost of a request (the
   socket, the wake of a stopped process) is spread over the burst's calls. Output slots are poisoned
@@ -524,7 +524,12 @@ class Grader:
             return reply, wall, got
 
         variant_rounds: dict[int, int] = {}
-        burst = list(range(n_burst))  # the slot sets of a warm-up or timed burst
+        n_sets = shapes[None][2]
+
+        def burst(i: int) -> list[int]:
+            """The slot sets of round ``i``'s burst: ``n_burst`` distinct ones, the first moving each round."""
+            return [(i + j) % n_sets for j in range(n_burst)]
+
         i = 0
         while i < len(phases):
             phase = phases[i]
@@ -536,7 +541,7 @@ class Grader:
                 with self.lock.exclusive():
                     held = time.perf_counter()
                     while True:
-                        worst = max(worst, self._round(call, next_inputs, burst, c_in, c_out, r_in, r_out,
+                        worst = max(worst, self._round(call, next_inputs, burst(i), c_in, c_out, r_in, r_out,
                                                        cset, rset, cand, ref, walls, hints, True))
                         i += 1
                         if (i == len(phases) or phases[i] != "timing"
@@ -553,9 +558,8 @@ class Grader:
                 t_verify += time.perf_counter() - t0
                 i += 1
                 continue
-            slots = burst if phase == "warmup" else [i % k]
             with self.lock.shared():
-                worst = max(worst, self._round(call, next_inputs, slots, c_in, c_out, r_in, r_out, cset, rset,
+                worst = max(worst, self._round(call, next_inputs, burst(i), c_in, c_out, r_in, r_out, cset, rset,
                                                cand, ref, walls, hints, phase == "warmup"))
             if phase == "warmup":
                 t_profile += time.perf_counter() - t0

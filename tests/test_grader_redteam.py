@@ -263,8 +263,8 @@ STALL_FORWARD = '''        self.calls = getattr(self, "calls", 0) + 1
 @pytest.mark.parametrize("after, sleep, limit", [(None, 100, "2 s"), (1, 100, "30 s")],
                          ids=["stalls_once_timing_starts", "stalls_in_verification"])
 def test_a_stalling_candidate_cannot_hold_the_device(after, sleep, limit, build_root, monkeypatch):
-    """A candidate whose calls stall (only in the timed rounds: the verification calls and the warm-up bursts
-    come first; or from its second call) ends ``timeout`` at the per-request bound (``TIMED_CALL_FLOOR_S``,
+    """A candidate whose calls stall (only in the timed rounds: the verification and warm-up bursts come
+    first; or from its second call) ends ``timeout`` at the per-request bound (``TIMED_CALL_FLOOR_S``,
     ``UNTIMED_CALL_FLOOR_S``), not at the evaluation timeout: while it stalls it holds the device's timing
     lock, exclusively in a timed round, so every other evaluation and filter sandbox would wait. Its call
     counter is a timing tamper (``hacked`` before it runs); the per-request bound is tested with the timing
@@ -275,7 +275,7 @@ def test_a_stalling_candidate_cannot_hold_the_device(after, sleep, limit, build_
     if after is None:  # the calls before the first timed burst: an honest evaluation tells the burst's size
         probe = evaluate(ROW, Solution(honest(HONEST_FORWARD)), cfg, build_root=build_root)
         assert probe.status == "correct", _summary(probe)
-        after = cfg.correct_trials + cfg.warmup * probe.burst
+        after = (cfg.correct_trials + cfg.warmup) * probe.burst
     forward = STALL_FORWARD.replace("@AFTER@", str(after)).replace("@SLEEP@", str(sleep))
     files = honest(forward, STALL_HEAD)
     flagged = evaluate(ROW, Solution(files), cfg, build_root=build_root)
