@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from opforge.engine.settings import GpuAdmission
-from opforge.engine.timing import BURST_TARGET_MS
+from opforge.engine.timing import BURST_TARGET_MS, MAX_BURST
 from opforge.harness.build import FIXED_BINDING, BuildResult, build_extension
 from opforge.harness.reward import reward_for
 from opforge.harness.solution import Solution
@@ -63,7 +63,9 @@ class EvalConfig(GpuAdmission):
     rounds of one schedule (``harness.grader``). ``threads``: intra-op threads of both servers (None: the
     cores this process may use). ``input_sets``: rotating input slots of the single-call rounds (>= 2).
     ``burst_target_ms``: a warm-up or timed round of each target is one burst of calls on fresh input sets,
-    as many as make it last about this long (``engine.timing.burst_size``); 0 times one call per request."""
+    as many as make it last about this long (``engine.timing.burst_size``); 0 times one call per request.
+    ``burst_calls``: that many calls per burst instead (at most what ``engine.timing.burst_cap`` allows for the
+    task's input + output bytes), for measurements that compare evaluations at one burst size."""
 
     model_config = ConfigDict(extra="forbid")
     atol: float | None = None
@@ -82,6 +84,7 @@ class EvalConfig(GpuAdmission):
     threads: int | None = Field(None, ge=1)
     input_sets: int = Field(4, ge=2)
     burst_target_ms: float = Field(BURST_TARGET_MS, ge=0)
+    burst_calls: int | None = Field(None, ge=1, le=MAX_BURST)
     # hidden shape variants of the task row (its ``shape_variants``, compose.variants): checked in the final rounds
     shape_variants: bool = True
     variant_trials: int = Field(2, ge=1)

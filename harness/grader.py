@@ -305,7 +305,7 @@ class Grader:
         return {"task_code": self.task["code"], "task_id": str(self.task["task_id"]),
                 "gpu_memory_fraction": cfg.gpu_memory_fraction, "gpu_admit_gib": cfg.gpu_admit_gib,
                 "alone": self.alone, "variants": self.variants, "input_sets": max(2, cfg.input_sets),
-                "burst_target_ms": cfg.burst_target_ms}
+                "burst_target_ms": cfg.burst_target_ms, "burst_calls": cfg.burst_calls}
 
     def _end_startup(self) -> None:
         if self._startup is not None:

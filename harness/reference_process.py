@@ -125,13 +125,15 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
 
 def _burst(model, sample: list[Any], device: str, msg: dict[str, Any], in_layout: list[dict[str, Any]],
            out_layout: list[dict[str, Any]]) -> int:
-    """Calls per warm-up and timed burst (``engine.timing.burst_size``) for eager's call on ``sample``: its
-    fastest of up to three warm calls (one when that already reaches the target), the bytes of one input +
-    output set, and the message's ``burst_target_ms``."""
-    from opforge.engine.timing import burst_size, run_burst
+    """Calls per burst (``engine.timing.burst_size``) for eager's call on ``sample``: its fastest of up to three
+    warm calls (one when that already reaches the target), the bytes of one input + output set, and the
+    message's ``burst_target_ms``; or the message's ``burst_calls`` when set (capped by ``burst_cap``)."""
+    from opforge.engine.timing import burst_cap, burst_size, run_burst
     from opforge.harness.gpu_memory import layout_bytes
 
     target = float(msg.get("burst_target_ms") or 0.0)
+    if msg.get("burst_calls"):
+        return min(int(msg["burst_calls"]), burst_cap(layout_bytes(in_layout) + layout_bytes(out_layout)))
     if target <= 0:
         return 1
     times: list[float] = []
@@ -199,7 +201,8 @@ def public_sets(msg: dict[str, Any], set_bytes: int) -> int:
     from opforge.engine.timing import burst_cap
 
     sets = int(msg.get("input_sets") or 4)
-    return max(sets, burst_cap(set_bytes)) if float(msg.get("burst_target_ms") or 0.0) > 0 else sets
+    bursts = float(msg.get("burst_target_ms") or 0.0) > 0 or msg.get("burst_calls")
+    return max(sets, burst_cap(set_bytes)) if bursts else sets
 
 
 def predicted_need_gib(msg: dict[str, Any], device: str) -> float | None:

@@ -271,16 +271,14 @@ def test_a_stalling_candidate_cannot_hold_the_device(after, sleep, limit, build_
     audit switched off, as for a counter the audit could not see."""
     import opforge.harness.timing_tamper as tamper
 
-    cfg = config()
-    if after is None:  # the calls before the first timed burst: an honest evaluation tells the burst's size
-        probe = evaluate(ROW, Solution(honest(HONEST_FORWARD)), cfg, build_root=build_root)
-        assert probe.status == "correct", _summary(probe)
-        after = (cfg.correct_trials + cfg.warmup) * probe.burst
+    cfg = config(burst_calls=4)  # a fixed burst size: the calls before the first timed burst are known
+    if after is None:
+        after = (cfg.correct_trials + cfg.warmup) * cfg.burst_calls
     forward = STALL_FORWARD.replace("@AFTER@", str(after)).replace("@SLEEP@", str(sleep))
     files = honest(forward, STALL_HEAD)
     flagged = evaluate(ROW, Solution(files), cfg, build_root=build_root)
     assert flagged.status == "hacked" and "timing:call_count:self.calls" in flagged.hacks, _summary(flagged)
     monkeypatch.setattr(tamper, "timing_tampers", lambda source, filename="model_new.py": [])
-    res = evaluate(ROW, Solution(files), config(eval_timeout_s=90.0), build_root=build_root)
+    res = evaluate(ROW, Solution(files), config(eval_timeout_s=90.0, burst_calls=4), build_root=build_root)
     assert res.status == "timeout" and res.reward == -1.0, _summary(res)
     assert f"candidate call ran past its limit of {limit}" in (res.error or ""), _summary(res)
