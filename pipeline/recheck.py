@@ -22,7 +22,8 @@ import numpy as np
 import pandas as pd
 from opforge.engine.ledger import environment
 from opforge.filters.chain import FilterSettings
-from opforge.pipeline.filter_run import InputError, run_filter
+from opforge.pipeline.filter_run import run_filter
+from opforge.task.task_file import read_published
 
 # Filters that decide a published row's rules, in chain order (``static`` always runs).
 RECHECK_FILTERS = ("static", "eager", "runtime_screen", "determinism", "degenerate", "compile", "runtime")
@@ -70,32 +71,6 @@ RULES = (
 )
 
 
-def read_published(source: str | Path) -> pd.DataFrame:
-    """The published rows of ``source``: a Hub folder (its ``data/*.parquet`` shards in name order) or a
-    .parquet / .jsonl file.
-
-    Raises:
-        InputError: no such file or folder, a folder without ``data/*.parquet``, or rows without ``code``.
-    """
-    source = Path(source)
-    if source.is_dir():
-        shards = sorted((source / "data").glob("*.parquet"))
-        if not shards:
-            raise InputError(f"{source}: no data/*.parquet shards (expected an opforge Hub folder)")
-        rows = pd.concat([pd.read_parquet(p) for p in shards], ignore_index=True)
-    elif not source.exists():
-        raise InputError(f"{source}: no such file or folder")
-    elif source.suffix == ".parquet":
-        rows = pd.read_parquet(source)
-    elif source.suffix in (".jsonl", ".json"):
-        rows = pd.read_json(source, lines=True)
-    else:
-        raise InputError(f"{source}: expected a Hub folder, a .parquet or a .jsonl file")
-    if "code" not in rows.columns:
-        raise InputError(f"{source}: no `code` column")
-    return rows
-
-
 def recheck_settings(device: str, window_ms: tuple[float, float] | None, skip: list[str] | None = None,
                      timeout_s: float = 300.0, memory_gib: float = 8.0) -> FilterSettings:
     """Filter settings of a recheck: ``RECHECK_FILTERS`` minus ``skip``, the given runtime window (None:
@@ -114,7 +89,7 @@ def recheck(source: str | Path, out: str | Path, settings: FilterSettings, *, wo
     report also written to ``out/recheck.json``.
 
     Raises:
-        InputError: unreadable source (see ``read_published``). ValueError: bad settings.
+        InputError: unreadable source (see ``task.task_file.read_published``). ValueError: bad settings.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -190,18 +190,6 @@ def is_heavy(op: str) -> str | None:
 # one row, on meta
 
 
-def _tensors(obj: Any) -> list:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, (list, tuple)):
-        return [t for o in obj for t in _tensors(o)]
-    if isinstance(obj, dict):
-        return [t for o in obj.values() for t in _tensors(o)]
-    return []
-
-
 def _feature_sizes(model) -> list[int]:
     import torch
 
@@ -248,7 +236,7 @@ def measure_row(row: dict[str, Any]) -> dict[str, Any]:
     import warnings
 
     import torch
-    from opforge.task.source import load_task
+    from opforge.task.source import flatten_tensors, load_task
     from opforge.task.trace import trace_ops
 
     code = row.get("code") if isinstance(row.get("code"), str) else ""
@@ -271,7 +259,7 @@ def measure_row(row: dict[str, Any]) -> dict[str, Any]:
                 inputs = task.inputs()
         except (Exception, SystemExit) as exc:
             return fail("inputs_error", exc)
-        tensors = _tensors(inputs)
+        tensors = flatten_tensors(inputs)
         rec["input_shapes"] = [list(map(int, t.shape)) for t in tensors]
         rec["input_dtypes"] = [str(t.dtype).removeprefix("torch.") for t in tensors]
         rec["input_bytes"] = int(sum(t.numel() * t.element_size() for t in tensors))
@@ -549,32 +537,17 @@ def measure_rows(rows: list[dict[str, Any]], workers: int = 2, timeout_s: float 
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
-    """Rows of a dataset: a folder's ``data/*.parquet`` shards (in name order), a ``.parquet`` file or a
-    ``.jsonl`` / ``.json`` file (one JSON object per line), as dicts with ``code``, ``name`` (``<file or
-    folder name>:<position>``) and, when present, ``task_id``, ``ops``, ``data_source`` and ``dtype``.
+    """Rows of a dataset (``task.task_file.read_published``: a folder's ``data/*.parquet`` shards, a
+    ``.parquet`` or a ``.jsonl`` / ``.json`` file), as dicts with ``code``, ``name`` (``<file or folder
+    name>:<position>``) and, when present, ``task_id``, ``ops``, ``data_source`` and ``dtype``.
 
     Raises:
-        FileNotFoundError: the path is missing or a folder holds no ``data/*.parquet``.
-        ValueError: a file that is not Parquet / JSONL, a line that is not JSON, or no ``code`` column.
+        task.task_file.InputError (a ValueError): see ``read_published``.
     """
-    import pandas as pd
+    from opforge.task.task_file import read_published
 
     path = Path(path)
-    if path.is_dir():
-        files = sorted((path / "data").glob("*.parquet"))
-        if not files:
-            raise FileNotFoundError(f"{path}: dataset folder without data/*.parquet")
-        df = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
-    elif not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file or folder")
-    elif path.suffix in (".jsonl", ".json"):
-        df = pd.read_json(path, lines=True, dtype=False)
-    elif path.suffix == ".parquet":
-        df = pd.read_parquet(path)
-    else:
-        raise ValueError(f"{path}: expected a dataset folder, a .parquet or a .jsonl file")
-    if "code" not in df.columns:
-        raise ValueError(f"{path}: no 'code' column (columns: {', '.join(map(str, df.columns))})")
+    df = read_published(path)
     keep = [c for c in ("task_id", "code", "ops", "data_source", "dtype") if c in df.columns]
     rows = df[keep].to_dict("records")
     for i, row in enumerate(rows):

@@ -1,5 +1,6 @@
 """Reading a file of tasks (JSONL or Parquet with a ``code`` column): what ``opforge filter`` takes as
-input and what the harness reads a dataset file with."""
+input and what the harness reads a dataset file with; and reading a published dataset as it stands (a Hub
+folder's shards, a Parquet or a JSONL file: ``read_published``)."""
 
 from __future__ import annotations
 
@@ -59,3 +60,31 @@ def read_tasks(path: str | Path) -> pd.DataFrame:
                      for i, (t, c) in enumerate(zip(given, df["code"], strict=True))]
     df.insert(0, "row", range(len(df)))
     return df.reset_index(drop=True)
+
+
+def read_published(source: str | Path) -> pd.DataFrame:
+    """The rows of a published dataset as they stand: a Hub folder (its ``data/*.parquet`` shards in name
+    order), a ``.parquet`` file or a ``.jsonl`` / ``.json`` file (one JSON object per line, values kept as
+    written: a task id of digits stays a string).
+
+    Raises:
+        InputError: no such file or folder, a folder without ``data/*.parquet``, another extension, or rows
+            without a ``code`` column.
+    """
+    source = Path(source)
+    if source.is_dir():
+        shards = sorted((source / "data").glob("*.parquet"))
+        if not shards:
+            raise InputError(f"{source}: no data/*.parquet shards (expected an opforge Hub folder)")
+        rows = pd.concat([pd.read_parquet(p) for p in shards], ignore_index=True)
+    elif not source.exists():
+        raise InputError(f"{source}: no such file or folder")
+    elif source.suffix == ".parquet":
+        rows = pd.read_parquet(source)
+    elif source.suffix in (".jsonl", ".json"):
+        rows = pd.read_json(source, lines=True, dtype=False)
+    else:
+        raise InputError(f"{source}: expected a Hub folder, a .parquet or a .jsonl file")
+    if "code" not in rows.columns:
+        raise InputError(f"{source}: no `code` column (columns: {', '.join(map(str, rows.columns)) or 'none'})")
+    return rows

@@ -76,6 +76,9 @@ def test_read_published_errors(tmp_path):
     pd.DataFrame({"x": [1]}).to_parquet(tmp_path / "rows.parquet")
     with pytest.raises(InputError, match="no `code` column"):
         read_published(tmp_path / "rows.parquet")
+    (tmp_path / "rows.jsonl").write_text('{"task_id": "0012", "code": "x", "eager_ms": 1.5}\n')
+    read = read_published(tmp_path / "rows.jsonl")
+    assert read["task_id"].tolist() == ["0012"] and read["eager_ms"].tolist() == [1.5]  # values as written
     with pytest.raises(ValueError, match="not a recheck filter"):
         recheck_settings("cpu", None, skip=["duplicate"])
 
