@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from opforge.engine.gpu_locks import gpu_work
 from opforge.task.precision import tolerance
-from opforge.task.source import LoadedTask, load_task
+from opforge.task.source import LoadedTask, flatten_tensors, load_task
 
 BUILD_SEED, INPUT_SEED, CALL_SEED, ALT_INPUT_SEED = 0, 1, 2, 3
 
@@ -151,17 +151,6 @@ def same_inputs(a: list[Any], b: list[Any]) -> bool:
             except Exception:  # noqa: BLE001 - values that cannot be compared are not known to be the same
                 return False
     return True
-
-
-def flatten_tensors(obj: Any) -> list[torch.Tensor]:
-    """Tensors found in ``obj`` (a tensor, or nested tuples / lists / dicts of them), depth-first."""
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, (list, tuple)):
-        return [t for item in obj for t in flatten_tensors(item)]
-    if isinstance(obj, dict):
-        return [t for item in obj.values() for t in flatten_tensors(item)]
-    return []
 
 
 CHUNK_ELEMENTS = 1 << 24  # comparisons run over 16M-element slices: a 4 GB output needs no 8 GB copy

@@ -87,3 +87,20 @@ def load_task(code: str, name: str = "<task>") -> LoadedTask:
     if not isinstance(module.__dict__.get("Model"), type):
         raise TaskFormatError(f"{name}: Model is not a class")
     return LoadedTask(name=name, module=module)
+
+
+def flatten_tensors(obj: Any) -> list:
+    """Tensors found in ``obj`` (a tensor, or nested tuples / lists / dicts of them), depth-first."""
+    import torch
+
+    return _flatten(obj, torch.Tensor)
+
+
+def _flatten(obj: Any, tensor: type) -> list:
+    if isinstance(obj, tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for item in obj for t in _flatten(item, tensor)]
+    if isinstance(obj, dict):
+        return [t for item in obj.values() for t in _flatten(item, tensor)]
+    return []
