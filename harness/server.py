@@ -21,6 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from opforge.engine.execution import flatten_tensors, is_oom
+from opforge.harness.guard import aliases
 
 
 class Server:
@@ -56,8 +58,6 @@ def serve_call(server: Server, msg: dict[str, Any]) -> dict[str, Any]:
     match the slots; then one device synchronisation (every stream) and the reply. ``hint_ms``: this process's
     ``time.perf_counter`` around the whole burst, synchronisation included (``engine.timing.run_burst``'s
     method)."""
-    from opforge.engine.execution import is_oom
-
     fn = server.targets[msg["target"]]
     plans = [([server.slots[a["slot"]] if "slot" in a else a["value"] for a in c["inputs"]],
               [server.slots[i] for i in c["outputs"]]) for c in msg["calls"]]
@@ -79,10 +79,7 @@ def serve_call(server: Server, msg: dict[str, Any]) -> dict[str, Any]:
 def _one_call(server: Server, fn: Callable[..., Any], inputs: list[Any], outs: list[torch.Tensor]
               ) -> dict[str, Any]:
     """One call of a burst: its outputs' ``output_meta``, whether they were copied into ``outs``, and the
-    inputs or weights they alias."""
-    from opforge.engine.execution import flatten_tensors
-    from opforge.harness.guard import aliases
-
+    inputs or weights they alias (``harness.guard.aliases``)."""
     got = flatten_tensors(fn(*inputs))
     meta = [output_meta(g) for g in got]
     fits = len(got) == len(outs) and all(
@@ -130,8 +127,6 @@ def main() -> None:
     try:
         server, reply, out_blob = setup(msg, blob)
     except BaseException as exc:  # noqa: BLE001 - reported as the setup's failure
-        from opforge.engine.execution import is_oom
-
         traceback.print_exc()
         status = "oom" if isinstance(exc, Exception) and is_oom(exc) else "load_error"
         send(conn, {"ok": False, "status": status, "error": f"{type(exc).__name__}: {str(exc)[:500]}"})
@@ -162,8 +157,6 @@ def main() -> None:
             else:
                 reply = {"ok": False, "error": f"unknown op {op!r}"}
         except BaseException as exc:  # noqa: BLE001 - a failed step is a reply, not a dead server
-            from opforge.engine.execution import is_oom
-
             traceback.print_exc()
             reply, out_blob = {"ok": False, "oom": isinstance(exc, Exception) and is_oom(exc),
                                "error": f"{type(exc).__name__}: {str(exc)[:500]}"}, None
