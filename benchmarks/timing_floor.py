@@ -4,7 +4,7 @@
 
 The task is the scripted agent's ``relu(x * scale + 1)`` (examples/scripted_agent.py: three eager kernels)
 over ``16 x L x 2048`` float32, at sequence lengths ``--seqs`` chosen so that eager takes about 0.02, 0.05,
-0.1, 0.2, 0.5, 1 and 2 ms on an H200; the honest candidate is its one fused CUDA kernel (one source for every
+0.1, 0.2, 0.5, 1, 2 and 3 ms on an H200; the honest candidate is its one fused CUDA kernel (one source for every
 size, so one build). The grader (``harness.evaluate``, ``profile_compile`` off) scores:
 
 * *alone*: ``--alone`` evaluations per size, one at a time, in rounds over the sizes (round r evaluates copy r
@@ -32,7 +32,7 @@ from pathlib import Path
 import record
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_SEQS = (24, 96, 200, 400, 1000, 2000, 4000)
+DEFAULT_SEQS = (24, 96, 200, 400, 1000, 2000, 4000, 6000)
 
 
 def _agent():
@@ -63,13 +63,16 @@ def prepare(work: Path, seqs: list[int], alone: int, batch: int, device: str, ch
 
 
 KEYS = ("task_id", "status", "reward", "error", "eager_ms", "candidate_ms", "speedup_eager", "burst",
-        "overhead_ms", "phases_s")
+        "overhead_ms", "phases_s", "timing")
+
+
+GRADER_KNOBS: dict = {}  # --warmup / --timing-trials when given (EvalConfig fields)
 
 
 def _config(device: str, burst_ms: float | None):
     from opforge.harness.evaluate import EvalConfig
 
-    return EvalConfig(device=device, profile_compile=False,
+    return EvalConfig(device=device, profile_compile=False, **GRADER_KNOBS,
                       **({} if burst_ms is None else {"burst_target_ms": burst_ms}))
 
 
@@ -103,6 +106,20 @@ def _cv(values: list[float]) -> float | None:
     return statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else None
 
 
+def _speedup(r: dict) -> float:
+    """The speed-up over eager of one result, aggregated from its timed rounds' walls and hints by the grader's
+    current rule (``harness.grader.aggregate_timing``), so results saved before a change of the rule are read
+    by the new one; the saved speed-up when the rounds are missing."""
+    from opforge.harness.grader import aggregate_timing
+
+    t = r.get("timing") or {}
+    if not (t.get("eager") and t.get("candidate")):
+        return r["speedup_eager"]
+    timing, _ = aggregate_timing({k: t[k]["walls_ms"] for k in ("eager", "candidate")},
+                                 {k: t[k]["hints_ms"] for k in ("eager", "candidate")}, r.get("burst") or 1)
+    return timing["eager"]["median_ms"] / timing["candidate"]["median_ms"]
+
+
 def table(results: dict[str, list[dict]], seqs: list[int]) -> list[dict]:
     """Per size: eager ms, burst, speed-ups alone and in the batch, CVs and the batch / alone ratio."""
     rows = []
@@ -111,8 +128,8 @@ def table(results: dict[str, list[dict]], seqs: list[int]) -> list[dict]:
                         for phase in ("alone", "batch"))
         ok_a = [r for r in alone if r.get("status") == "correct"]
         ok_b = [r for r in batch if r.get("status") == "correct"]
-        sa = [r["speedup_eager"] for r in ok_a]
-        sb = [r["speedup_eager"] for r in ok_b]
+        sa = [_speedup(r) for r in ok_a]
+        sb = [_speedup(r) for r in ok_b]
         row = {"seq_len": seq, "eager_ms": statistics.median(r["eager_ms"] for r in ok_a) if ok_a else None,
                "burst": sorted({r.get("burst", 1) for r in ok_a + ok_b}),
                "alone_n": len(alone), "alone_correct": len(ok_a), "batch_n": len(batch), "batch_correct": len(ok_b),
@@ -152,20 +169,25 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=16, help="evaluations at once in the batch")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--burst-ms", type=float, default=None, help="the grader's burst target (default its own)")
+    p.add_argument("--warmup", type=int, default=None, help="the grader's warm-up rounds (default its own)")
+    p.add_argument("--timing-trials", type=int, default=None, help="the grader's timed rounds (default its own)")
     p.add_argument("--cv", type=float, default=0.03)
     p.add_argument("--ratio", type=float, default=0.03)
     p.add_argument("--phases", default="alone,batch")
     p.add_argument("--work", default="/tmp/opforge-timing-floor")
     p.add_argument("--name", default="timing_floor")
+    p.add_argument("--build-root", help="the extension build cache (default a fresh temporary folder)")
     p.add_argument("--out", help="write the result JSON here instead (and resume from it)")
     args = p.parse_args()
     seqs = [int(s) for s in args.seqs.split(",")]
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     prepare(work, seqs, args.alone, args.batch, args.device)
-    build_root = tempfile.mkdtemp(prefix="opforge-ext-")
+    build_root = args.build_root or tempfile.mkdtemp(prefix="opforge-ext-")
+    GRADER_KNOBS.update({k: v for k, v in (("warmup", args.warmup), ("timing_trials", args.timing_trials))
+                         if v is not None})
     settings = {"seqs": seqs, "alone": args.alone, "batch": args.batch, "workers": args.workers,
-                "device": args.device, "burst_ms": args.burst_ms}
+                "device": args.device, "burst_ms": args.burst_ms, **GRADER_KNOBS}
     out: dict = {"settings": settings, "results": {"alone": []}, "wall_s": {}}
     if args.out and Path(args.out).exists():
         old = json.loads(Path(args.out).read_text())

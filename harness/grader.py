@@ -14,7 +14,8 @@ the verdict depends on:
   whose outputs are verified in every round (so timed calls are checked calls). Every round of the public
   shape is a *burst*: one message of ``burst`` back-to-back calls, each on a fresh input set in a slot set of
   its own (verify, warm-up and timed rounds look alike), answered after one device synchronisation (``engine.timing``: ``burst`` is sized by
-  the reference from eager's time so a burst lasts about ``EvalConfig.burst_target_ms``, 1 ms by default, at
+  the reference from eager's time, once both servers are set up and while this evaluation holds the device's
+  timing lock exclusively, so a burst lasts about ``EvalConfig.burst_target_ms``, 1 ms by default, at
   most ``engine.timing.MAX_BURST`` calls and ``BURST_BYTES`` of sets), so the fixed cost of a request (the
   socket, the wake of a stopped process) is spread over the burst's calls. Output slots are poisoned
   (NaN / the integer minimum) before a call and copied right after the reply (an answer given before the
@@ -28,7 +29,8 @@ the verdict depends on:
   (candidate, then eager; never timed) shuffled in secret order among the final re-verify rounds, and a call is
   the same ``call`` message whatever the shape. A wrong answer on one is ``incorrect``, its message naming the
   variant but not its shapes; a variant the reference cannot run is dropped (flag ``variant_skipped:<j>``).
-* Time: per target, per call, ``max(median hint, low wall - overhead)``, at most ``median wall``: ``wall`` is
+* Time: per target, per call, ``max(median hint, low wall - overhead - slack)``, at most ``median wall``
+  (``slack``: ``WALL_SLACK_MS`` per request, divided among its calls): ``wall`` is
   this process's ``time.perf_counter`` around each timed request divided by its burst's calls (the candidate
   cannot touch it), ``hint`` the server's own time of the burst (untrusted from the candidate) divided the same
   way, ``overhead`` the low quantile of ``wall - hint`` of the reference's eager calls: what the protocol and
@@ -90,6 +92,12 @@ SERVER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 # low enough that the wake-up and socket delays, which only add, rarely reach it; high enough that one
 # unusually fast call does not set it (2 of 20 timed rounds lie at or below it).
 WALL_QUANTILE = 0.10
+# What a request's wall time may exceed the reference's overhead by before the wall bounds a time (ms per request,
+# divided among its calls): honest candidates' wall - hint exceeded the reference's by up to 0.24 ms per request
+# on an H100 (its server's per-request bookkeeping and the copies of its outputs after the burst; alone,
+# benchmarks/timing_floor.py, 2026-11-26), which with no slack moved an honest kernel's speed-up by up to 20 %
+# between evaluations. A candidate that under-reports its own time still cannot hide more than this per request.
+WALL_SLACK_MS = 0.25
 # Consecutive timed rounds share one exclusive hold of the device while it has lasted less than this. Timed
 # one round per hold, with other evaluations' rounds between them, an honest kernel of about 0.5 ms per call
 # reported a median time 18 % longer in a batch of 16 than alone (eager's 10 %); within one hold, 5 % (eager's
@@ -128,12 +136,13 @@ def _low(values: list[float]) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[round(WALL_QUANTILE * 100) - 1]
 
 
-def aggregate_timing(walls: dict[str, list[float]], hints: dict[str, list[float]]
+def aggregate_timing(walls: dict[str, list[float]], hints: dict[str, list[float]], calls: int = 1
                      ) -> tuple[dict[str, dict[str, Any]], float]:
     """Per target (``eager``, ``candidate``, ``compile``) the time of its timed calls, from this process's
-    wall ms and the servers' own (hint) ms of each call (see Time in the module docstring): ``median_ms`` =
-    ``max(median hint, low wall - overhead)``, at most the median wall, where ``low`` is the
-    ``WALL_QUANTILE`` quantile and ``overhead`` that quantile of eager's ``wall - hint``; with the median
+    wall ms and the servers' own (hint) ms of each call (see Time in the module docstring; both per call, each
+    request a burst of ``calls`` calls): ``median_ms`` = ``max(median hint, low wall - overhead - slack)``, at
+    most the median wall, where ``low`` is the ``WALL_QUANTILE`` quantile, ``overhead`` that quantile of eager's
+    ``wall - hint`` and ``slack`` ``WALL_SLACK_MS / calls``; with the median
     and low walls, the median hint, the extremes, the trial count and every call's ms. Returns (timing,
     overhead ms). Raises ValueError without eager's walls (the overhead's reference), or when a target's walls
     and hints differ in length."""
@@ -144,12 +153,13 @@ def aggregate_timing(walls: dict[str, list[float]], hints: dict[str, list[float]
             raise ValueError(f"aggregate_timing: {n}: {len(walls[n])} walls, {len(hints.get(n, ()))} hints")
     med = statistics.median
     overhead = _low([w - h for w, h in zip(walls["eager"], hints["eager"], strict=True)])
+    slack = WALL_SLACK_MS / max(int(calls), 1)
     timing = {}
     for n in walls:
         if not walls[n]:
             continue
         wall, hint, low = med(walls[n]), med(hints[n]), _low(walls[n])
-        timing[n] = {"median_ms": min(max(hint, low - overhead), wall), "trials": len(walls[n]),
+        timing[n] = {"median_ms": min(max(hint, low - overhead - slack), wall), "trials": len(walls[n]),
                      "wall_median_ms": wall, "wall_low_ms": low, "hint_median_ms": hint,
                      "min_wall_ms": min(walls[n]), "max_wall_ms": max(walls[n]),
                      "walls_ms": [round(w, 4) for w in walls[n]], "hints_ms": [round(h, 4) for h in hints[n]]}
@@ -384,15 +394,14 @@ class Grader:
         result: dict[str, Any] = {"precision": info.get("config", {})}
         layout, out_layout = info["inputs"], info["outputs"]
         k = max(2, cfg.input_sets)
-        # calls per warm-up and timed burst, sized by the reference (engine.timing.burst_size); each call of a
-        # burst has a slot set of its own
-        n_burst = max(1, min(int(info.get("burst") or 1), MAX_BURST))
-        result["burst"] = n_burst
+        # slot sets for the longest burst the reference may ask for (engine.timing.burst_cap): each call of a burst
+        # has a slot set of its own; the calls per burst are sized once both servers are set up (below)
+        most = max(1, min(int(info.get("burst") or 1), MAX_BURST))
         cset, rset = SlotSet(self.device), SlotSet(self.device)
         slot_sets += [cset, rset]
         # hidden shape variants the reference could run; each gets two rotating slot sets of its own, allocated
         # with the public ones, so the candidate's setup and call messages look alike for every shape
-        shapes = {None: (layout, out_layout, max(k, n_burst))}
+        shapes = {None: (layout, out_layout, max(k, most))}
         for j, v in enumerate(info.get("variants") or []):
             if "error" in v:
                 result.setdefault("flags", []).append(f"variant_skipped:{j}")
@@ -431,6 +440,20 @@ class Grader:
         result["weights_missing"] = reply.get("weights_missing")
         self._end_startup()
         self.phases["setup"] = time.perf_counter() - self._t_setup
+        # calls per warm-up and timed burst (engine.timing.burst_size), sized by the reference from eager's time
+        # while this evaluation holds the device alone: a neighbour's work would make eager look slower and the
+        # bursts too short (in batches of 16 on one H100, most evaluations of a 0.06 ms task got one call per
+        # burst when the reference sized it during its setup)
+        n_burst = most
+        if most > 1:
+            with self.lock.exclusive():
+                ref.resume()
+                size, _, _ = self._ask(ref, {"op": "size"})
+                ref.pause()
+            if size.get("ok") is not True:
+                raise _reference_failed(size, f"reference burst size: {size.get('error')}")
+            n_burst = max(1, min(int(size.get("burst") or 1), most))
+        result["burst"] = n_burst
 
         # the final check: the re-verify rounds and each variant's rounds, in a secret random order
         final: list[Any] = ["reverify"] * cfg.reverify_trials + [j for j in shapes if j is not None
@@ -573,7 +596,7 @@ class Grader:
             cand.request({"op": "exit"}, 5.0)
         except ProtocolError:
             pass
-        timing, overhead = aggregate_timing(walls, hints)
+        timing, overhead = aggregate_timing(walls, hints, n_burst)
         result.update(max_error=worst, verify_s=t_verify, profile_s=t_profile, timing=timing,
                       overhead_ms=overhead, variants_checked=len(variant_rounds))
         return result

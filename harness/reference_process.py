@@ -6,10 +6,9 @@ on fake tensors before any GPU work, grown to the measured layouts and peak afte
 runtime settings as the candidate's server (``harness.guard.pin_config``) and Inductor's ``compile_threads``
 to ``COMPILE_THREADS``, load the task
 (``opforge.task.source.load_task``), build ``Model(*get_init_inputs())`` after ``torch.manual_seed(seed)``
-(a seed the grader draws per evaluation), run it once on one draw of inputs to learn the output layout, and
-up to three more times to size the grader's bursts (``engine.timing.burst_size``).
+(a seed the grader draws per evaluation) and run it once on one draw of inputs to learn the output layout.
 Reply: the input layout (per position: a tensor's shape and dtype, or a JSON value), the output layout and
-``burst`` (calls per warm-up and timed burst);
+``burst`` (the most calls a burst may have: the slot sets the grader allocates for bursts, ``_burst_sets``);
 blob: ``torch.save`` bytes of ``{"init_inputs", "state"}`` for the candidate's server.
 
 Hidden shape variants (``variants`` in the setup message, each a dict of size-constant values): inputs drawn
@@ -20,7 +19,9 @@ Targets: ``eager`` (the model) and ``compile`` (``torch.compile(model)``, Induct
 its first call). ``draw``: ``get_inputs()`` (of variant ``variant`` when the message names one) after
 ``torch.manual_seed(seed)`` for each of the message's ``seeds``, its tensors copied into the grader's slots
 ``slots`` (per seed, one slot index per tensor, in order; slots of this server's set, so a draw never crosses
-the socket); reply: each set's layout (JSON values included) and ``copied``.
+the socket); reply: each set's layout (JSON values included) and ``copied``. ``size``: the calls per warm-up and
+timed burst (``_burst``: eager timed on that draw), asked by the grader while it holds the device's timing lock
+exclusively, so the size does not depend on what neighbouring evaluations run at the time; reply ``burst``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 import torch
 from opforge.harness.guard import config_state, pin_config
 from opforge.harness.server import Server
+from opforge.harness.timing_tamper import TimingSnapshot
 
 # Inductor compile_threads of the reference server (see setup)
 COMPILE_THREADS = 1
@@ -91,7 +93,7 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
         raise TypeError("the task's forward returned no tensor")
     in_layout = _layout(sample, "get_inputs()")
     out_layout = [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")} for o in outputs]
-    burst = _burst(model, sample, device, msg, in_layout, out_layout)
+    burst = _burst_sets(msg, in_layout, out_layout)
     variants = _variants(msg, model, device)
     server = Server(device)
     server.targets["eager"] = model
@@ -112,9 +114,14 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
         return {"ok": True, "layouts": layouts, "copied": _into_slots(server, sets, m["slots"])}, None
 
     server.handlers["draw"] = handle_draw
-    # the same per-call bookkeeping as the candidate's server, so both sides' calls cost the same
+    server.handlers["size"] = lambda _m, _blob: (
+        {"ok": True, "burst": min(burst, _burst(model, sample, device, msg, in_layout, out_layout))}, None)
+    # the same per-call bookkeeping as the candidate's server (its timing snapshot included, its findings unused),
+    # so both sides' requests cost the same
+    snapshot = TimingSnapshot()
     server.after_call = lambda: {"violations": [], "config": sorted(k for k, v in config_state().items()
-                                                                    if pinned[k] != v)}
+                                                                    if pinned[k] != v),
+                                 "timing": snapshot.changes()}
     if budget is not None:
         _grow(budget, msg, in_layout, out_layout, variants, burst)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()} if isinstance(model, torch.nn.Module) else {}
@@ -123,24 +130,44 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
     return server, reply, _save({"init_inputs": init_inputs, "state": state})
 
 
+def _burst_sets(msg: dict[str, Any], in_layout: list[dict[str, Any]], out_layout: list[dict[str, Any]]) -> int:
+    """The most calls a warm-up or timed burst of the setup message ``msg`` may have: ``burst_calls`` when set,
+    else ``engine.timing.burst_cap`` of one input + output set's bytes when ``burst_target_ms`` is on, else 1;
+    ``_burst`` never asks for more."""
+    from opforge.engine.timing import burst_cap
+    from opforge.harness.gpu_memory import layout_bytes
+
+    cap = burst_cap(layout_bytes(in_layout) + layout_bytes(out_layout))
+    if msg.get("burst_calls"):
+        return min(int(msg["burst_calls"]), cap)
+    return cap if float(msg.get("burst_target_ms") or 0.0) > 0 else 1
+
+
 def _burst(model, sample: list[Any], device: str, msg: dict[str, Any], in_layout: list[dict[str, Any]],
            out_layout: list[dict[str, Any]]) -> int:
-    """Calls per burst (``engine.timing.burst_size``) for eager's call on ``sample``: its fastest of up to three
-    warm calls (one when that already reaches the target), the bytes of one input + output set, and the
-    message's ``burst_target_ms``; or the message's ``burst_calls`` when set (capped by ``burst_cap``)."""
+    """Calls per burst (``engine.timing.burst_size``) for eager's call on ``sample``, the bytes of one input +
+    output set and the message's ``burst_target_ms``; or the message's ``burst_calls`` when set (capped by
+    ``burst_cap``). Eager's time per call is measured the way a burst runs: one warm call, then up to two bursts
+    of the size the fastest estimate so far gives (each call's time is its burst's divided by its calls), so the
+    synchronisation's fixed cost does not count as a call's and a short call is not given too few calls."""
     from opforge.engine.timing import burst_cap, burst_size, run_burst
     from opforge.harness.gpu_memory import layout_bytes
 
     target = float(msg.get("burst_target_ms") or 0.0)
+    set_bytes = layout_bytes(in_layout) + layout_bytes(out_layout)
     if msg.get("burst_calls"):
-        return min(int(msg["burst_calls"]), burst_cap(layout_bytes(in_layout) + layout_bytes(out_layout)))
+        return min(int(msg["burst_calls"]), burst_cap(set_bytes))
     if target <= 0:
         return 1
-    times: list[float] = []
+    cuda = device == "cuda"
     with torch.no_grad():
-        while len(times) < 3 and (not times or min(times) < target):
-            times.append(run_burst([lambda: model(*sample)], device == "cuda"))
-    return burst_size(min(times), layout_bytes(in_layout) + layout_bytes(out_layout), target)
+        per_call = run_burst([lambda: model(*sample)], cuda)
+        for _ in range(2):
+            n = burst_size(per_call, set_bytes, target)
+            if n == 1:
+                break
+            per_call = min(per_call, run_burst([lambda: model(*sample)] * n, cuda) / n)
+    return burst_size(per_call, set_bytes, target)
 
 
 def _into_slots(server: Server, sets: list[list[Any]], targets: list[list[int]]) -> bool:

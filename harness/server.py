@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from opforge.engine.execution import flatten_tensors, is_oom
 from opforge.harness.guard import aliases
+from torch.utils._python_dispatch import _disable_current_modes
 
 
 class Server:
@@ -35,6 +36,7 @@ class Server:
         owned: name -> tensor the outputs must not alias beyond the inputs (weights), or {}.
         after_call: returns findings to add to every call reply (the candidate's guard record and config).
         handlers: extra ``op`` -> handler(msg, blob) -> (reply, blob) (the reference's ``draw``).
+        wake: one element on ``device``, filled before each burst (``serve_call``).
     """
 
     def __init__(self, device: str):
@@ -44,6 +46,7 @@ class Server:
         self.owned: dict[str, torch.Tensor] = {}
         self.after_call: Callable[[], dict[str, Any]] = dict
         self.handlers: dict[str, Callable] = {}
+        self.wake = torch.zeros(1, device=device)
 
 
 def output_meta(t: torch.Tensor) -> dict[str, Any]:
@@ -54,19 +57,29 @@ def output_meta(t: torch.Tensor) -> dict[str, Any]:
 
 def serve_call(server: Server, msg: dict[str, Any]) -> dict[str, Any]:
     """Run one ``call`` (see ``engine.protocol``): a burst of the target's ``calls`` back to back, each on its
-    own input slots, its outputs copied into its output slots only when their count, shapes, dtypes and devices
-    match the slots; then one device synchronisation (every stream) and the reply. ``hint_ms``: this process's
-    ``time.perf_counter`` around the whole burst, synchronisation included (``engine.timing.run_burst``'s
-    method)."""
+    own input slots, its outputs copied into its output slots right after it (on the current stream, so work
+    the call left on a stream it did not join back is not in them) only when their count, shapes, dtypes and
+    devices match the slots; then one device synchronisation (every stream) and the reply. ``hint_ms``: this
+    process's ``time.perf_counter`` around the whole burst, synchronisation included
+    (``engine.timing.run_burst``'s method). The server's own part of each call (the outputs' checks and copies)
+    runs outside any dispatch mode of the process (the candidate's guard), so it costs both sides the same.
+    Before the timed span, a one-element fill and a synchronisation on CUDA make this process's context the
+    device's current one, so the switch from the grader's L2 flush is not charged to the burst's first call."""
     fn = server.targets[msg["target"]]
     plans = [([server.slots[a["slot"]] if "slot" in a else a["value"] for a in c["inputs"]],
               [server.slots[i] for i in c["outputs"]]) for c in msg["calls"]]
     done: list[dict[str, Any]] = []
+    if server.device == "cuda":
+        with _disable_current_modes():
+            server.wake.fill_(0)
+            torch.cuda.synchronize()
     t0 = time.perf_counter()
     try:
         with torch.no_grad():
             for inputs, outs in plans:
-                done.append(_one_call(server, fn, inputs, outs))
+                got = flatten_tensors(fn(*inputs))
+                with _disable_current_modes():
+                    done.append(_one_call(server, inputs, outs, got))
             if server.device == "cuda":
                 torch.cuda.synchronize()
     except BaseException as exc:  # noqa: BLE001 - every failure of the call is reported (the guard's too)
@@ -76,11 +89,10 @@ def serve_call(server: Server, msg: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "hint_ms": hint_ms, "calls": done, **server.after_call()}
 
 
-def _one_call(server: Server, fn: Callable[..., Any], inputs: list[Any], outs: list[torch.Tensor]
+def _one_call(server: Server, inputs: list[Any], outs: list[torch.Tensor], got: list[torch.Tensor]
               ) -> dict[str, Any]:
     """One call of a burst: its outputs' ``output_meta``, whether they were copied into ``outs``, and the
     inputs or weights they alias (``harness.guard.aliases``)."""
-    got = flatten_tensors(fn(*inputs))
     meta = [output_meta(g) for g in got]
     fits = len(got) == len(outs) and all(
         m["plain"] and m["strided"] and g.shape == s.shape and g.dtype == s.dtype and g.device == s.device
