@@ -241,6 +241,9 @@ def _attr(name: str, used: set[str]) -> str:
 
 
 INPUT_NAMES = ("x", "y", "z", "w", "u", "v", "s", "t")
+# Calls that return a tuple whatever its length: a traced one-element result (``unbind`` of a dim of size 1) is
+# the tuple's first element, not the tuple.
+TUPLE_RESULT = frozenset({"unbind", "split", "split_with_sizes", "chunk", "tensor_split", "unsafe_split"})
 # Casts written out in a model (``x.to(torch.float32)`` before a norm in a bf16 model): left out where the task's
 # dtype makes them a cast to the dtype the value already has (a pure copy a kernel may skip).
 SAME_DTYPE_CASTS = frozenset({"to", "float", "half", "bfloat16", "type_as", "type"})
@@ -273,8 +276,9 @@ def render_motif(motif, batch: int, seq: int | None, dtype: str, docstring: str)
     """KernelBench source of ``motif`` at ``batch`` x ``seq`` (``seq`` ignored by a motif without a sequence
     axis) in ``dtype`` (``float32``, ``bfloat16`` or ``float16``). A ``.contiguous()`` of a value that is
     contiguous at these sizes is left out (inferred while rendering, ``output_contiguous``, then checked by one
-    run of the source on ``meta``): a copy that copies nothing is no work for a kernel. Raises ``RenderError``
-    for a call with no source form."""
+    run of the source on ``meta``): a copy that copies nothing is no work for a kernel. An output that is an
+    input unchanged is not returned. Raises ``RenderError`` for a call with no source form, or when every output
+    is an input unchanged."""
     copies: list[int] = []
     code = _render(motif, batch, seq, dtype, docstring, frozenset(), copies)
     if not copies:
@@ -375,13 +379,18 @@ def _render(motif, batch: int, seq: int | None, dtype: str, docstring: str, elid
         expr = expression(call, sym, names, module_attr)
         var = f"v{len(fwd)}"
         fwd.append(f"{var} = {expr}")
-        if len(outs) == 1 and outs[0] is not None:
+        if len(outs) == 1 and outs[0] is not None and call["name"] not in TUPLE_RESULT:
             names[outs[0]] = var
         else:
             for i, o in enumerate(outs):
                 if o is not None:
                     names[o] = f"{var}[{i}]"
-    returned = [names[o] for o in motif.outputs]
+    # an output that is an input unchanged (the calls between them left out above) is no work for a kernel and
+    # no result of the task: it is not returned; a motif with no other output has no source form
+    passed = {names[i["vid"]] for i in motif.inputs}
+    returned = list(dict.fromkeys(names[o] for o in motif.outputs if names[o] not in passed))
+    if not returned:
+        raise RenderError("every output of the motif is one of its inputs unchanged")
     fwd.append("return " + ", ".join(returned))
     if state_lines:
         init_lines += ["with torch.no_grad():  # trained-like normalisation state",

@@ -262,3 +262,32 @@ def test_a_copy_of_a_contiguous_value_is_not_rendered():
     traced = sum(c["name"] == "contiguous" for m in sample for c in m.calls)
     assert seen and not any(seen)
     assert len(seen) < traced
+
+
+def test_no_rendered_motif_returns_an_input_unchanged():
+    """Casts to the dtype a value already has are left out when rendering; a motif output that thereby became
+    one of its inputs is not returned (no work, no result), so no rendered task's forward returns an input
+    object, in any task dtype."""
+    from opforge.compose.motif_render import SAME_DTYPE_CASTS, RenderError
+    from opforge.compose.motifs import load_motifs
+
+    motifs = [m for m in load_motifs(None) if any(c["name"] in SAME_DTYPE_CASTS for c in m.calls)]
+    assert motifs
+    rendered = 0
+    for m in motifs:
+        for dtype in ("float32", "bfloat16"):
+            try:
+                code = render_motif(m, 2, 16 if m.seq else None, dtype, "doc")
+            except RenderError:
+                continue
+            try:
+                with torch.device("meta"):
+                    task = load_task(code, "motif")
+                    model, inputs = task.build(), task.inputs()
+                    out = model(*inputs)
+            except Exception:  # noqa: BLE001 - a motif that needs other sizes than 2 x 16 (or does not run)
+                continue
+            outs = out if isinstance(out, (tuple, list)) else [out]
+            assert not any(o is x for o in outs for x in inputs), (code, dtype)
+            rendered += 1
+    assert rendered > 40
