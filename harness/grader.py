@@ -14,8 +14,8 @@ the verdict depends on:
   whose outputs are verified in every round (so timed calls are checked calls). Every round of the public
   shape is a *burst*: one message of ``burst`` back-to-back calls, each on a fresh input set in a slot set of
   its own (verify, warm-up and timed rounds look alike), answered after one device synchronisation (``engine.timing``: ``burst`` is sized by
-  the reference from eager's time, once both servers are set up and while this evaluation holds the device's
-  timing lock exclusively, so a burst lasts about ``EvalConfig.burst_target_ms``, 1 ms by default, at
+  the reference from eager's time (on CUDA once both servers are set up and while this evaluation holds the
+  device's timing lock exclusively), so a burst lasts about ``EvalConfig.burst_target_ms``, 1 ms by default, at
   most ``engine.timing.MAX_BURST`` calls and ``BURST_BYTES`` of sets), so the fixed cost of a request (the
   socket, the wake of a stopped process) is spread over the burst's calls. Output slots are poisoned
   (NaN / the integer minimum) before a call and copied right after the reply (an answer given before the
@@ -94,9 +94,10 @@ SERVER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 WALL_QUANTILE = 0.10
 # What a request's wall time may exceed the reference's overhead by before the wall bounds a time (ms per request,
 # divided among its calls): honest candidates' wall - hint exceeded the reference's by up to 0.24 ms per request
-# on an H100 (its server's per-request bookkeeping and the copies of its outputs after the burst; alone,
-# benchmarks/timing_floor.py, 2026-11-26), which with no slack moved an honest kernel's speed-up by up to 20 %
-# between evaluations. A candidate that under-reports its own time still cannot hide more than this per request.
+# on an H100, alone (benchmarks/results/h100/timing_floor.json, measured with a draft of this grader that copied
+# the outputs after the burst, inside the wall but outside the hint), which with no slack moved an honest kernel's
+# speed-up by up to 20 % between evaluations. A candidate that under-reports its own time still cannot hide more
+# than this per request.
 WALL_SLACK_MS = 0.25
 # Consecutive timed rounds share one exclusive hold of the device while it has lasted less than this. Timed
 # one round per hold, with other evaluations' rounds between them, an honest kernel of about 0.5 ms per call
@@ -394,8 +395,9 @@ class Grader:
         result: dict[str, Any] = {"precision": info.get("config", {})}
         layout, out_layout = info["inputs"], info["outputs"]
         k = max(2, cfg.input_sets)
-        # slot sets for the longest burst the reference may ask for (engine.timing.burst_cap): each call of a burst
-        # has a slot set of its own; the calls per burst are sized once both servers are set up (below)
+        # each call of a burst has a slot set of its own: on CUDA, sets for the longest burst the reference may ask
+        # for (engine.timing.burst_cap), the calls per burst sized once both servers are set up (below); on CPU
+        # the reference sized the burst during its setup
         most = max(1, min(int(info.get("burst") or 1), MAX_BURST))
         cset, rset = SlotSet(self.device), SlotSet(self.device)
         slot_sets += [cset, rset]
@@ -445,7 +447,7 @@ class Grader:
         # bursts too short (in batches of 16 on one H100, most evaluations of a 0.06 ms task got one call per
         # burst when the reference sized it during its setup)
         n_burst = most
-        if most > 1:
+        if self.cuda and most > 1:
             with self.lock.exclusive():
                 ref.resume()
                 size, _, _ = self._ask(ref, {"op": "size"})

@@ -8,7 +8,8 @@ to ``COMPILE_THREADS``, load the task
 (``opforge.task.source.load_task``), build ``Model(*get_init_inputs())`` after ``torch.manual_seed(seed)``
 (a seed the grader draws per evaluation) and run it once on one draw of inputs to learn the output layout.
 Reply: the input layout (per position: a tensor's shape and dtype, or a JSON value), the output layout and
-``burst`` (the most calls a burst may have: the slot sets the grader allocates for bursts, ``_burst_sets``);
+``burst``: on CUDA the most calls a burst may have (the slot sets the grader allocates for bursts,
+``_burst_sets``), on CPU the calls per warm-up and timed burst (``_burst``, measured here);
 blob: ``torch.save`` bytes of ``{"init_inputs", "state"}`` for the candidate's server.
 
 Hidden shape variants (``variants`` in the setup message, each a dict of size-constant values): inputs drawn
@@ -19,9 +20,10 @@ Targets: ``eager`` (the model) and ``compile`` (``torch.compile(model)``, Induct
 its first call). ``draw``: ``get_inputs()`` (of variant ``variant`` when the message names one) after
 ``torch.manual_seed(seed)`` for each of the message's ``seeds``, its tensors copied into the grader's slots
 ``slots`` (per seed, one slot index per tensor, in order; slots of this server's set, so a draw never crosses
-the socket); reply: each set's layout (JSON values included) and ``copied``. ``size``: the calls per warm-up and
-timed burst (``_burst``: eager timed on that draw), asked by the grader while it holds the device's timing lock
-exclusively, so the size does not depend on what neighbouring evaluations run at the time; reply ``burst``.
+the socket); reply: each set's layout (JSON values included) and ``copied``. ``size`` (CUDA): the calls per
+warm-up and timed burst (``_burst``: eager timed on that draw), asked by the grader while it holds the device's
+timing lock exclusively, so the size does not depend on what neighbouring evaluations run at the time; reply
+``burst``.
 """
 
 from __future__ import annotations
@@ -93,7 +95,10 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
         raise TypeError("the task's forward returned no tensor")
     in_layout = _layout(sample, "get_inputs()")
     out_layout = [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")} for o in outputs]
-    burst = _burst_sets(msg, in_layout, out_layout)
+    # CUDA: slot sets for the longest burst, sized later under the exclusive lock (``size``); CPU: sized here (its
+    # slots are files in /dev/shm, too many to allocate for the longest burst of a large task)
+    burst = _burst_sets(msg, in_layout, out_layout) if device == "cuda" else \
+        _burst(model, sample, device, msg, in_layout, out_layout)
     variants = _variants(msg, model, device)
     server = Server(device)
     server.targets["eager"] = model
