@@ -64,7 +64,7 @@ VARIADIC_OUTPUT = re.compile(r"(^|\.)(split|unbind|tensor_split|hsplit|vsplit|ds
 # Category weights of op choice unless the caller sets them (``opforge compose --categories``), on top of 1
 # per category. ``linalg`` (matrix decompositions: torch.svd, torch.qr, torch.pinverse, torch.nuclear_norm...)
 # is off: on one H200, none of the 22 of 1,100 candidates holding one was accepted, in either of two runs
-# (docs/benchmark-log.md, 2026-11-22 (686e08c)): 14-15 ran a batched cuSOLVER
+# (measured 2026-11-22; record in the git history of docs/benchmark-log.md): 14-15 ran a batched cuSOLVER
 # call past the 1.6 s GPU step limit (the cost model's FLOP counter sees no FLOPs in them, so it picks
 # huge batches), the others gave degenerate or too slow outputs. CUDA-Agent-Ops-6K has no such op either.
 DEFAULT_CATEGORY_WEIGHTS = {"linalg": 0.0}

@@ -3,10 +3,11 @@
 The torch formulation of a tolerance comparison (``execution._chunk_stats``) makes about a dozen passes
 over both tensors (isnan, isinf, differences, divisions, where, max, each a kernel and a temporary); on a
 GPU shared by many sandboxes those comparisons cost more GPU time than the forward calls they check
-(measured on an H200, kernel time per task: determinism 57 ms with torch comparisons, 28 with this
-kernel; degenerate 39 and 16; docs/benchmark-log.md, 2026-11-21 (bcca845)). This kernel reads each element of
-both tensors once, in their own dtype (half, bfloat16, float32 computed in float32; float64 in float64),
-and writes one maximum and one count per block; a second, tiny reduction and one host read finish it.
+(measured on an H200, 2026-11-21, kernel time per task: determinism 57 ms with torch comparisons, 28 with
+this kernel; degenerate 39 and 16; record in the git history of docs/benchmark-log.md). This kernel reads
+each element of both tensors once, in their own dtype (half, bfloat16, float32 computed in float32; float64
+in float64), and writes one maximum and one count per block; a second, tiny reduction and one host read
+finish it.
 
 Semantics are ``execution._chunk_stats``': per element ``|out - ref| / (atol + rtol |ref|)`` where both
 are finite; ``inf`` where NaNs are not in the same places or an infinity is not matched exactly; 0 where

@@ -386,7 +386,8 @@ ADMIT_FRACTION, ADMIT_GIB, ADMIT_GROWTH = 0.9, 4.0, 1.25
 # chain's allocator peak was 1.5 / 2.0 / 3.4 x the predicted forward peak (p10 / median / p90; the chain
 # adds the determinism filter's second model and the compiled outputs), and the reservation grows after
 # every GPU step anyway; 1.5 finished 560 tasks in 138.5 s against 144.2 s with 2.0, neither with a task
-# re-run alone for want of memory (docs/benchmark-log.md, 2026-11-22 (baa7831)).
+# re-run alone for want of memory (measured 2026-11-22, one H200; record in the
+# git history of docs/benchmark-log.md).
 ADMIT_PREDICTED, ADMIT_MIN_GIB = 1.5, 0.5
 
 

@@ -2,9 +2,9 @@
 
 The filter stage admits a task to a shared GPU by the memory it reserves (``engine.gpu_locks.MemoryBudget``).
 Before anything has run, the reservation is a guess, and a task whose forward then needs tens of GiB makes
-its neighbours run out of memory (composed tasks peak at 7-65 GiB from inputs of 0.2-4.5 GiB on an H200:
-docs/benchmark-log.md, 2026-11-22 (baa7831)). ``predict_peak_bytes`` builds the model,
-draws the inputs and calls the forward on fake tensors (shapes, dtypes and devices, no storage, no
+its neighbours run out of memory (composed tasks peak at 7-65 GiB from inputs of 0.2-4.5 GiB on one H200,
+measured 2026-11-22; record in the git history of docs/benchmark-log.md). ``predict_peak_bytes`` builds the
+model, draws the inputs and calls the forward on fake tensors (shapes, dtypes and devices, no storage, no
 kernels: PyTorch's ``torch._subclasses.fake_tensor.FakeTensorMode``), and counts the bytes of every tensor
 an operator creates while it stays alive, as the caching allocator would hold them: the peak covers the
 parameters, the inputs and the intermediates alive at once. It leaves out allocator rounding and caching,

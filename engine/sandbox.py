@@ -321,7 +321,8 @@ class GpuStepWatch:
     call of the task after its first, ``TaskRun.call``), ``share_limit`` seconds of GPU time. A task's first
     call ("first_forward") carries one-time costs (cuDNN plans for its shapes, kernels loaded on first use:
     an ``nn.LSTM`` or ``nn.MultiheadAttention`` task with a 35-42 ms forward had more than 0.2 s on its first
-    call on an H200: docs/benchmark-log.md, 2026-11-22 (d75484c)), so only the step limit applies to it.
+    call on an H200, measured 2026-11-22: benchmarks/results/h200/filter_throughput.json, call 2), so only
+    the step limit applies to it.
 
     The GPU time of a forward step is bounded from below by ``sum(dt / holders)``: over each interval the
     GPU time-slices between the processes with work, all of which hold the lock shared

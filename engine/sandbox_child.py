@@ -124,8 +124,8 @@ def main() -> None:
     if settings["device"] == "cuda":
         # several sandboxes share the GPU: expandable segments keep each one's cached memory unfragmented
         # (allocator peak 1.06x the tensors' peak against 1.24x with the default allocator, and fewer tasks
-        # out of memory next to each other; 700 tasks, 14 sandboxes on one H200: docs/benchmark-log.md,
-        # 2026-11-22 (baa7831)).
+        # out of memory next to each other; 700 tasks, 14 sandboxes on one H200, measured 2026-11-22; record
+        # in the git history of docs/benchmark-log.md).
         os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     info = _apply(settings)
     job = load_job(job_path, settings)

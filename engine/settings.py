@@ -58,7 +58,8 @@ class EngineSettings(GpuAdmission):
             the window's upper edge, i.e. 1.6 s for 1-100 ms: a forward inside the window, time-sliced with
             that many sandboxes, still ends within it (measured on an H200 with 14 sandboxes: the longest
             step of an accepted task took 0.58 s, and a 2.5 s limit finished 600 tasks ~10 % sooner than 5 s;
-            docs/benchmark-log.md, 2026-11-22 (2fefd48)); without a window ``STEP_LIMIT_NO_WINDOW_S``).
+            measured 2026-11-22, record in the git history of docs/benchmark-log.md); without a window
+            ``STEP_LIMIT_NO_WINDOW_S``).
             Results carry ``gpu_step_max_s``, the task's longest step. 0: no limit.
         gpu_share_limit_s: most seconds of GPU time one forward call of a task (after its first, which carries
             one-time costs) may have had, bounded from below by its time divided by the processes sharing the

@@ -43,8 +43,8 @@ if TYPE_CHECKING:  # torch is imported where a measurement runs: the constants a
     import torch
 
 # A timed burst lasts about this long (ms): the fixed cost of one request across the grader's process boundary,
-# 0.2-0.3 ms on an H200 and moved by the neighbours in a batch (docs/benchmark-log.md, 2026-11-26), is then a
-# small and steady part of the burst's wall time.
+# 0.2-0.3 ms on an H200 and moved by the neighbours in a batch (measured 2026-11-26, one H200; record in the
+# git history of docs/benchmark-log.md), is then a small and steady part of the burst's wall time.
 BURST_TARGET_MS = 1.0
 # At most this many calls per burst, and at most this many bytes of input + output sets in one burst (each call
 # of a grader's burst has a fresh input set and output slots of its own).

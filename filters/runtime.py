@@ -29,7 +29,8 @@ the GPU waits meanwhile), so each task gets exactly one such exclusive section, 
   alone more than ``recheck_above`` (1.2) x the task's own shared call also gets a second one, wherever
   it lands: sharing the GPU only lengthens a call, so such a call carried a one-time cost (an ``nn.RNN``
   task with a 4 GiB output and a ~60 ms median took 115 ms shared and 233 ms alone on an H200). Measurements:
-  docs/benchmark-log.md, 2026-11-22 (2fefd48, d75484c).
+  one H200, 2026-11-22; the ``nn.RNN`` task in benchmarks/results/h200/filter_throughput.json (call 4), the
+  rest recorded in the git history of docs/benchmark-log.md.
 * ``runtime`` (last, after ``compile``): the exclusive measurement. Eager and, when the ``compile``
   filter left a compiled model (``TaskRun.compiled``), the compiled model are timed interleaved in one
   exclusive section; the window is decided on the eager median. A first eager call longer than

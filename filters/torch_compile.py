@@ -15,8 +15,8 @@ Inductor's runtime autotuning (on CUDA, at a kernel's first launch when it has s
 pointwise kernels 2-3, reductions up to 3; default mode) benchmarks each config for up to
 ``max_benchmark_duration`` = 25 ms after 100 L2-flushing memsets (``InductorBenchmarker.benchmark_gpu``,
 torch 2.6+). On an H200 that was over half of all GPU time a task costs the filter stage (compile 175 of
-~330 kernel-ms per task; docs/benchmark-log.md, 2026-11-21 (bcca845)). The
-check caps it (threshold ``autotune_bench_ms``, default 1 ms, 10 warm-up memsets, 1 estimation call):
+~330 kernel-ms per task; measured 2026-11-21, one H200; record in the git history of docs/benchmark-log.md).
+The check caps it (threshold ``autotune_bench_ms``, default 1 ms, 10 warm-up memsets, 1 estimation call):
 Inductor still picks among the same configs by measurement; only configs within a timing noise of each
 other can be picked differently, which changes ``compile_ms`` by that noise and never the output checked.
 With the cap the compile filter's kernels took 46 instead of 175 ms per task (same 12 tasks, H200:

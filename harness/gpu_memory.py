@@ -23,7 +23,8 @@ from typing import NamedTuple
 VARIANT_SETS = 2
 # the reference's peak x this covers eager and torch.compile's buffers (Inductor keeps its own outputs and
 # workspaces next to the eager model's; the filter stage's whole chain peaked at 2.0 x the predicted eager
-# forward at the median over 693 tasks, docs/benchmark-log.md, 2026-11-22 (baa7831))
+# forward at the median over 693 tasks on one H200, measured 2026-11-22; record in the
+# git history of docs/benchmark-log.md)
 REFERENCE_FACTOR = 2.0
 # a server process's CUDA context and library handles: a server that had run nothing yet held 518 MiB in
 # the CUDA out-of-memory report of the H200 batch run (benchmarks/results/h200/harness_batch.json)

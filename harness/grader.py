@@ -41,9 +41,10 @@ the verdict depends on:
   on both sides because a request's wake-up and socket latency only ever add time: over 15 evaluations
   (alone, one H200) of an honest kernel of about 0.5 ms per call timed one call per request, its speed-up over
   eager spread 0.97-1.17 (sd 0.064) with a median-based bound, 1.05-1.17 (sd 0.031) with this one and
-  1.08-1.17 (sd 0.028) from the hints alone (docs/benchmark-log.md, 2026-11-26). On CPU each request starts
-  in a process that slept since its previous one (cold caches): a 64 x 256 elementwise task takes about
-  0.14 ms per call so timed one call per request against 0.01 ms in a hot loop, on both sides of the speed-up.
+  1.08-1.17 (sd 0.028) from the hints alone (measured 2026-11-26, one H200; record in the
+  git history of docs/benchmark-log.md). On CPU each request starts in a process that slept since its previous
+  one (cold caches): a 64 x 256 elementwise task takes about 0.14 ms per call so timed one call per request
+  against 0.01 ms in a hot loop, on both sides of the speed-up.
 * Device: the timed rounds hold the device's timing lock exclusively (``engine.gpu_locks.GpuLock``:
   ``compute`` on the physical GPU, ``cpu.compute`` on CPU), consecutive rounds under one hold of at most
   ``TIMING_HOLD_S``; every other round holds it shared, so two evaluations never time at once and nothing
@@ -85,7 +86,7 @@ SERVER_MODULE = "opforge.harness.server"  # the model servers' entry point (``ha
 # model's ATen pool and the OpenMP pool of Inductor's compiled C++ kernel (a second runtime in the same
 # process) otherwise spin against each other, and the CPU compile baseline of tests/harness_cases.py's task
 # measured 3.5-4.0 ms instead of 0.1-0.3 ms in 2 of 5 evaluations on a 2-core machine (0 of 6 with PASSIVE;
-# docs/benchmark-log.md, 2026-11-23 night)
+# measured 2026-11-23, 2-core CPU; record in the git history of docs/benchmark-log.md)
 SERVER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 # The quantile of the timed calls' walls (and of the reference's wall - hint) that bounds a time from below:
@@ -102,8 +103,10 @@ WALL_SLACK_MS = 0.25
 # Consecutive timed rounds share one exclusive hold of the device while it has lasted less than this. Timed
 # one round per hold, with other evaluations' rounds between them, an honest kernel of about 0.5 ms per call
 # reported a median time 18 % longer in a batch of 16 than alone (eager's 10 %); within one hold, 5 % (eager's
-# 1 %) (one H200, docs/benchmark-log.md, 2026-11-26). A hold this short delays the device's other users
-# (filter sandboxes, other evaluations) by about as much as one slow task's timing.
+# 1 %) (one H200, measured 2026-11-26; within one hold:
+# benchmarks/results/h200/harness_consistency_scale_relu.json, one round per hold: record in the
+# git history of docs/benchmark-log.md). A hold this short delays the device's other users (filter sandboxes,
+# other evaluations) by about as much as one slow task's timing.
 TIMING_HOLD_S = 1.0
 # A timed call slower than this many times its kind's slowest untimed call (verification and warm-up calls
 # on the same inputs' shapes, the device shared) is a stall, not noise; the floor covers sub-ms calls.
