@@ -29,27 +29,9 @@ def read_tasks(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file")
-    if path.suffix == ".parquet":
-        try:
-            df = pq.read_table(path).to_pandas()
-        except Exception as exc:  # noqa: BLE001 - re-raised with the file named
-            raise InputError(f"{path}: not a readable Parquet file ({exc})") from None
-    elif path.suffix in (".jsonl", ".json"):
-        rows = []
-        with open(path, encoding="utf-8") as fh:
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise InputError(f"{path}:{n}: not a JSON object ({exc.msg})") from None
-                if not isinstance(obj, dict):
-                    raise InputError(f"{path}:{n}: expected a JSON object, got {type(obj).__name__}")
-                rows.append(obj)
-        df = pd.DataFrame(rows)
-    else:
+    if path.suffix not in (".parquet", ".jsonl", ".json"):
         raise InputError(f"{path}: expected .jsonl, .json or .parquet")
+    df = _read_file(path)
     if "code" not in df.columns:
         raise InputError(f"{path}: no 'code' column (columns: {', '.join(map(str, df.columns)) or 'none'})")
     keep = [c for c in ("task_id", "code", "ops", "data_source") if c in df.columns]
@@ -62,27 +44,49 @@ def read_tasks(path: str | Path) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
+def _read_file(path: Path) -> pd.DataFrame:
+    """Every column of an existing ``.parquet`` file, or of a ``.jsonl`` / ``.json`` file of one JSON object per
+    line (blank lines skipped, values kept as written). Raises InputError naming the file (and the line) when
+    the Parquet file cannot be read or a line is not a JSON object."""
+    if path.suffix == ".parquet":
+        try:
+            return pq.read_table(path).to_pandas()
+        except Exception as exc:  # noqa: BLE001 - re-raised with the file named
+            raise InputError(f"{path}: not a readable Parquet file ({exc})") from None
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{path}:{n}: not a JSON object ({exc.msg})") from None
+            if not isinstance(obj, dict):
+                raise InputError(f"{path}:{n}: expected a JSON object, got {type(obj).__name__}")
+            rows.append(obj)
+    return pd.DataFrame(rows)
+
+
 def read_published(source: str | Path) -> pd.DataFrame:
     """The rows of a published dataset as they stand: a Hub folder (its ``data/*.parquet`` shards in name
     order), a ``.parquet`` file or a ``.jsonl`` / ``.json`` file (one JSON object per line, values kept as
     written: a task id of digits stays a string).
 
     Raises:
-        InputError: no such file or folder, a folder without ``data/*.parquet``, another extension, or rows
-            without a ``code`` column.
+        InputError: no such file or folder, a folder without ``data/*.parquet``, another extension, an
+            unreadable Parquet file, a line that is not a JSON object, or rows without a ``code`` column.
     """
     source = Path(source)
     if source.is_dir():
         shards = sorted((source / "data").glob("*.parquet"))
         if not shards:
             raise InputError(f"{source}: no data/*.parquet shards (expected an opforge Hub folder)")
-        rows = pd.concat([pd.read_parquet(p) for p in shards], ignore_index=True)
+        rows = pd.concat([_read_file(p) for p in shards], ignore_index=True)
     elif not source.exists():
         raise InputError(f"{source}: no such file or folder")
-    elif source.suffix == ".parquet":
-        rows = pd.read_parquet(source)
-    elif source.suffix in (".jsonl", ".json"):
-        rows = pd.read_json(source, lines=True, dtype=False)
+    elif source.suffix in (".parquet", ".jsonl", ".json"):
+        rows = _read_file(source)
     else:
         raise InputError(f"{source}: expected a Hub folder, a .parquet or a .jsonl file")
     if "code" not in rows.columns:

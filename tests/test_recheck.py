@@ -79,6 +79,9 @@ def test_read_published_errors(tmp_path):
     (tmp_path / "rows.jsonl").write_text('{"task_id": "0012", "code": "x", "eager_ms": 1.5}\n')
     read = read_published(tmp_path / "rows.jsonl")
     assert read["task_id"].tolist() == ["0012"] and read["eager_ms"].tolist() == [1.5]  # values as written
+    (tmp_path / "bad.jsonl").write_text('{"code": "x"}\nnot json\n')
+    with pytest.raises(InputError, match=r"bad.jsonl:2: not a JSON object"):
+        read_published(tmp_path / "bad.jsonl")
     with pytest.raises(ValueError, match="not a recheck filter"):
         recheck_settings("cpu", None, skip=["duplicate"])
 
