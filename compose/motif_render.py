@@ -277,7 +277,7 @@ def render_motif(motif, batch: int, seq: int | None, dtype: str, docstring: str)
     axis) in ``dtype`` (``float32``, ``bfloat16`` or ``float16``). A ``.contiguous()`` of a value that is
     contiguous at these sizes is left out (inferred while rendering, ``output_contiguous``, then checked by one
     run of the source on ``meta``): a copy that copies nothing is no work for a kernel. An output that is an
-    input unchanged is not returned. Raises ``RenderError`` for a call with no source form, or when every output
+    input unchanged, or the value of an earlier output again, is not returned. Raises ``RenderError`` for a call with no source form, or when every output
     is an input unchanged."""
     copies: list[int] = []
     code = _render(motif, batch, seq, dtype, docstring, frozenset(), copies)
@@ -386,7 +386,8 @@ def _render(motif, batch: int, seq: int | None, dtype: str, docstring: str, elid
                 if o is not None:
                     names[o] = f"{var}[{i}]"
     # an output that is an input unchanged (the calls between them left out above) is no work for a kernel and
-    # no result of the task: it is not returned; a motif with no other output has no source form
+    # no result of the task: it is not returned, nor a value returned twice; a motif with no other output has no
+    # source form
     passed = {names[i["vid"]] for i in motif.inputs}
     returned = list(dict.fromkeys(names[o] for o in motif.outputs if names[o] not in passed))
     if not returned:
