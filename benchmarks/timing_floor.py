@@ -17,7 +17,7 @@ eager alone (median, coefficient of variation = sd / mean) and in the batch (med
 ratio of the medians. The floor is the smallest eager time from which on every measured size has CV <= ``--cv``
 alone and a ratio within ``--ratio`` of 1 (both 3 %: the issue's rule). ``--burst-ms 0`` measures the grader
 with one call per timed request (the method before bursts) for comparison. The result is saved after every
-alone evaluation and after the batch; ``--out`` of an earlier run with the same settings resumes it (a later
+alone evaluation and after the batch; ``--out`` of an earlier run with the same settings and grader version resumes it (a later
 call on a fresh machine, with the file carried back).
 """
 
@@ -62,7 +62,7 @@ def prepare(work: Path, seqs: list[int], alone: int, batch: int, device: str, ch
     (work / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-KEYS = ("task_id", "status", "reward", "error", "eager_ms", "candidate_ms", "speedup_eager", "burst",
+KEYS = ("task_id", "status", "reward", "error", "eager_ms", "candidate_ms", "speedup_eager", "burst", "graphs", "flags",
         "overhead_ms", "phases_s", "timing")
 
 
@@ -132,6 +132,7 @@ def table(results: dict[str, list[dict]], seqs: list[int]) -> list[dict]:
         sb = [_speedup(r) for r in ok_b]
         row = {"seq_len": seq, "eager_ms": statistics.median(r["eager_ms"] for r in ok_a) if ok_a else None,
                "burst": sorted({r.get("burst", 1) for r in ok_a + ok_b}),
+               "graphs": sorted({bool(r.get("graphs")) for r in ok_a + ok_b}),
                "alone_n": len(alone), "alone_correct": len(ok_a), "batch_n": len(batch), "batch_correct": len(ok_b),
                "speedup_alone": sa, "speedup_batch": sb,
                "speedup_alone_median": statistics.median(sa) if sa else None,
@@ -169,6 +170,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=16, help="evaluations at once in the batch")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--burst-ms", type=float, default=None, help="the grader's burst target (default its own)")
+    p.add_argument("--no-cuda-graphs", action="store_true", help="plain bursts (EvalConfig.cuda_graphs off)")
     p.add_argument("--warmup", type=int, default=None, help="the grader's warm-up rounds (default its own)")
     p.add_argument("--timing-trials", type=int, default=None, help="the grader's timed rounds (default its own)")
     p.add_argument("--cv", type=float, default=0.03)
@@ -184,10 +186,13 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     prepare(work, seqs, args.alone, args.batch, args.device)
     build_root = args.build_root or tempfile.mkdtemp(prefix="opforge-ext-")
-    GRADER_KNOBS.update({k: v for k, v in (("warmup", args.warmup), ("timing_trials", args.timing_trials))
+    GRADER_KNOBS.update({k: v for k, v in (("warmup", args.warmup), ("timing_trials", args.timing_trials),
+                                           ("cuda_graphs", False if args.no_cuda_graphs else None))
                          if v is not None})
+    from opforge.harness.evaluate import GRADER_VERSION
+
     settings = {"seqs": seqs, "alone": args.alone, "batch": args.batch, "workers": args.workers,
-                "device": args.device, "burst_ms": args.burst_ms, **GRADER_KNOBS}
+                "device": args.device, "burst_ms": args.burst_ms, "grader": GRADER_VERSION, **GRADER_KNOBS}
     out: dict = {"settings": settings, "results": {"alone": []}, "wall_s": {}}
     if args.out and Path(args.out).exists():
         old = json.loads(Path(args.out).read_text())
@@ -216,7 +221,7 @@ def main() -> None:
             out["wall_s"]["alone"] = out["wall_s"].get("alone", 0.0) + time.perf_counter() - keep.t
             keep.t = time.perf_counter()
             print("alone", json.dumps({k: r[k] for k in ("task_id", "status", "eager_ms", "speedup_eager",
-                                                          "burst")}), flush=True)
+                                                          "burst", "graphs", "flags")}), flush=True)
             save()
 
         keep.t = t0

@@ -25,6 +25,12 @@ synchronisation, divided by ``K`` (``run_burst``). The grader's model servers ti
   chain's ``runtime`` filter comes after five other filters called the model): the first call of each
   function is then the first trial (L2-flushed like the others) and, at the same time, the estimate and the
   ``stop_above_ms`` check.
+* CUDA graphs (``graphs=True``, the default of the ``runtime`` filter and the grader): after warm-up, each
+  function's burst of ``K`` calls is captured once into a CUDA graph (``capture_burst``) and every trial
+  replays it, so the time is the device's work for the ``K`` calls, without the host's per-call cost (Python,
+  dispatch, launches: 20-60 us per call, more than the device work of a short kernel). When any function cannot
+  be captured (it synchronises, copies to the host or leaves a stream it forked unjoined), all of them are
+  timed as plain bursts, and ``Timing.method`` says which way was used.
 * CPU: the same bursts, without a flush or a synchronisation.
 """
 
@@ -80,6 +86,39 @@ def run_burst(calls: Sequence[Callable[[], object]], cuda: bool) -> float:
     return (time.perf_counter() - t) * 1e3
 
 
+def capture_burst(fn: Callable[[], object], calls: int = 1, stream: torch.cuda.Stream | None = None,
+                  pool: Any = None) -> tuple[Any, str | None]:
+    """Capture ``calls`` back-to-back calls of ``fn()`` into one ``torch.cuda.CUDAGraph`` on the current device.
+
+    ``fn`` is called once on ``stream`` (a side stream when None, as ``torch.cuda.graphs`` requires for lazy
+    initialisation) before the capture. ``pool``: a graph memory pool to share (``torch.cuda.graph_pool_handle``);
+    graphs that share one must be replayed one after another on one stream, never at the same time.
+
+    Returns ``(graph, None)``, or ``(None, error)`` when ``fn`` cannot be captured (it synchronises, reads a
+    value on the host, or forks a stream it does not join back); the device is synchronised either way and
+    any partial capture is dropped. Exceptions of ``fn`` itself are returned the same way."""
+    import torch
+
+    side = stream if stream is not None else torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.graph(graph, pool=pool, stream=side):
+            for _ in range(calls):
+                fn()
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - any failure means: time it without a graph
+        try:
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001, S110 - a sticky error shows again at the caller's next call
+            pass
+        return None, f"{type(exc).__name__}: {str(exc)[:300]}"
+    return graph, None
+
+
 @dataclass
 class Timing:
     """One measurement. ``median_ms`` / ``min_ms`` / ``max_ms`` in milliseconds per call; ``trials`` timed
@@ -113,17 +152,19 @@ def l2_flush_buffer(device: torch.device) -> torch.Tensor:
 
 def time_call(fn: Callable[[], object], device: str | torch.device = "cpu", *, warmup: int = 3,
               min_trials: int = 3, max_trials: int = 100, budget_s: float = 0.5,
-              stop_above_ms: float | None = None, burst: int | None = 1, set_bytes: int = 0) -> Timing:
+              stop_above_ms: float | None = None, burst: int | None = 1, set_bytes: int = 0,
+              graphs: bool = False) -> Timing:
     """Median time of ``fn()`` in ms per call on ``device`` ("cpu" or "cuda[:i]"); see the module docstring and
     ``time_calls`` (this is its one-function case)."""
     return time_calls({"fn": fn}, device, warmup=warmup, min_trials=min_trials, max_trials=max_trials,
-                      budget_s=budget_s, stop_above_ms=stop_above_ms, burst=burst, set_bytes=set_bytes)["fn"]
+                      budget_s=budget_s, stop_above_ms=stop_above_ms, burst=burst, set_bytes=set_bytes,
+                      graphs=graphs)["fn"]
 
 
 def time_calls(fns: dict[str, Callable[[], object]], device: str | torch.device = "cpu", *, warmup: int = 3,
                min_trials: int = 3, max_trials: int = 100, budget_s: float = 0.5,
                stop_above_ms: float | None = None, burst: int | None = 1,
-               set_bytes: int = 0) -> dict[str, Timing]:
+               set_bytes: int = 0, graphs: bool = False) -> dict[str, Timing]:
     """Median time in ms per call of each zero-argument callable of ``fns`` on ``device`` ("cpu" or "cuda[:i]"),
     in bursts (see the module docstring), interleaved: each trial times one burst of every function, in the
     given order, so clock and thermal drift hit all alike. ``budget_s`` is per function (trials are sized by
@@ -131,7 +172,11 @@ def time_calls(fns: dict[str, Callable[[], object]], device: str | torch.device 
 
     ``burst``: calls per burst; None sizes it from the first function's fastest warm-up call
     (``burst_size``, with ``set_bytes``: bytes of one call's input + output set). A function whose calls
-    should each read other inputs rotates them itself.
+    should each read other inputs rotates them itself (a captured burst keeps the rotation it was captured
+    with: ``K`` calls on the ``K`` sets of one cycle).
+
+    ``graphs``: on CUDA, time each burst as the replay of a CUDA graph of its ``K`` calls (``capture_burst``),
+    for all functions or (when one cannot be captured) for none; ignored on CPU.
 
     On CUDA the whole measurement (warm-up included) holds the GPU's ``compute`` lock exclusively
     (``engine.gpu_locks.gpu_timing``): no other sandbox's kernel runs meanwhile, and the measurement is
@@ -148,8 +193,9 @@ def time_calls(fns: dict[str, Callable[[], object]], device: str | torch.device 
     device = torch.device(device)
     if device.type == "cuda":
         with gpu_timing(device), torch.cuda.device(device):
-            return _time(fns, device, warmup, min_trials, max_trials, budget_s, stop_above_ms, burst, set_bytes)
-    return _time(fns, device, warmup, min_trials, max_trials, budget_s, stop_above_ms, burst, set_bytes)
+            return _time(fns, device, warmup, min_trials, max_trials, budget_s, stop_above_ms, burst, set_bytes,
+                         graphs)
+    return _time(fns, device, warmup, min_trials, max_trials, budget_s, stop_above_ms, burst, set_bytes, False)
 
 
 def _trials(estimate_s: float, min_trials: int, max_trials: int, budget_s: float) -> int:
@@ -174,7 +220,7 @@ def _warm_up(fns: dict[str, Callable[[], object]], timed: Callable[[Callable[[],
     return times
 
 
-def _time(fns, device, warmup, min_trials, max_trials, budget_s, stop_above_ms, burst, set_bytes
+def _time(fns, device, warmup, min_trials, max_trials, budget_s, stop_above_ms, burst, set_bytes, graphs
           ) -> dict[str, Timing]:
     import torch
 
@@ -195,12 +241,24 @@ def _time(fns, device, warmup, min_trials, max_trials, budget_s, stop_above_ms, 
         warm.method = f"{kind}:burst:stopped_above"
         return {next(iter(fns)): warm}
     k = burst_size(min(next(iter(warm.values()))), set_bytes) if burst is None else max(1, int(burst))
+    bursts: dict[str, Callable[[], object]] = {}
+    if cuda and graphs:
+        for name, fn in fns.items():
+            graph, _error = capture_burst(fn, k)
+            if graph is None:
+                bursts = {}
+                break
+            bursts[name] = graph.replay
+        if bursts:
+            kind += ":graph"
+            # the replays' times replace the warm-up's plain calls as the estimate of a call
+            warm = {name: [timed(g) / k] for name, g in bursts.items()}
     n = _trials(max(min(v) for v in warm.values()) * k / 1e3, min_trials, max_trials, budget_s)
-    # without warm-up the first call was a trial: kept as one when trials are single calls
-    keep = warmup == 0 and k == 1
+    # without warm-up the first call was a trial: kept as one when trials are single plain calls
+    keep = warmup == 0 and k == 1 and not bursts
     times: dict[str, list[float]] = {name: list(warm[name]) if keep else [] for name in fns}
     for _ in range(n - (1 if keep else 0)):
         for name, fn in fns.items():
-            times[name].append(timed(fn, k))
+            times[name].append(timed(bursts[name]) / k if bursts else timed(fn, k))
     return {name: Timing(statistics.median(v), min(v), max(v), len(v), f"{kind}:burst:median", k)
             for name, v in times.items()}

@@ -160,14 +160,15 @@ class RuntimeFilter(Filter):
     timed model, seconds), ``warmup`` (untimed calls before timing; 0 = the first call is a trial, see
     ``engine.timing``), ``max_trials``, ``stop_above`` (factor over the window's upper edge that ends
     timing after one call), ``time_compiled`` (also time ``TaskRun.compiled`` when there is one; None = on
-    CUDA only).
+    CUDA only), ``cuda_graphs`` (on CUDA, time each burst as a CUDA graph's replay when eager and the compiled
+    model can both be captured: ``engine.timing``).
     Metrics: ``eager_ms`` (median, ms per call), ``min_ms``, ``max_ms``, ``trials`` (bursts; 0 when stopped
     after the first call), ``burst`` (calls per burst), ``method``, ``in_window`` (bool, or None without a window); with a compiled model also
     ``compile_ms``, ``compile_min_ms``, ``compile_max_ms`` (ms).
     """
 
     name = "runtime"
-    version = 2  # bursts on rotating input sets (engine.timing)
+    version = 3  # bursts on rotating input sets, replayed as CUDA graphs where they can be captured (engine.timing)
     cost = Cost.DEVICE
     gpu_work_lock = False  # time_calls holds the compute lock exclusively
 
@@ -181,7 +182,7 @@ class RuntimeFilter(Filter):
         # warmup 0: eager, runtime_screen, determinism and degenerate called the model four times and the
         # compile filter ran the compiled one (autotuning included), so the first timed call is a trial.
         return {"window_ms": None, "budget_s": 0.02, "warmup": 0, "max_trials": 50, "stop_above": 2.0,
-                "time_compiled": None}
+                "time_compiled": None, "cuda_graphs": True}
 
     def score(self, run: TaskRun) -> dict[str, Any]:
         t = self.thresholds
@@ -198,7 +199,8 @@ class RuntimeFilter(Filter):
             compiled, compiled_sets = run.compiled, itertools.cycle(sets)
             fns["compile"] = lambda: run.call(compiled, next(compiled_sets), seed=None, lock=False)
         timings = time_calls(fns, run.device, warmup=t["warmup"], budget_s=t["budget_s"], min_trials=trials,
-                             max_trials=t["max_trials"], stop_above_ms=stop, burst=len(sets))
+                             max_trials=t["max_trials"], stop_above_ms=stop, burst=len(sets),
+                             graphs=bool(t.get("cuda_graphs", True)))
         m = timings["eager"].as_dict()
         m["eager_ms"] = m.pop("median_ms")
         if "compile" in timings:

@@ -44,7 +44,7 @@ HARNESS_DIR = Path(__file__).resolve().parent
 ENGINE_DIR = HARNESS_DIR.parent / "engine"
 # Version of the grader's deciding logic, part of the fingerprint of stored results (``harness.batch``):
 # raise it when a change to the grader can change a result, so no stored result of the old grader is reused.
-GRADER_VERSION = 5
+GRADER_VERSION = 6
 # Where the grader runs (``_grade``): in a process of its own per evaluation on CUDA (``harness.grader_child``:
 # its CUDA IPC slots never share allocator segments with another evaluation's, and all of its GPU memory goes
 # when it exits); in the calling process on CPU (slots are files; the process start would cost ~2 s per
@@ -65,7 +65,10 @@ class EvalConfig(GpuAdmission):
     ``burst_target_ms``: a warm-up or timed round of each target is one burst of calls on fresh input sets,
     as many as make it last about this long (``engine.timing.burst_size``); 0 times one call per request.
     ``burst_calls``: that many calls per burst instead (at most what ``engine.timing.burst_cap`` allows for the
-    task's input + output bytes), for measurements that compare evaluations at one burst size."""
+    task's input + output bytes), for measurements that compare evaluations at one burst size.
+    ``cuda_graphs``: on CUDA, each burst of the public shape is the replay of CUDA graphs of its calls, captured
+    in the untimed rounds, when every timed target (candidate, eager, ``torch.compile``) can be captured; else
+    every target runs plain bursts (``harness.grader``)."""
 
     model_config = ConfigDict(extra="forbid")
     atol: float | None = None
@@ -85,6 +88,7 @@ class EvalConfig(GpuAdmission):
     input_sets: int = Field(4, ge=2)
     burst_target_ms: float = Field(BURST_TARGET_MS, ge=0)
     burst_calls: int | None = Field(None, ge=1, le=MAX_BURST)
+    cuda_graphs: bool = True
     # hidden shape variants of the task row (its ``shape_variants``, compose.variants): checked in the final rounds
     shape_variants: bool = True
     variant_trials: int = Field(2, ge=1)
@@ -119,6 +123,7 @@ class EvalResult(BaseModel):
     timing: dict[str, Any] = {}
     overhead_ms: float | None = None  # low quantile of wall - hint of the reference's eager calls (harness.grader)
     burst: int = 1  # calls per warm-up and timed request (harness.grader, engine.timing.burst_size)
+    graphs: bool = False  # every timed burst was a CUDA-graph replay (harness.grader, EvalConfig.cuda_graphs)
     variants_checked: int = 0  # hidden shape variants the candidate answered correctly (harness.grader)
     phases_s: dict[str, float] = {}  # seconds of the grader's steps: admit, setup, draw, total (harness.grader)
     device: str = "cpu"

@@ -450,10 +450,12 @@ class Grader:
         # bursts too short (in batches of 16 on one H100, most evaluations of a 0.06 ms task got one call per
         # burst when the reference sized it during its setup)
         n_burst = most
+        # CUDA graphs for the public shape's bursts (EvalConfig.cuda_graphs): on until a target cannot be captured
+        graphs = {"on": self.cuda and cfg.cuda_graphs, "error": None, "replayed": 0, "plain": 0}
         if self.cuda and most > 1:
             with self.lock.exclusive():
                 ref.resume()
-                size, _, _ = self._ask(ref, {"op": "size"})
+                size, _, _ = self._ask(ref, {"op": "size", "graph": graphs["on"]})
                 ref.pause()
             if size.get("ok") is not True:
                 raise _reference_failed(size, f"reference burst size: {size.get('error')}")
@@ -501,10 +503,11 @@ class Grader:
         slowest: dict[str, float] = {}  # target -> slowest untimed call, ms
 
         def call(server: ServerProcess, target: str, slots: list[int], ins: list[list[int]], outs: list[list[int]],
-                 sset: SlotSet, draws: list[tuple[list[Any], list[dict]]], olay: list[dict] = out_layout
-                 ) -> tuple[dict, float, list[list[torch.Tensor]]]:
+                 sset: SlotSet, draws: list[tuple[list[Any], list[dict]]], olay: list[dict] = out_layout,
+                 public: bool = True) -> tuple[dict, float, list[list[torch.Tensor]]]:
             """One ``call`` message: a burst of ``len(slots)`` calls, call ``j`` on input set ``draws[j]``
-            copied into slot set ``slots[j]``. Returns (reply, wall ms of the burst, each call's outputs)."""
+            copied into slot set ``slots[j]``; asking for CUDA-graph replays while ``graphs["on"]`` and
+            ``public`` (the public shape). Returns (reply, wall ms of the burst, each call's outputs)."""
             timed = self.lock.mode == "exclusive"
             n = len(slots)
             if timed:
@@ -533,10 +536,18 @@ class Grader:
                 torch.cuda.synchronize()
             # both servers sleep stopped between their calls and wake the same way for each (see Quiet)
             server.resume()
-            reply, _, wall = self._ask(server, {"op": "call", "target": target, "calls": plan}, limit_s=limit)
+            graph = bool(public and graphs["on"])
+            reply, _, wall = self._ask(server, {"op": "call", "target": target, "calls": plan,
+                                                **({"graph": True} if graph else {})}, limit_s=limit)
             if not timed:
                 slowest[target] = max(slowest.get(target, 0.0), wall / n)
             server.pause()
+            if graph and reply.get("graph_error") and graphs["on"]:
+                # one target that cannot be captured turns graphs off for all: both sides of a speed-up are
+                # timed the same way
+                graphs.update(on=False, error=f"{target}: {str(reply['graph_error'])[:300]}")
+            if timed and public:
+                graphs["replayed" if reply.get("graphed") is True else "plain"] += 1
             got = [[sset.tensors[i].clone() for i in outs[slot]] for slot in slots]
             if self.cuda:
                 torch.cuda.synchronize()
@@ -554,9 +565,13 @@ class Grader:
         variant_rounds: dict[int, int] = {}
         n_sets = shapes[None][2]
 
+        # with CUDA graphs, rounds rotate over the sets the first rounds capture: the burst's own n_burst sets (two
+        # when a burst is one call), so every timed burst replays graphs made in the untimed rounds before it
+        rotate = min(n_sets, max(n_burst, 2)) if graphs["on"] else n_sets
+
         def burst(i: int) -> list[int]:
             """The slot sets of round ``i``'s burst: ``n_burst`` distinct ones, the first moving each round."""
-            return [(i + j) % n_sets for j in range(n_burst)]
+            return [(i + j) % rotate for j in range(n_burst)]
 
         i = 0
         while i < len(phases):
@@ -602,6 +617,9 @@ class Grader:
         except ProtocolError:
             pass
         timing, overhead = aggregate_timing(walls, hints, n_burst)
+        result["graphs"] = graphs["replayed"] > 0 and graphs["plain"] == 0
+        if graphs["error"]:  # the target that could not be captured; its error is in its server's log
+            result.setdefault("flags", []).append(f"cuda_graphs_off:{graphs['error'].split(':')[0]}")
         result.update(max_error=worst, verify_s=t_verify, profile_s=t_profile, timing=timing,
                       overhead_ms=overhead, variants_checked=len(variant_rounds))
         return result
@@ -615,8 +633,8 @@ class Grader:
         draws = [next_inputs(j)]
         (c_in, c_out), (r_in, r_out) = c_slots[j], r_slots[j]
         try:
-            _, _, got = call(cand, "candidate", [slot], c_in, c_out, cset, draws, olay)
-            _, _, expected = call(ref, "eager", [slot], r_in, r_out, rset, draws, olay)
+            _, _, got = call(cand, "candidate", [slot], c_in, c_out, cset, draws, olay, public=False)
+            _, _, expected = call(ref, "eager", [slot], r_in, r_out, rset, draws, olay, public=False)
             return self._compare(expected[0], got[0])
         except Verdict as v:
             if v.status == "incorrect":

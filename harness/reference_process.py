@@ -119,8 +119,9 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
         return {"ok": True, "layouts": layouts, "copied": _into_slots(server, sets, m["slots"])}, None
 
     server.handlers["draw"] = handle_draw
-    server.handlers["size"] = lambda _m, _blob: (
-        {"ok": True, "burst": min(burst, _burst(model, sample, device, msg, in_layout, out_layout))}, None)
+    server.handlers["size"] = lambda m, _blob: (
+        {"ok": True, "burst": min(burst, _burst(model, sample, device, msg, in_layout, out_layout,
+                                                graph=bool(m.get("graph"))))}, None)
     # the same per-call bookkeeping as the candidate's server (its timing snapshot included, its findings unused),
     # so both sides' requests cost the same
     snapshot = TimingSnapshot()
@@ -149,13 +150,15 @@ def _burst_sets(msg: dict[str, Any], in_layout: list[dict[str, Any]], out_layout
 
 
 def _burst(model, sample: list[Any], device: str, msg: dict[str, Any], in_layout: list[dict[str, Any]],
-           out_layout: list[dict[str, Any]]) -> int:
+           out_layout: list[dict[str, Any]], graph: bool = False) -> int:
     """Calls per burst (``engine.timing.burst_size``) for eager's call on ``sample``, the bytes of one input +
     output set and the message's ``burst_target_ms``; or the message's ``burst_calls`` when set (capped by
     ``burst_cap``). Eager's time per call is measured the way a burst runs: one warm call, then up to two bursts
     of the size the fastest estimate so far gives (each call's time is its burst's divided by its calls), so the
-    synchronisation's fixed cost does not count as a call's and a short call is not given too few calls."""
-    from opforge.engine.timing import burst_cap, burst_size, run_burst
+    synchronisation's fixed cost does not count as a call's and a short call is not given too few calls.
+    ``graph`` (CUDA): the calls are replays of a CUDA graph of one call (``engine.timing.capture_burst``), as the
+    grader's bursts are when it uses graphs; plain calls when eager cannot be captured."""
+    from opforge.engine.timing import burst_cap, burst_size, capture_burst, run_burst
     from opforge.harness.gpu_memory import layout_bytes
 
     target = float(msg.get("burst_target_ms") or 0.0)
@@ -166,12 +169,17 @@ def _burst(model, sample: list[Any], device: str, msg: dict[str, Any], in_layout
         return 1
     cuda = device == "cuda"
     with torch.no_grad():
-        per_call = run_burst([lambda: model(*sample)], cuda)
+        one = lambda: model(*sample)  # noqa: E731
+        if graph and cuda:
+            captured, _ = capture_burst(one)
+            if captured is not None:
+                one = captured.replay
+        per_call = run_burst([one], cuda)
         for _ in range(2):
             n = burst_size(per_call, set_bytes, target)
             if n == 1:
                 break
-            per_call = min(per_call, run_burst([lambda: model(*sample)] * n, cuda) / n)
+            per_call = min(per_call, run_burst([one] * n, cuda) / n)
     return burst_size(per_call, set_bytes, target)
 
 

@@ -37,6 +37,8 @@ class Server:
         after_call: returns findings to add to every call reply (the candidate's guard record and config).
         handlers: extra ``op`` -> handler(msg, blob) -> (reply, blob) (the reference's ``draw``).
         wake: one element on ``device``, filled before each burst (``serve_call``).
+        graphs: (target, call key) -> (CUDA graph of that call, its ``_one_call`` record), captured by
+            ``serve_call`` when the grader asks for graphs; ``graph_error``: target -> why it could not be.
     """
 
     def __init__(self, device: str):
@@ -47,6 +49,10 @@ class Server:
         self.after_call: Callable[[], dict[str, Any]] = dict
         self.handlers: dict[str, Callable] = {}
         self.wake = torch.zeros(1, device=device)
+        self.graphs: dict[tuple[str, str], tuple[Any, dict[str, Any]]] = {}
+        self.graph_error: dict[str, str] = {}
+        self.graph_pools: dict[str, Any] = {}
+        self.graph_stream: Any = None
 
 
 def output_meta(t: torch.Tensor) -> dict[str, Any]:
@@ -64,15 +70,37 @@ def serve_call(server: Server, msg: dict[str, Any]) -> dict[str, Any]:
     (``engine.timing.run_burst``'s method). The server's own part of each call (the outputs' checks and copies)
     runs outside any dispatch mode of the process (the candidate's guard), so it costs both sides the same.
     Before the timed span, a one-element fill and a synchronisation on CUDA make this process's context the
-    device's current one, so the switch from the grader's L2 flush is not charged to the burst's first call."""
+    device's current one, so the switch from the grader's L2 flush is not charged to the burst's first call.
+
+    CUDA graphs (``msg["graph"]``, CUDA only): a call whose graph exists is replayed instead: the graph holds
+    the call and its outputs' copies into its output slots, captured (``engine.timing.capture_burst``) after
+    the first burst that ran the call plainly, with its record (checks, aliases) taken at capture. A burst is
+    replayed only when every one of its calls has a graph; the reply says ``graphed``. A target that cannot be
+    captured is reported in ``graph_error`` and its calls stay plain."""
     fn = server.targets[msg["target"]]
     plans = [([server.slots[a["slot"]] if "slot" in a else a["value"] for a in c["inputs"]],
               [server.slots[i] for i in c["outputs"]]) for c in msg["calls"]]
+    use_graphs = bool(msg.get("graph")) and server.device == "cuda" and msg["target"] not in server.graph_error
+    keys = [(msg["target"], repr((c["inputs"], c["outputs"]))) for c in msg["calls"]]
+    replay = use_graphs and all(k in server.graphs for k in keys)
     done: list[dict[str, Any]] = []
     if server.device == "cuda":
         with _disable_current_modes():
             server.wake.fill_(0)
             torch.cuda.synchronize()
+    if replay:
+        graphs = [server.graphs[k][0] for k in keys]
+        t0 = time.perf_counter()
+        try:
+            for g in graphs:
+                g.replay()
+            torch.cuda.synchronize()
+        except BaseException as exc:  # noqa: BLE001 - every failure of the call is reported
+            return {"ok": False, "oom": is_oom(exc) if isinstance(exc, Exception) else False,
+                    "error": f"{type(exc).__name__}: {str(exc)[:500]}", **server.after_call()}
+        hint_ms = (time.perf_counter() - t0) * 1e3
+        return {"ok": True, "hint_ms": hint_ms, "graphed": True, "calls": [server.graphs[k][1] for k in keys],
+                **server.after_call()}
     t0 = time.perf_counter()
     try:
         with torch.no_grad():
@@ -86,7 +114,47 @@ def serve_call(server: Server, msg: dict[str, Any]) -> dict[str, Any]:
         return {"ok": False, "oom": is_oom(exc) if isinstance(exc, Exception) else False,
                 "error": f"{type(exc).__name__}: {str(exc)[:500]}", **server.after_call()}
     hint_ms = (time.perf_counter() - t0) * 1e3
-    return {"ok": True, "hint_ms": hint_ms, "calls": done, **server.after_call()}
+    reply = {"ok": True, "hint_ms": hint_ms, "graphed": False, "calls": done}
+    if use_graphs:
+        _capture(server, msg["target"], fn, plans, keys)
+        if msg["target"] in server.graph_error:
+            reply["graph_error"] = server.graph_error[msg["target"]]
+    return {**reply, **server.after_call()}
+
+
+def _capture(server: Server, target: str, fn: Callable[..., Any], plans: list, keys: list[tuple[str, str]]
+             ) -> None:
+    """Capture each call of ``plans`` that has no graph yet (``serve_call``): the call, run under the process's
+    dispatch modes as a plain call is, then its outputs' copies into its slots outside them. The graphs of a
+    target share one memory pool (its calls replay one after another on one stream). On the first failure the
+    target's graphs are dropped and ``server.graph_error[target]`` says why."""
+    from opforge.engine.timing import capture_burst
+
+    with _disable_current_modes():
+        if server.graph_stream is None:
+            server.graph_stream = torch.cuda.Stream()
+        pool = server.graph_pools.setdefault(target, torch.cuda.graph_pool_handle())
+    for key, (inputs, outs) in zip(keys, plans, strict=True):
+        if key in server.graphs:
+            continue
+        record: dict[str, Any] = {}
+
+        def one(inputs=inputs, outs=outs, record=record) -> None:
+            with torch.no_grad():
+                got = flatten_tensors(fn(*inputs))
+                with _disable_current_modes():
+                    record.clear()
+                    record.update(_one_call(server, inputs, outs, got))
+
+        with torch.no_grad():
+            graph, error = capture_burst(one, 1, stream=server.graph_stream, pool=pool)
+        if graph is None:
+            server.graph_error[target] = error or "capture failed"
+            print(f"CUDA graph capture of {target} failed: {server.graph_error[target]}", file=sys.stderr, flush=True)
+            for k in [k for k in server.graphs if k[0] == target]:
+                del server.graphs[k]
+            return
+        server.graphs[key] = (graph, dict(record))
 
 
 def _one_call(server: Server, inputs: list[Any], outs: list[torch.Tensor], got: list[torch.Tensor]

@@ -460,16 +460,17 @@ _STATISTICS = ("median", "median_low", "median_high", "median_grouped", "mean", 
 _NUMPY = ("median", "mean", "percentile", "quantile", "nanmedian", "nanmean", "nanpercentile", "nanquantile",
           "average", "std", "var", "sort", "min", "max")
 _SYNC = ("synchronize", "current_stream", "default_stream", "stream", "Event", "Stream", "ExternalStream",
-         "StreamContext", "set_stream", "elapsed_time")
+         "StreamContext", "set_stream", "elapsed_time", "graph", "CUDAGraph")
 _EVENT = ("record", "wait", "query", "elapsed_time", "synchronize", "__init__", "__new__")
 _STREAM = ("synchronize", "wait_event", "wait_stream", "record_event", "query", "__init__", "__new__")
+_GRAPH = ("replay", "capture_begin", "capture_end", "__init__", "__new__")
 
 
 def runtime_targets() -> list[tuple[str, Any, tuple[str, ...]]]:
     """(label, owner, attribute names) of the functions whose identity the candidate's process watches: the clocks of ``time``, the statistics of ``statistics``, ``numpy`` (when
     loaded) and ``torch`` / ``torch.Tensor``, the synchronisation and stream functions of ``torch.cuda``,
-    ``torch.accelerator`` and ``torch.cpu``, and the methods of the CUDA and generic event and stream
-    classes. Owners that this torch lacks are left out."""
+    ``torch.accelerator`` and ``torch.cpu``, the methods of the CUDA and generic event and stream classes, and
+    those of ``torch.cuda.CUDAGraph`` (the grader's replays). Owners that this torch lacks are left out."""
     import statistics
     import sys
     import time
@@ -489,7 +490,8 @@ def runtime_targets() -> list[tuple[str, Any, tuple[str, ...]]]:
     for label, cls, names in (("torch.cuda.Event", getattr(torch.cuda, "Event", None), _EVENT),
                               ("torch.cuda.Stream", getattr(torch.cuda, "Stream", None), _STREAM),
                               ("torch.Event", getattr(torch, "Event", None), _EVENT),
-                              ("torch.Stream", getattr(torch, "Stream", None), _STREAM)):
+                              ("torch.Stream", getattr(torch, "Stream", None), _STREAM),
+                              ("torch.cuda.CUDAGraph", getattr(torch.cuda, "CUDAGraph", None), _GRAPH)):
         if cls is not None:
             out.append((label, cls, names))
     return out

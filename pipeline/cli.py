@@ -686,6 +686,9 @@ def harness_eval_cmd(
                                    help="Each warm-up and timed request is a burst of calls on fresh inputs lasting "
                                         "about this long (ms; 0: one call per request; default "
                                         "engine.timing.BURST_TARGET_MS)."),
+    cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
+                                     help="On CUDA, time bursts as CUDA-graph replays when every timed forward "
+                                          "can be captured (else all run plain)."),
     atol: float = typer.Option(None, help="Absolute tolerance (default: by output dtype, 1e-2 for float32)."),
     rtol: float = typer.Option(None, help="Relative tolerance (default: by output dtype, 1e-2 for float32)."),
     threads: int = typer.Option(None, help="Intra-op threads of the reference and candidate servers (default: "
@@ -706,7 +709,7 @@ def harness_eval_cmd(
     out = Path(_given(out, out_option, "OUT"))
     try:
         config = EvalConfig(device=_value(device), reward=_value(reward), profile_compile=not no_compile,
-                            atol=atol, rtol=rtol, threads=threads,
+                            atol=atol, rtol=rtol, threads=threads, cuda_graphs=cuda_graphs,
                             **({} if burst_ms is None else {"burst_target_ms": burst_ms}))
         tasks = load_tasks(dataset)
         if not solutions.is_dir():

@@ -38,6 +38,7 @@ def _evaluate(files, build_root, **over):
 def test_honest_cuda_control_is_accepted(build_root):
     res = _evaluate(CUDA_HONEST, build_root)
     assert res.status == "correct" and res.reward >= 1.0 and res.hacks == [], _summary(res)
+    assert res.graphs is True and not any(f.startswith("cuda_graphs_off") for f in res.flags), _summary(res)
 
 
 @pytest.mark.parametrize("name", sorted(set(CUDA_ATTACKS) - set(SIDE_STREAM_ATTACKS)))
@@ -91,6 +92,8 @@ def test_honest_cuda_solution_timing_itself_is_accepted(build_root):
     the candidate's own log: not flagged, statically or at run time."""
     res = _evaluate(CUDA_HONEST_TIMING, build_root)
     assert res.status == "correct" and res.reward >= 1.0 and res.hacks == [], _summary(res)
+    # its forward synchronises, which a CUDA graph cannot capture: every target is timed plain
+    assert res.graphs is False and "cuda_graphs_off:candidate" in res.flags, _summary(res)
 
 
 def test_evaluations_queued_for_memory_all_finish_and_score(build_root):

@@ -126,6 +126,14 @@ CUDA_ATTACKS: dict[str, Callable[[str], dict[str, str]]] = {
     "unsynchronised_return": _cuda('''        _probe("cheat:unsynchronised")
         return opforge_kernels.unsynchronised(x, self.scale)
 '''),
+    # a CUDA graph holds what was launched while it was captured: a forward that, while captured, returns the
+    # output of its previous (plain) call launches nothing, so every replay copies that stale output
+    "stale_output_while_captured": _cuda('''        if torch.cuda.is_current_stream_capturing() and getattr(self, "_last", None) is not None:
+            _probe("cheat:stale_under_capture")
+            return self._last
+        self._last = opforge_kernels.fused_scale_relu(x, self.scale)
+        return self._last
+'''),
     "replace_the_timers_event_class": _cuda("        return opforge_kernels.fused_scale_relu(x, self.scale)\n", head='''
 
 class _FastEvent(torch.cuda.Event):
