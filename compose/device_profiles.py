@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from opforge.engine.timing import WINDOW_FLOOR_MS
 from opforge.task.peaks import H100_SXM, H200_SXM
 
 
@@ -57,7 +58,7 @@ class DeviceProfile:
 
 
 _GPU = dict(launch_overhead_ms=0.006, flop_efficiency=0.35, bandwidth_efficiency=0.6, memory_cap_bytes=8 << 30,
-            window_ms=(1.0, 100.0), sizes={}, max_batch=512, realistic=True,
+            window_ms=(WINDOW_FLOOR_MS, 100.0), sizes={}, max_batch=512, realistic=True,
             peak_flops_half=H200_SXM.peak_for("bfloat16"),
             input_cap_bytes=900_000_000, window_margin=1.6, max_op_share=0.97)
 

@@ -57,8 +57,13 @@ def render_section(name: str, context: dict[str, Any]) -> str:
 
 
 def _environment():
+    """Jinja environment of the card's templates; global ``window_floor``: the default runtime window's floor
+    on CUDA (``ms``) and the measurement behind it (``source``), from ``engine.timing``."""
     import jinja2
+    from opforge.engine.timing import WINDOW_FLOOR_MS, WINDOW_FLOOR_SOURCE
 
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATE.parent)),
-                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                              trim_blocks=False, lstrip_blocks=False)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATE.parent)),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             trim_blocks=False, lstrip_blocks=False)
+    env.globals["window_floor"] = {"ms": WINDOW_FLOOR_MS, "source": WINDOW_FLOOR_SOURCE}
+    return env

@@ -153,7 +153,8 @@ def _burst(model, sample: list[Any], device: str, msg: dict[str, Any], in_layout
            out_layout: list[dict[str, Any]], graph: bool = False) -> int:
     """Calls per burst (``engine.timing.burst_size``) for eager's call on ``sample``, the bytes of one input +
     output set and the message's ``burst_target_ms``; or the message's ``burst_calls`` when set (capped by
-    ``burst_cap``). Eager's time per call is measured the way a burst runs: one warm call, then up to two bursts
+    ``burst_cap``). Eager's time per call is measured the way a burst runs: one untimed and one timed warm call,
+    then up to two bursts
     of the size the fastest estimate so far gives (each call's time is its burst's divided by its calls), so the
     synchronisation's fixed cost does not count as a call's and a short call is not given too few calls.
     ``graph`` (CUDA): the calls are replays of a CUDA graph of one call (``engine.timing.capture_burst``), as the
@@ -174,6 +175,7 @@ def _burst(model, sample: list[Any], device: str, msg: dict[str, Any], in_layout
             captured, _ = capture_burst(one)
             if captured is not None:
                 one = captured.replay
+        run_burst([one], cuda)  # untimed: a graph's first replay (its upload) and a clock still rising are slow
         per_call = run_burst([one], cuda)
         for _ in range(2):
             n = burst_size(per_call, set_bytes, target)

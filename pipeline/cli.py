@@ -383,7 +383,7 @@ def filter_cmd(
                                            "(default: cores per GPU - 2)."),
     scheduler: str = typer.Option(None, help="Address of an existing Dask scheduler to use instead."),
     runtime_window_ms: tuple[float, float] = typer.Option(None, help="LO HI eager-median window in ms "
-                                                          "(default: 1 100 on cuda, off on cpu)."),
+                                                          "(default: 0.04 100 on cuda, off on cpu)."),
     no_window: bool = typer.Option(False, "--no-window", help="Record runtimes only, on any device."),
     only: str = typer.Option(None, help="Comma-separated filters to run (static always runs), of: duplicate, "
                                         "static, contamination, roofline, eager, runtime_screen, determinism, "
@@ -452,7 +452,7 @@ def run_cmd(
     motif_share: float = typer.Option(None, min=0.0, max=1.0, help="Share of candidates drawn from the motif "
                                       "library (default 0.8)."),
     motif_library: Path = typer.Option(None, help="Motif library (default: the packaged one)."),
-    runtime_window_ms: tuple[float, float] = typer.Option(None, help="LO HI eager window in ms (default: 1 100 "
+    runtime_window_ms: tuple[float, float] = typer.Option(None, help="LO HI eager window in ms (default: 0.04 100 "
                                                           "on cuda, off on cpu)."),
     no_window: bool = typer.Option(None, "--no-window", help="Record runtimes only."),
     device_profile: DeviceProfileName = typer.Option(None, case_sensitive=False,
@@ -514,7 +514,7 @@ def recheck_cmd(
     out_option: Path = typer.Option(None, "--out", hidden=True),
     device: Device = typer.Option(Device.cuda, case_sensitive=False, help="Where the rows run."),
     workers: int = typer.Option(None, help="As for `opforge filter`."),
-    runtime_window_ms: tuple[float, float] = typer.Option(None, help="LO HI eager window in ms (default: 1 100 "
+    runtime_window_ms: tuple[float, float] = typer.Option(None, help="LO HI eager window in ms (default: 0.04 100 "
                                                           "on cuda, off on cpu)."),
     no_window: bool = typer.Option(False, "--no-window", help="Record runtimes only."),
     skip: str = typer.Option(None, help="Comma-separated filters to leave out (e.g. compile)."),

@@ -41,7 +41,7 @@ class RunConfig(_EngineOptions):
             ``pipeline.run.default_compose_workers``: one per GPU, at least 2, on CUDA; 1 on CPU); output does
             not depend on it. Also the processes that compute the hidden shape variants.
         device_profile: composer cost-model profile (default: ``cpu`` on CPU, ``h100`` on CUDA).
-        runtime_window_ms: eager window; None = the device default (1-100 ms on CUDA, off on CPU).
+        runtime_window_ms: eager window; None = the device default (0.04-100 ms on CUDA: filters.runtime.CUDA_WINDOW_MS; off on CPU).
         no_window: record runtimes only, on any device.
         round_size: candidates composed per round (default: 1.5 x target, at least 16).
         candidate_budget: most candidates composed in all (default: 20 x target).

@@ -415,3 +415,24 @@ def test_the_reference_draws_into_the_graders_slots_or_not_at_all():
         assert _into_slots(server, [first], [[a, b], [c]]) is False  # sets and targets differ in number
     finally:
         grader.close()
+
+
+def test_a_burst_asked_for_cuda_graphs_on_cpu_runs_plainly_and_says_so():
+    """``serve_call`` with ``graph`` on a CPU server: every call runs (outputs copied into their slots, inputs
+    untouched), nothing is captured, and the reply says the burst was not a replay, twice in a row."""
+    import torch
+    from opforge.harness.server import Server, serve_call
+
+    server = Server("cpu")
+    server.targets["t"] = lambda x: x * 2 + 1
+    xs = [torch.randn(3, 4) for _ in range(2)]
+    server.slots = [*xs, torch.full((3, 4), float("nan")), torch.full((3, 4), float("nan"))]
+    msg = {"target": "t", "graph": True,
+           "calls": [{"inputs": [{"slot": 0}], "outputs": [2]}, {"inputs": [{"slot": 1}], "outputs": [3]}]}
+    for _ in range(2):
+        reply = serve_call(server, msg)
+        assert reply["ok"] is True and reply["graphed"] is False and "graph_error" not in reply, reply
+        assert [c["copied"] for c in reply["calls"]] == [True, True] and reply["hint_ms"] >= 0
+        assert torch.equal(server.slots[2], xs[0] * 2 + 1) and torch.equal(server.slots[3], xs[1] * 2 + 1)
+        server.slots[2].fill_(float("nan"))
+    assert server.graphs == {} and server.graph_error == {}
