@@ -116,7 +116,11 @@ def serve_call(server: Server, msg: dict[str, Any]) -> dict[str, Any]:
     hint_ms = (time.perf_counter() - t0) * 1e3
     reply = {"ok": True, "hint_ms": hint_ms, "graphed": False, "calls": done}
     if use_graphs:
-        _capture(server, msg["target"], fn, plans, keys)
+        try:
+            _capture(server, msg["target"], fn, plans, keys)
+        except BaseException as exc:  # noqa: BLE001 - the guard's stop inside a captured call, reported with its record
+            return {"ok": False, "oom": is_oom(exc) if isinstance(exc, Exception) else False,
+                    "error": f"{type(exc).__name__}: {str(exc)[:500]}", **server.after_call()}
         if msg["target"] in server.graph_error:
             reply["graph_error"] = server.graph_error[msg["target"]]
     return {**reply, **server.after_call()}
