@@ -23,6 +23,12 @@ the verdict depends on:
   every call. On CUDA the grader zeroes a buffer twice the L2 size before each request (the method of
   ``triton.testing.do_bench``), outside the measured time: every call of a burst reads inputs from HBM, and
   weights that fit in L2 stay there after the burst's first call, on both sides of a speed-up.
+* CUDA graphs (``EvalConfig.cuda_graphs``, CUDA only): each server captures every call of the public shape
+  into a CUDA graph after its first plain run (``harness.server.serve_call``), the rounds rotate over the
+  burst's captured sets (two when a burst is one call), and every later burst replays the graphs, so a call's
+  time is its device work without the host's per-call cost. A target that cannot be captured turns graphs off
+  for every target (flag ``cuda_graphs_off:<target>``); ``graphs`` in the result: every timed burst replayed.
+  The reference sizes the burst from replays of eager.
 * Hidden shape variants (``variants``: size-constant values per variant, ``compose.variants``): the reference
   draws their inputs from the task source with those values and runs the same ``Model`` on them. Their slots
   are allocated with the public ones (the candidate's setup lists every slot), their rounds are verify rounds
