@@ -20,10 +20,14 @@ are synced over NCCL. On CPU this example stands in for the parts that need a GP
 * the trainer's tree attention (FlashAttention-3 on GPU) runs as PyTorch SDPA per packed sequence
   (``cpu_stand_ins``), and the rollout worker is let start without vLLM installed.
 
-The run prints each rollout's grader result as the policy read it from the ``submit`` tool's text, and the
-reward the trainer logged for the rollouts of its step (the first to finish: a new rollout starts only when one
-has finished; the rollout process keeps generating while the step trains, and those later rollouts are printed
-too).
+The run prints each rollout's grader result as the policy read it from the ``submit`` tool's text (in the order
+the rollouts finished; the rollout process keeps generating while the step trains, so there are more than the
+step's), the rewards of the samples in each batch the trainer's data loader collated (a group's samples are its
+rollouts, scored by ``get_reward``), and the reward the trainer logged. The step trains on the first batch: the
+first groups scored (a group is ``num_generations`` rollouts of one row, started together at first; a new rollout
+starts only when one has finished). The logged ``rewards/KernelToolEnv`` is the mean of the collated batches' means, and accelerate's data
+loader collates the next batch before it hands over the current one: the log of a one-step run also counts the
+batch after the step's, which is not trained on.
 """
 
 from __future__ import annotations
@@ -125,6 +129,28 @@ class ScriptedPolicy:
         return [float(lp[i, t]) for i, t in enumerate(ids)]
 
 
+def batch_recorder(trainer_class, batches: list[list[dict[str, Any]]], reward_key: str):
+    """A subclass of ``trainer_class`` (``AsyncGRPOTrainer``) that appends to ``batches``, per micro-batch its
+    data loader collates, each sample's ``group`` (rollout group id) and ``reward`` (its ``reward_key`` metric, the
+    reward the trainer trains and logs with), in collation order."""
+
+    class Recording(trainer_class):
+        def get_train_dataloader(self):
+            loader = super().get_train_dataloader()
+            collator = loader.collate_fn
+            log_metrics = collator._log_metrics  # called by the collator once per micro-batch, with its samples
+
+            def record(rows, all_examples, padded):
+                batches.append([{"group": int(e["group_id"]), "reward": float(e["metrics"][reward_key])}
+                                for e in all_examples])
+                return log_metrics(rows, all_examples, padded)
+
+            collator._log_metrics = record
+            return loader
+
+    return Recording
+
+
 class NoWeightSync:
     """``AsyncGRPOTrainer``'s weight-transfer interface, doing nothing (no vLLM server to sync)."""
 
@@ -176,9 +202,10 @@ def async_grpo_step(tasks, out_dir: str | Path, client, env_config=None, build_r
                     num_generations: int = 2) -> dict[str, Any]:
     """One ``AsyncGRPOTrainer`` step over ``tasks`` (a frame of opforge rows; the answers' files, honest and
     wrong, are written for the first row's public sizes) with the environment's heavy steps on ``client``'s
-    cluster. Returns the trainer's first log entry (``log``) and the rollouts' grader results as the policy
-    read them, in the order they finished (``results``)."""
-    from opforge.harness.adapters.trl_env import trl_dataset, trl_environment_factory
+    cluster. Returns the trainer's first log entry (``log``), the rollouts' grader results as the policy read
+    them, in the order they finished (``results``), and the samples of each micro-batch the data loader collated
+    (``batches``, ``batch_recorder``): the first is the step's, the next was collated ahead and not trained on."""
+    from opforge.harness.adapters.trl_env import KernelToolEnv, trl_dataset, trl_environment_factory
     from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
     out_dir = Path(out_dir)
@@ -196,14 +223,15 @@ def async_grpo_step(tasks, out_dir: str | Path, client, env_config=None, build_r
             max_tool_calling_iterations=1, vllm_server_base_url=served.url, token_budget=0, use_cpu=True,
             bf16=False, gradient_checkpointing=False, report_to=[], save_strategy="no", logging_steps=1,
             max_inflight_tasks=len(tasks) * num_generations, seed=0)
-        trainer = AsyncGRPOTrainer(
+        batches: list[list[dict[str, Any]]] = []
+        trainer = batch_recorder(AsyncGRPOTrainer, batches, f"rewards/{KernelToolEnv.__name__}")(
             model=str(out_dir / "policy"), args=args, train_dataset=trl_dataset(tasks), processing_class=tok,
             environment_factory=trl_environment_factory(tasks, env_config, client=client, build_root=build_root),
             weight_transfer=NoWeightSync())
         trainer.train()
     finally:
         served.stop()
-    return {"log": trainer.state.log_history[0], "results": list(policy.results)}
+    return {"log": trainer.state.log_history[0], "results": list(policy.results), "batches": batches}
 
 
 def main() -> None:
@@ -222,13 +250,16 @@ def main() -> None:
                       dashboard_address=None) as cluster, Client(cluster) as client, \
             tempfile.TemporaryDirectory() as tmp:
         out = async_grpo_step(tasks, args.out or tmp, client, config)
-    n = len(tasks) * 2
+    print("rollouts in the order they finished, as the policy read the submit tool's text:")
     for i, r in enumerate(out["results"]):
-        when = "trained" if i < n else "generated while the step trained"
-        print(f"rollout {i} ({when}): {r['status']}, reward {r['reward']:g}")
+        print(f"  {i}: {r['status']}, reward {r['reward']:g}")
+    for i, batch in enumerate(out["batches"]):
+        when = "trained by the step" if i == 0 else "collated ahead, not trained on"
+        print(f"batch {i} ({when}): " + ", ".join(f"group {s['group']} reward {s['reward']:g}" for s in batch))
     log = out["log"]
-    print(f"trainer logged for its {n} rollouts: rewards/KernelToolEnv {log.get('rewards/KernelToolEnv')} "
-          f"(the mean of the first {n} above), loss {log.get('loss')}, grad_norm {log.get('grad_norm')}")
+    print(f"trainer logged: rewards/KernelToolEnv {log.get('rewards/KernelToolEnv')} (the mean of the batches' "
+          f"means), loss {log.get('loss')}, grad_norm {log.get('grad_norm')}")
+
 
 if __name__ == "__main__":
     main()

@@ -12,6 +12,7 @@ one extension."""
 import importlib.util
 import json
 import os
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -269,8 +270,8 @@ def test_trl_factory_and_reward_pickle_with_a_dask_client(tasks, build_root):
 def test_async_grpo_step_with_the_environment_on_a_dask_cluster(tasks, build_root, tmp_path, monkeypatch):
     """One AsyncGRPOTrainer step on CPU (examples/trl_async_grpo.py): the environment factory travels with a
     Dask client into the spawned rollout process, the rollouts' tool calls run there and their heavy steps on
-    the cluster; the reward the trainer logs is the grader's, as the scripted policy read it from the submit
-    tool of each rollout it trained on (one honest, one wrong: the step has a gradient)."""
+    the cluster; the rewards the trainer trains and logs with are the grader's, as the scripted policy read them
+    from the submit tool of each rollout (the step's group: one honest, one wrong, so the step has a gradient)."""
     for module in ("trl", "aiohttp", "uvicorn", "fastapi"):
         pytest.importorskip(module)
     from distributed import Client, LocalCluster
@@ -288,12 +289,23 @@ def test_async_grpo_step_with_the_environment_on_a_dask_cluster(tasks, build_roo
     finally:
         client.close()
         cluster.close()
-    log, results = out["log"], out["results"]
-    # the first two rollouts to finish are the step's group (a new rollout starts only when one has finished):
-    # the policy answered one with the honest files, the other with the wrong ones
-    assert len(results) >= 2 and sorted(r["status"] for r in results[:2]) == ["correct", "incorrect"], results
-    assert sorted(r["reward"] for r in results[:2])[0] == -1.0 and max(r["reward"] for r in results[:2]) >= 1.0
-    assert log["rewards/KernelToolEnv"] == pytest.approx(sum(r["reward"] for r in results[:2]) / 2)
+    log, results, batches = out["log"], out["results"], out["batches"]
+    # the step's batch is the first group: the first two rollouts started (a new rollout starts only when one has
+    # finished), the policy's first two answers, the honest files and the wrong ones; their rewards are the grader's
+    # (-1 incorrect; 1, 2 or 3 correct by its speed-up over eager, which the machine's load moves)
+    step = batches[0]
+    assert len(step) == 2 and len({s["group"] for s in step}) == 1, (batches, results)
+    rewards = sorted(s["reward"] for s in step)
+    assert rewards[0] == -1.0 and rewards[1] >= 1.0, (batches, results)
+    # every reward the trainer collated is one the submit tool reported to the policy (results holds every finished
+    # rollout, and a collated group's rollouts have all finished)
+    reported = Counter(r["reward"] for r in results)
+    assert not Counter(s["reward"] for b in batches for s in b) - reported, (batches, results)
+    assert {"correct", "incorrect"} <= {r["status"] for r in results}, results
+    # the logged reward is the mean of the collated batches' means: the data loader collates the next batch before
+    # it hands over the step's, so the log also counts a batch the step did not train on
+    means = [sum(s["reward"] for s in b) / len(b) for b in batches]
+    assert log["rewards/KernelToolEnv"] == pytest.approx(sum(means) / len(means)), (log, batches)
     assert log["tools/call_frequency"] == 3 and log["tools/failure_frequency"] == 0  # write_file x 2, submit
     assert log["batch/samples_per_step"] == 2 and log["grad_norm"] > 0  # rewards differ: a gradient
 
