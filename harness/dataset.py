@@ -1,8 +1,8 @@
 """Tasks for the harness: an opforge dataset as published (docs/DESIGN.md §2 columns), from a Hub folder,
 a Parquet / JSONL file, or a Hub dataset id.
 
-Only ``task_id``, ``code`` and (when present) ``data_source`` / ``ops`` are used. A dataset without
-``task_id`` (Ops-6K's layout) gets ``task.identity.task_id_for(code)``.
+Every column is kept: the grader uses ``task_id``, ``code``, ``data_source`` and the hidden ``shape_variants``
+(``harness.evaluate``). A dataset without ``task_id`` (Ops-6K's layout) gets ``task.identity.task_id_for(code)``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 from opforge.task.identity import task_id_for
-from opforge.task.task_file import InputError, read_tasks
+from opforge.task.task_file import InputError, read_published, read_tasks
 
 
 class DatasetError(ValueError):
@@ -22,8 +22,9 @@ def load_tasks(source: str | Path | pd.DataFrame, split: str = "train") -> pd.Da
     """Rows with ``task_id``, ``code``, ``data_source`` (None when absent), indexed by ``task_id``.
 
     ``source``: rows already in memory (a ``pandas.DataFrame`` with ``code``), a directory (an opforge run's
-    ``hf/`` folder, or any folder ``datasets.load_dataset`` reads), a ``.parquet`` / ``.jsonl`` file (read by ``task.task_file.read_tasks``, as ``opforge filter``
-    reads its input), or a Hub id ``ORG/NAME`` (needs network or the HF cache).
+    ``hf/`` folder, or any folder ``datasets.load_dataset`` reads), a ``.parquet`` / ``.jsonl`` file (every column,
+    ``task.task_file.read_published``; task ids as ``opforge filter`` gives them, ``task.task_file.read_tasks``),
+    or a Hub id ``ORG/NAME`` (needs network or the HF cache).
 
     Raises:
         DatasetError: unreadable source, no ``code`` column, or duplicate task ids.
@@ -38,7 +39,13 @@ def load_tasks(source: str | Path | pd.DataFrame, split: str = "train") -> pd.Da
         df["task_id"] = df["task_id"].astype(str)
     elif path.is_file():
         try:
-            df = read_tasks(path)
+            # every column of the file (the hidden shape_variants above all: read_tasks keeps only what the
+            # filters read), with read_tasks' task ids and row numbers (the same rows, in the same order)
+            df = read_published(path)
+            ids = read_tasks(path)
+            df["task_id"] = ids["task_id"].to_numpy()
+            if "row" not in df.columns:
+                df.insert(0, "row", ids["row"].to_numpy())
         except InputError as exc:
             raise DatasetError(str(exc)) from None
     else:

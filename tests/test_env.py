@@ -138,6 +138,31 @@ def test_scripted_agents_honest_hardcoded_and_wrong(tasks, build_root):
     assert summary["episodes"] == 3 and summary["reward_counts"]["-1"] == 2 and summary["episodes_per_min"] == 3.0
 
 
+def test_a_dataset_file_keeps_the_hidden_variants(tasks, build_root, tmp_path):
+    """A dataset given as a .parquet or .jsonl file (as vf-eval, the OpenEnv server and opforge eval take it)
+    keeps every column, the hidden shape_variants above all: the final check of an episode on the file fails
+    the kernel that hard-codes the public shape, as on the rows in memory."""
+    from opforge.harness.dataset import load_tasks
+
+    parquet, jsonl = tmp_path / "tasks.parquet", tmp_path / "tasks.jsonl"
+    tasks.to_parquet(parquet, index=False)
+    tasks.to_json(jsonl, orient="records", lines=True)
+    for path in (parquet, jsonl):
+        loaded = load_tasks(path)
+        assert list(loaded.index) == list(tasks["task_id"]), path
+        assert list(loaded["shape_variants"]) == list(tasks["shape_variants"]), path
+    env = KernelEnv(parquet, CONFIG, build_root=build_root)
+    try:
+        env.reset("scale_relu")
+        for path, text in agents.kernel_files("hardcoded", "cpu", **agents.public_sizes(tasks.iloc[0]["code"])).items():
+            env.write_file(path, text)
+        text = env.submit()
+    finally:
+        env.close()
+    assert env.result["status"] == "incorrect" and env.reward == -1.0, text
+    assert "hidden" in text or "variant" in text, text
+
+
 @pytest.mark.slow
 def test_trl_grpo_step_with_the_environment_and_the_batch_reward(tasks, build_root, tmp_path, monkeypatch):
     """One GRPO step on CPU with a tiny random Qwen2 and a BPE tokenizer built here, twice: with the environment
