@@ -243,7 +243,9 @@ def main() -> None:
     from opforge.harness.env import EnvConfig
     from opforge.harness.evaluate import EvalConfig
 
-    tasks = pd.DataFrame([agents.task_row(), agents.task_row("scale_relu_c32", channels=32)])
+    # one row: the policy's answers are written for its sizes, so each group it answers honest and wrong in turn
+    # holds rewards that differ (another row at other sizes would get -1 for both answers: no gradient)
+    tasks = pd.DataFrame([agents.task_row()])
     config = EnvConfig(final=EvalConfig(profile_compile=False, timing_trials=5, warmup=1), include_rules=False)
     # tcp, so the spawned rollout process reaches the scheduler; the workers run in this process
     with LocalCluster(n_workers=1, threads_per_worker=4, processes=False, protocol="tcp://", host="127.0.0.1",
