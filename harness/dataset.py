@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 from opforge.task.identity import task_id_for
-from opforge.task.task_file import InputError, read_published, read_tasks
+from opforge.task.task_file import InputError, read_published, task_ids
 
 
 class DatasetError(ValueError):
@@ -23,7 +23,7 @@ def load_tasks(source: str | Path | pd.DataFrame, split: str = "train") -> pd.Da
 
     ``source``: rows already in memory (a ``pandas.DataFrame`` with ``code``), a directory (an opforge run's
     ``hf/`` folder, or any folder ``datasets.load_dataset`` reads), a ``.parquet`` / ``.jsonl`` file (every column,
-    ``task.task_file.read_published``; task ids as ``opforge filter`` gives them, ``task.task_file.read_tasks``),
+    ``task.task_file.read_published``; task ids as ``opforge filter`` gives them, ``task.task_file.task_ids``),
     or a Hub id ``ORG/NAME`` (needs network or the HF cache).
 
     Raises:
@@ -40,12 +40,11 @@ def load_tasks(source: str | Path | pd.DataFrame, split: str = "train") -> pd.Da
     elif path.is_file():
         try:
             # every column of the file (the hidden shape_variants above all: read_tasks keeps only what the
-            # filters read), with read_tasks' task ids and row numbers (the same rows, in the same order)
-            df = read_published(path)
-            ids = read_tasks(path)
-            df["task_id"] = ids["task_id"].to_numpy()
+            # filters read), with read_tasks' task ids and row numbers
+            df = read_published(path).reset_index(drop=True)
+            df["task_id"] = task_ids(df)
             if "row" not in df.columns:
-                df.insert(0, "row", ids["row"].to_numpy())
+                df.insert(0, "row", range(len(df)))
         except InputError as exc:
             raise DatasetError(str(exc)) from None
     else:

@@ -36,12 +36,18 @@ def read_tasks(path: str | Path) -> pd.DataFrame:
         raise InputError(f"{path}: no 'code' column (columns: {', '.join(map(str, df.columns)) or 'none'})")
     keep = [c for c in ("task_id", "code", "ops", "data_source") if c in df.columns]
     df = df[keep].copy()
-    given = df["task_id"] if "task_id" in df.columns else pd.Series([None] * len(df), index=df.index)
-    df["task_id"] = [str(t) if isinstance(t, str) and t else
-                     (task_id_for(c) if isinstance(c, str) else f"row{i}")
-                     for i, (t, c) in enumerate(zip(given, df["code"], strict=True))]
+    df["task_id"] = task_ids(df)
     df.insert(0, "row", range(len(df)))
     return df.reset_index(drop=True)
+
+
+def task_ids(df: pd.DataFrame) -> list[str]:
+    """The task id of each row of ``df`` (a ``code`` column, maybe ``task_id``), as ``read_tasks`` gives it: the
+    given ``task_id`` when it is a non-empty string, else ``task_id_for(code)``, else ``row<i>`` for a ``code``
+    that is not a string (i: the row's position)."""
+    given = df["task_id"] if "task_id" in df.columns else [None] * len(df)
+    return [str(t) if isinstance(t, str) and t else (task_id_for(c) if isinstance(c, str) else f"row{i}")
+            for i, (t, c) in enumerate(zip(given, df["code"], strict=True))]
 
 
 def _read_file(path: Path) -> pd.DataFrame:
