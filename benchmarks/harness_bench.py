@@ -66,6 +66,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--skip-solutions", action="store_true", help="only the batch (step 2)")
+    p.add_argument("--no-cuda-graphs", action="store_true", help="plain bursts (EvalConfig.cuda_graphs off)")
     p.add_argument("--overhead", type=int, default=0, help="CPU: evaluations of the honest solution in a row")
     p.add_argument("--consistency", type=int, default=0, help="repeats of alone vs batch (opforge harness eval)")
     p.add_argument("--case", choices=["harness", "scale_relu"], default="harness",
@@ -84,7 +85,7 @@ def main() -> None:
         return cpu_batch(args)
     tasks = load_tasks(ROOT / "tasks.jsonl")
     build_root = tempfile.mkdtemp(prefix="opforge-ext-")
-    config = EvalConfig(device="cuda")
+    config = EvalConfig(device="cuda", cuda_graphs=not args.no_cuda_graphs)
     out: dict = {"solutions": {}}
     for tid in [] if args.skip_solutions else tasks.index:
         t0 = time.perf_counter()
@@ -104,6 +105,7 @@ def main() -> None:
         completions.append(format_completion(files))
         ids.append(tid)
         expect.append(kind)
+    out["cuda_graphs"] = config.cuda_graphs
     out["batch"] = score_batch(ROOT / "tasks.jsonl", completions, ids, expect, config, "cuda", args.workers)
     _save(args, out)
 

@@ -193,6 +193,10 @@ def main() -> None:
 
     settings = {"seqs": seqs, "alone": args.alone, "batch": args.batch, "workers": args.workers,
                 "device": args.device, "burst_ms": args.burst_ms, "grader": GRADER_VERSION, **GRADER_KNOBS}
+    if args.device == "cuda":  # a result of another GPU model is never resumed
+        from opforge.filters.headroom import visible_gpu_name
+
+        settings["gpu"] = visible_gpu_name()
     out: dict = {"settings": settings, "results": {"alone": []}, "wall_s": {}}
     if args.out and Path(args.out).exists():
         old = json.loads(Path(args.out).read_text())

@@ -4,19 +4,21 @@
 # (benchmarks/headroom_bench.py style: roofline_ms, fusion_gain, room over the better of eager and
 # torch.compile). Carry .whl:
 #   TARGET=1000 SEED=35 bash benchmarks/device/gpu_motif_run.sh
-# Logs and a tarball of the run's records land in $OUT.
+# Logs and a tarball of the run's records land in $OUT as NAME.log / NAME.tgz (NAME default run; EXTRA adds
+# `opforge run` options, SEEDS_CATALOG reuses a harvested catalog).
 set -uo pipefail
 . benchmarks/device/device_setup.sh || exit 1
 OUT=${OUT:-/tmp/out}
 RUN=${RUN:-/tmp/motifrun}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+rm -rf "$RUN"
 T0=$(date +%s)
 timeout "${LIMIT:-500}" python3 -m opforge.pipeline.cli run --device cuda --target "${TARGET:-1000}" \
     --seed "${SEED:-35}" --device-profile h200 --out "$RUN" ${ROUND_SIZE:+--round-size $ROUND_SIZE} \
-    ${EXTRA:-} 2>&1 | stdbuf -o0 tr "\r" "\n" | grep --line-buffered -v -E "(it|task|block|problem|unit|op|model)/s" \
-    | tee "$OUT/run.log"
-echo "run wall s: $(( $(date +%s) - T0 ))" | tee -a "$OUT/run.log"
-tar czf "$OUT/run.tgz" -C "$(dirname "$RUN")" --exclude='*/logs/*' --exclude='*.pkl' --exclude='*/seeds/*' \
+    ${SEEDS_CATALOG:+--seeds-catalog $SEEDS_CATALOG} ${EXTRA:-} 2>&1 | stdbuf -o0 tr "\r" "\n" | grep --line-buffered -v -E "(it|task|block|problem|unit|op|model)/s" \
+    | tee "$OUT/${NAME:-run}.log"
+echo "run wall s: $(( $(date +%s) - T0 ))" | tee -a "$OUT/${NAME:-run}.log"
+tar czf "$OUT/${NAME:-run}.tgz" -C "$(dirname "$RUN")" --exclude='*/logs/*' --exclude='*.pkl' --exclude='*/seeds/*' \
     "$(basename "$RUN")"
 ls -la "$OUT"
 exit 0
