@@ -55,14 +55,16 @@ BURST_TARGET_MS = 1.0
 # The runtime window's default floor on CUDA (ms of eager; filters.runtime.CUDA_WINDOW_MS and the GPU device
 # profiles of compose.device_profiles). Rule: the smallest eager time at which the grader's speed-up of an honest
 # fused kernel has a coefficient of variation <= 3 % over evaluations alone, and a median within 3 % of alone when
-# 16 evaluations share the GPU. Measured 2026-11-26 on one H100 with CUDA-graph bursts (grader 6): met from
+# 16 evaluations share the GPU. Measured 2026-11-26 with CUDA-graph bursts (grader 6): on one H200 met from
+# 0.034 ms up (CV alone <= 1.3 %, batch / alone 0.99-1.01), not at 0.013 ms (CV alone 13 %); on one H100 met from
 # 0.038 ms up (CV alone <= 1 %, batch / alone 0.97-1.01), not at 0.015 ms (CV alone 18 %);
-# benchmarks/results/h100/timing_floor.json.
+# benchmarks/results/h200/timing_floor.json and h100/timing_floor.json.
 WINDOW_FLOOR_MS = 0.04
 WINDOW_FLOOR_SOURCE = ("the smallest eager time at which the grader's speed-up of an honest fused kernel varies by "
                        "at most 3 % (coefficient of variation) between evaluations alone and moves by at most 3 % "
-                       "when 16 evaluations share the GPU: met from 0.038 ms up, not at 0.015 ms (one H100, "
-                       "2026-11-26, CUDA-graph timing; opforge benchmarks/results/h100/timing_floor.json)")
+                       "when 16 evaluations share the GPU: met from 0.034 ms up on one H200 and from 0.038 ms up "
+                       "on one H100, not at 0.013-0.015 ms (2026-11-26, CUDA-graph timing; opforge "
+                       "benchmarks/results/h200/timing_floor.json and h100/timing_floor.json)")
 # At most this many calls per burst, and at most this many bytes of input + output sets in one burst (each call
 # of a grader's burst has a fresh input set and output slots of its own).
 MAX_BURST = 64
