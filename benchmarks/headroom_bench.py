@@ -102,7 +102,7 @@ def summarise(m: pd.DataFrame, errors: Counter, seconds: float, thresholds: dict
         res["compile_speedup"] = quantiles((eager / comp)[both])
         res["rejected_share_grid"] = {f"gain<{gc} & room<{rc}": round(float(((g < gc) & (r < rc)).mean()), 4)
                                       for gc in GRID_GAIN for rc in GRID_ROOM}
-        rule = (g < thresholds["min_fusion_gain"]) & (r < thresholds["min_room"])
+        rule = r < thresholds["min_room"]
         res["default_rule"] = {**thresholds, "rejected_share": round(float(rule.mean()), 4),
                                "kept_room_share_at_least_2": round(float((r[~rule] >= 2).mean()), 4),
                                "kept_fusion_gain_p50": round(float(g[~rule].median()), 4)}

@@ -14,7 +14,11 @@ Reads RUN_DIR/hf (the published rows, with the ``roofline_ms`` / ``fusion_gain``
 * axis misuse share (``task.axis_misuse``: softmax, scans, sort, topk or arg-reductions over the batch axis,
   flattened rolls);
 * sources (motif / block / random composer) and the funnel's ``runtime_out_of_window`` rejections below the
-  window (``too_fast``) out of all candidates.
+  window (``too_fast``) out of all candidates;
+* ``accepted_pool``: every accepted task's room (the filter's ``eager_ms`` / ``compile_ms`` / ``roofline_ms``)
+  and heavy class, and what a ``min_room`` rule (reject when room < the value) would keep of it: share kept,
+  room >= 2 share, fusion gain p50 and share below 1.1, heavy-op share, per motif category (the benchmark
+  behind the ``headroom`` filter's ``min_room``).
 
 With ``--reference`` the same static figures (fusion gain, heavy share, axis misuse) of a sample of another
 dataset's rows (e.g. CUDA-Agent-Ops-6K) are reported beside them.
@@ -90,6 +94,41 @@ def static_figures(codes: list[str], workers: int) -> dict:
                           ).most_common(5)}
 
 
+ROOM_GRID = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5)
+
+
+def accepted_pool(run_dir: Path, workers: int) -> dict:
+    """Room and heavy class of every accepted task of ``run_dir`` (``filter/verdicts.parquet`` joined to the
+    candidates' code), and what each ``min_room`` of ``ROOM_GRID`` keeps of them."""
+    verdicts = pd.read_parquet(run_dir / "filter" / "verdicts.parquet")
+    cands = pd.concat([pd.read_parquet(p) for p in sorted((run_dir / "candidates").glob("*.parquet"))],
+                      ignore_index=True).drop_duplicates("task_id")
+    acc = verdicts[verdicts["accepted"]].merge(cands[["task_id", "code", "provenance"]], on="task_id")
+    best = np.minimum(pd.to_numeric(acc["eager_ms"], errors="coerce"),
+                      pd.to_numeric(acc["compile_ms"], errors="coerce").fillna(np.inf))
+    acc["room"] = best / pd.to_numeric(acc["roofline_ms"], errors="coerce")
+    with ProcessPoolExecutor(workers) as ex:
+        acc["heavy"] = [r.get("heavy") for r in ex.map(_static, list(acc["code"]), chunksize=4)]
+    acc["category"] = [(json.loads(t).get("category") if t else None) or "random/block" for t in acc["provenance"]]
+    acc = acc[acc["room"].notna()]
+    grid = {}
+    for t in ROOM_GRID:
+        k = acc[acc["room"] >= t]
+        grid[f"min_room {t}"] = {
+            "kept": len(k), "kept_share": round(len(k) / max(1, len(acc)), 4),
+            "room_ge_2": round(float((k["room"] >= 2).mean()), 4) if len(k) else None,
+            "fusion_gain_p50": round(float(k["fusion_gain"].median()), 3) if len(k) else None,
+            "fusion_gain_below_1_1": round(float((k["fusion_gain"] < 1.1).mean()), 4) if len(k) else None,
+            "heavy_share": round(float(k["heavy"].dropna().astype(bool).mean()), 4) if len(k) else None}
+    by_cat = {}
+    for (cat, heavy), g in acc.groupby(["category", acc["heavy"].fillna(False).astype(bool)]):
+        by_cat[f"{cat} ({'heavy' if heavy else 'no heavy op'})"] = {
+            "n": len(g), "room_p50": round(float(g["room"].median()), 3),
+            "room_ge_2": round(float((g["room"] >= 2).mean()), 3)}
+    return {"accepted": len(acc), "room": _pcts(acc["room"]), "grid": grid,
+            "by_category": dict(sorted(by_cat.items(), key=lambda kv: -kv[1]["n"]))}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run_dir", type=Path)
@@ -131,6 +170,8 @@ def main(argv=None) -> None:
                                          and "fast" in k),
                          "by_reason": funnel.get("by_reason"),
                          "detail": dict(sorted(detail.items(), key=lambda kv: -kv[1])[:20])}
+    if (a.run_dir / "filter" / "verdicts.parquet").exists():
+        res["accepted_pool"] = accepted_pool(a.run_dir, a.workers)
     res["static"] = static_figures(list(rows["code"]), a.workers)
     if a.reference is not None and a.reference.exists():
         ref = pd.read_parquet(a.reference)

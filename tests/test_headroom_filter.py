@@ -66,13 +66,14 @@ def _decide(gain, room, **thresholds):
     return HeadroomFilter(**thresholds).decide({"fusion_gain": gain, "room": room})
 
 
-def test_headroom_rejects_only_when_neither_fusion_nor_a_better_kernel_wins():
+def test_headroom_rejects_when_a_perfect_kernel_wins_under_min_room():
     assert _decide(1.05, 1.2).reason == "trivial:no_headroom"
+    assert _decide(3.0, 1.9).reason == "trivial:no_headroom"  # fusable, but Inductor is already near the ideal
     assert _decide(1.05, 3.0).accepted  # eager / Inductor far from the ideal kernel
-    assert _decide(2.0, 1.2).accepted  # fusion wins
+    assert _decide(2.0, 2.0).accepted  # at the threshold
     assert _decide(1.05, None).accepted  # no GPU times: the rule does not apply
-    assert _decide(None, 1.0).accepted  # no roofline
-    assert _decide(1.25, 1.2, min_fusion_gain=1.3).reason == "trivial:no_headroom"
+    assert _decide(None, 1.0).reason == "trivial:no_headroom"  # room known, gain untraced: room decides
+    assert _decide(1.25, 1.2, min_room=1.1).accepted
 
 
 def test_headroom_room_is_the_better_measured_time_over_the_roofline():
