@@ -97,6 +97,12 @@ def static_figures(codes: list[str], workers: int) -> dict:
 ROOM_GRID = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5)
 
 
+def _category(provenance: str | None) -> str:
+    """A candidate's motif category, or ``block`` / ``random`` for the other composers."""
+    p = json.loads(provenance) if provenance else {}
+    return p.get("category") or ("block" if p.get("block") else "random")
+
+
 def accepted_pool(run_dir: Path, workers: int) -> dict:
     """Room and heavy class of every accepted task of ``run_dir`` (``filter/verdicts.parquet`` joined to the
     candidates' code), and what each ``min_room`` of ``ROOM_GRID`` keeps of them."""
@@ -109,7 +115,16 @@ def accepted_pool(run_dir: Path, workers: int) -> dict:
     acc["room"] = best / pd.to_numeric(acc["roofline_ms"], errors="coerce")
     with ProcessPoolExecutor(workers) as ex:
         acc["heavy"] = [r.get("heavy") for r in ex.map(_static, list(acc["code"]), chunksize=4)]
-    acc["category"] = [(json.loads(t).get("category") if t else None) or "random/block" for t in acc["provenance"]]
+    acc["category"] = [_category(t) for t in acc["provenance"]]
+    # per category: candidates drawn, accepted, and kept by min_room 2 (compose.motifs.CATEGORY_YIELD)
+    cands["category"] = [_category(t) for t in cands["provenance"]]
+    kept_ids = set(acc.loc[acc["room"] >= 2, "task_id"])
+    draws = {}
+    for cat, g in cands.groupby("category"):
+        n_acc = int(g["task_id"].isin(set(acc["task_id"])).sum())
+        n_kept = int(g["task_id"].isin(kept_ids).sum())
+        draws[cat] = {"drawn": len(g), "accepted": n_acc, "kept_min_room_2": n_kept,
+                      "yield_min_room_2": round(n_kept / len(g), 3)}
     acc = acc[acc["room"].notna()]
     grid = {}
     for t in ROOM_GRID:
@@ -126,6 +141,7 @@ def accepted_pool(run_dir: Path, workers: int) -> dict:
             "n": len(g), "room_p50": round(float(g["room"].median()), 3),
             "room_ge_2": round(float((g["room"] >= 2).mean()), 3)}
     return {"accepted": len(acc), "room": _pcts(acc["room"]), "grid": grid,
+            "draws_by_category": dict(sorted(draws.items(), key=lambda kv: -kv[1]["drawn"])),
             "by_category": dict(sorted(by_cat.items(), key=lambda kv: -kv[1]["n"]))}
 
 

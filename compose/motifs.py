@@ -7,12 +7,13 @@ once with every model it was found in. The library shipped with the package
 (``compose/data/motifs.json.gz``, ``DEFAULT_LIBRARY``) was mined this way; ``opforge motifs`` mines a new one
 from whatever is installed.
 
-``MotifPool.draw`` picks a motif for a candidate: first a category by ``CATEGORY_SHARES`` (the fusions kernel
-engineers write: attention score scale / mask / softmax, norms with residuals, conv + norm + activation,
-rotary embeddings, gated MLPs, GEMMs with epilogues, heads), then a source model, then one of its motifs of
-that category. The shares weigh the categories by what a fused kernel wins in them (an H100 run of 1,000
-published rows, ``benchmarks/results``: fusion gain p50 4.1 for attention, 5.0 rotary, 2.0 softmax, 1.7-1.8
-norms, 1.3-1.4 gated MLPs and GEMM epilogues).
+``MotifPool.draw`` picks a motif for a candidate: first a category, then a source model, then one of its
+motifs of that category. ``CATEGORY_SHARES`` is the mix of categories wanted among the published motif tasks
+(the fusions kernel engineers write: attention score scale / mask / softmax, norms with residuals, conv +
+norm + activation, rotary embeddings, gated MLPs, GEMMs with epilogues, heads); since the filters keep some
+categories far more often than others, a category is drawn in proportion to its share over its yield
+(``CATEGORY_YIELD``, floored at ``YIELD_FLOOR``), so the published mix follows the shares instead of the
+categories the filters keep most.
 """
 
 from __future__ import annotations
@@ -39,6 +40,16 @@ TIMM_MODELS = ("resnet50d", "efficientnet_b0", "convnext_nano", "mobilevitv2_050
 CATEGORY_SHARES = {"attention": 0.18, "norm_residual": 0.14, "norm": 0.12, "conv_norm_act": 0.12, "softmax": 0.08,
                    "rotary": 0.08, "gated_mlp": 0.06, "gemm_epilogue": 0.06, "elementwise": 0.05, "pool_head": 0.04,
                    "embedding": 0.04, "activation": 0.03}
+# Share of a category's drawn candidates that the filters accept with the headroom filter's min_room 2: one
+# H200 run at the 0.04 ms window floor (opforge run --device cuda --target 300 --seed 36, 450 candidates;
+# benchmarks/results/h200/worthwhile_tasks.json, accepted_pool.draws_by_category, 6-87 candidates per category).
+# Memory-bound chains Inductor already fuses near the bandwidth rarely pass (element-wise, rotary, embedding).
+CATEGORY_YIELD = {"attention": 0.84, "conv_norm_act": 0.74, "pool_head": 0.5, "softmax": 0.45, "norm": 0.37,
+                  "norm_residual": 0.23, "gemm_epilogue": 0.17, "gated_mlp": 0.14, "rotary": 0.13, "elementwise": 0.09,
+                  "activation": 0.08, "embedding": 0.0}
+# A category is drawn at most 1 / YIELD_FLOOR times its share: categories that rarely pass stay in the mix without
+# filling the GPU filter with candidates it rejects.
+YIELD_FLOOR = 0.25
 
 
 def transformers_families() -> list[str]:
@@ -122,16 +133,24 @@ def load_motifs(path: Path | None = None) -> list[Motif]:
 class MotifPool:
     """Motifs grouped for drawing: category -> family -> motifs (``draw``)."""
 
-    def __init__(self, motifs: list[Motif], shares: dict[str, float] | None = None, max_ops: int | None = None):
+    def __init__(self, motifs: list[Motif], shares: dict[str, float] | None = None, max_ops: int | None = None,
+                 yields: dict[str, float] | None = None):
+        """``shares``: wanted share of each category among published motif tasks (default
+        ``CATEGORY_SHARES``); ``yields``: share of each category's candidates the filters keep (default
+        ``CATEGORY_YIELD``; a category not listed counts as 1). A category is drawn with weight ``share /
+        max(yield, YIELD_FLOOR)``, scaled down by ``sqrt(n / FEW_MOTIFS)`` when it has n < ``FEW_MOTIFS``
+        distinct motifs. Raises ValueError when no category with a positive share has a motif."""
         groups: dict[str, dict[str, list[Motif]]] = defaultdict(lambda: defaultdict(list))
         for m in motifs:
             if max_ops is not None and m.n_ops > max_ops:
                 continue
             groups[m.category][m.sources[0]].append(m)
         shares = shares or CATEGORY_SHARES
+        yields = CATEGORY_YIELD if yields is None else yields
         self.groups = {c: dict(f) for c, f in groups.items() if shares.get(c, 0) > 0}
         # a category with few distinct motifs is drawn less, so its motifs do not repeat
-        self.shares = {c: shares[c] * min(1.0, (sum(len(v) for v in self.groups[c].values()) / FEW_MOTIFS) ** 0.5)
+        self.shares = {c: shares[c] / max(yields.get(c, 1.0), YIELD_FLOOR)
+                       * min(1.0, (sum(len(v) for v in self.groups[c].values()) / FEW_MOTIFS) ** 0.5)
                        for c in self.groups}
         if not self.groups:
             raise ValueError("motif pool: no motif of a category with a positive share")

@@ -291,3 +291,25 @@ def test_no_rendered_motif_returns_an_input_unchanged():
             assert not any(o is x for o in outs for x in inputs), (code, dtype)
             rendered += 1
     assert rendered > 40
+
+
+def test_categories_are_drawn_by_share_over_yield(llama):
+    from collections import Counter
+
+    from opforge.compose.motifs import YIELD_FLOOR, MotifPool
+
+    cats = Counter(m.category for m in llama)
+    a, b = cats.most_common(2)[0][0], cats.most_common(2)[1][0]
+    pool = MotifPool([m for m in llama if m.category in (a, b)], shares={a: 0.5, b: 0.5},
+                     yields={a: 0.8, b: 0.4})
+    rng = random.Random(0)
+    drawn = Counter(pool.draw(rng).category for _ in range(6000))
+    # equal shares, yields 0.8 and 0.4: b is drawn twice as often (its few-motif scaling divided out)
+    scale = {c: pool.shares[c] * max({a: 0.8, b: 0.4}[c], YIELD_FLOOR) / 0.5 for c in (a, b)}
+    expected = (1 / 0.4 * scale[b]) / (1 / 0.8 * scale[a])
+    assert drawn[b] / drawn[a] == pytest.approx(expected, rel=0.1)
+    # a category that never passes is drawn at most 1 / YIELD_FLOOR times its share
+    floored = MotifPool([m for m in llama if m.category in (a, b)], shares={a: 0.5, b: 0.5}, yields={a: 1.0, b: 0.0})
+    assert floored.shares[b] / scale[b] == pytest.approx(0.5 / YIELD_FLOOR)
+    with pytest.raises(ValueError, match="no motif"):
+        MotifPool(llama, shares={"no_such_category": 1.0})
