@@ -456,8 +456,8 @@ def run_cmd(
                                                           "on cuda, off on cpu)."),
     no_window: bool = typer.Option(None, "--no-window", help="Record runtimes only."),
     device_profile: DeviceProfileName = typer.Option(None, case_sensitive=False,
-                                                     help="Composer cost-model profile (default: cpu on cpu, "
-                                                          "h100 on cuda)."),
+                                                     help="Composer cost-model profile (default: cpu on cpu; on "
+                                                          "cuda the GPU's own, h200 on an H200, else h100)."),
     dtype_mix: str = typer.Option(None, callback=_check_dtype_mix, help="Share of tasks per dtype (default "
                                              "'float32:0.7,bfloat16:0.18,float16:0.12')."),
     op_weights: Path = typer.Option(None, help="YAML / JSON label: weight file replacing the composer's "

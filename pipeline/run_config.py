@@ -40,7 +40,8 @@ class RunConfig(_EngineOptions):
         compose_workers: CPU workers composing candidates beside the filter on the run's cluster (default
             ``pipeline.run.default_compose_workers``: one per GPU, at least 2, on CUDA; 1 on CPU); output does
             not depend on it. Also the processes that compute the hidden shape variants.
-        device_profile: composer cost-model profile (default: ``cpu`` on CPU, ``h100`` on CUDA).
+        device_profile: composer cost-model profile (default ``default_device_profile``: ``cpu`` on CPU; on CUDA
+            the profile of the visible GPU's model, ``h200`` on an H200, else ``h100``).
         runtime_window_ms: eager window; None = the device default (0.04-100 ms on CUDA: filters.runtime.CUDA_WINDOW_MS; off on CPU).
         no_window: record runtimes only, on any device.
         round_size: candidates composed per round (default: 1.5 x target, at least 16).
@@ -111,11 +112,25 @@ class RunConfig(_EngineOptions):
         window = resolve_window(self.device, self.runtime_window_ms, self.no_window)
         round_size = self.round_size or max(16, int(1.5 * self.target))
         return self.model_copy(update={
-            "device_profile": self.device_profile or ("h100" if self.device == "cuda" else "cpu"),
+            "device_profile": self.device_profile or default_device_profile(self.device),
             "runtime_window_ms": window,
             "round_size": round_size,
             "candidate_budget": self.candidate_budget or max(20 * self.target, round_size),
         })
+
+
+def default_device_profile(device: str, gpu_name: str | None = None) -> str:
+    """The composer profile a run on ``device`` (``cpu`` / ``cuda``) sizes for when none is given: ``cpu`` on
+    CPU; on CUDA the profile named like the datasheet peaks of the GPU ``gpu_name`` (default: the first visible
+    one, from ``nvidia-smi``, CUDA not initialised), ``h100`` for a GPU without a profile of its own."""
+    if device != "cuda":
+        return "cpu"
+    from opforge.compose.device_profiles import PROFILES
+    from opforge.filters.headroom import visible_gpu_name
+    from opforge.task.peaks import peaks_for_gpu
+
+    peaks = peaks_for_gpu(gpu_name or visible_gpu_name())
+    return peaks.name if peaks is not None and peaks.name in PROFILES else "h100"
 
 
 # Fields whose change makes an existing run directory's results another dataset (a re-run with any other

@@ -16,7 +16,7 @@ from datasets import load_dataset
 from opforge.filters.duplicate import DuplicateFilter
 from opforge.pipeline.hub_folder import manifest, validate_folder
 from opforge.pipeline.publish import PublishError, publish
-from opforge.pipeline.run_config import ConfigError, RunConfig, load_config
+from opforge.pipeline.run_config import ConfigError, RunConfig, default_device_profile, load_config
 from opforge.pipeline.select import bucket_shares, plan_quotas, select_tasks
 from opforge.task.source import load_task
 from opforge.task.trace import trace_task
@@ -356,3 +356,16 @@ def test_candidates_of_a_full_signature_are_not_filtered():
     both = pd.concat([accepted, new[new.task_id.isin(capped_out(new, accepted, 3))]], ignore_index=True)
     assert len(select_tasks(both, 10, shares, max_per_signature=3).rows) == \
         len(select_tasks(accepted, 10, shares, max_per_signature=3).rows)
+
+
+def test_the_default_profile_follows_the_device_and_the_gpu(monkeypatch):
+    assert default_device_profile("cpu", "NVIDIA H200") == "cpu"
+    assert default_device_profile("cuda", "NVIDIA H200") == "h200"
+    assert default_device_profile("cuda", "NVIDIA H100 80GB HBM3") == "h100"
+    assert default_device_profile("cuda", "NVIDIA A100-SXM4-80GB") == "h100"  # no profile of its own
+    import opforge.filters.headroom as headroom
+
+    monkeypatch.setattr(headroom, "visible_gpu_name", lambda: "NVIDIA H200")
+    assert RunConfig(device="cuda").resolved().device_profile == "h200"
+    assert RunConfig(device="cuda", device_profile="h100").resolved().device_profile == "h100"
+    assert RunConfig(device="cpu").resolved().device_profile == "cpu"
