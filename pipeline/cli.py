@@ -631,6 +631,48 @@ def variants_cmd(
                f"(per count: {json.dumps(rep['per_count'])}; fewer: {json.dumps(rep['reasons'])}); {rep['output']}")
 
 
+@app.command("release")
+def release_cmd(
+    run_dir: Path = typer.Argument(..., help="The finished run directory (`opforge run`)."),
+    out: Path = typer.Option(..., "--out", help="Release folder to write; replaced only when it is an earlier "
+                                                "release folder."),
+    hf: Path = typer.Option(None, "--hf", help="Published folder with the shape_variants column (default "
+                                               "RUN_DIR/hf; `opforge variants --out` writes a copy)."),
+    compare: Path = typer.Option(None, "--compare", help="`opforge compare` result (compare.json) whose dataset A "
+                                                         "is the --hf folder."),
+    recheck: Path = typer.Option(None, "--recheck", help="`opforge recheck` report (recheck.json) of the "
+                                                         "published rows."),
+    realism: Path = typer.Option(None, "--realism", help="Realism report ({figures, targets}); default: the "
+                                                         "--compare result's figures of its dataset A."),
+    version: str = typer.Option(None, "--version", help="Version of the release, stated on the card and in "
+                                                        "opforge_run.json."),
+    changelog: Path = typer.Option(None, "--changelog", help="Markdown file of what changed; the card's Release "
+                                                             "section holds it."),
+    exclude: list[Path] = typer.Option(None, "--exclude", help="Reference dataset (.parquet / .jsonl / folder with "
+                                                               "a code column; repeatable): no released row may "
+                                                               "equal one of its rows. The packaged KernelBench "
+                                                               "problems are always checked."),
+    max_mb: float = typer.Option(50.0, "--max-mb", min=0.0, help="Cap on the folder's total size, MB (10^6 "
+                                                                  "bytes)."),
+):
+    """Assemble a release folder from a finished run: the whole-run funnel, the card with the release, build,
+    re-check, realism and comparison sections, provenance; written only after it loads with `datasets` and
+    passes the release checks."""
+    from opforge.pipeline.release import DEFAULT_REFERENCES, ReleaseError, assemble_release
+
+    try:
+        res = assemble_release(run_dir, hf, out, compare=compare, recheck=recheck, realism=realism,
+                               version=version, changelog=changelog,
+                               references=[*DEFAULT_REFERENCES, *(exclude or [])], max_bytes=int(max_mb * 1e6))
+    except ReleaseError as exc:
+        _fail(str(exc))
+    f, c = res["funnel"], res["checks"]
+    refs = ", ".join(f"{k} ({v['rows']:,} rows)" for k, v in c["references"].items())
+    typer.echo(f"{f['candidates']:,} candidates -> {f['accepted']:,} accepted -> {c['rows']:,} released; "
+               f"{c['files']} files, {c['bytes'] / 1e6:.1f} MB; no row equals a row of {refs}")
+    typer.echo(f"wrote {res['out']} (load: datasets.load_dataset({str(res['out'])!r}, split='train'))")
+
+
 DATASET_HELP = "Dataset: an opforge hf/ folder, a .parquet / .jsonl file or a Hub id."
 
 
