@@ -520,6 +520,8 @@ def recheck_cmd(
     skip: str = typer.Option(None, help="Comma-separated filters to leave out (e.g. compile)."),
     timeout_s: float = typer.Option(300.0, help="Per-task limit in its sandbox, seconds."),
     limit: int = typer.Option(None, help="Only the first N rows."),
+    sample: int = typer.Option(None, help="N rows drawn at random (with --seed) instead of all."),
+    seed: int = typer.Option(0, help="Seed of --sample's draw."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ):
     """Re-run every published row's rules in fresh sandboxes; report the pass rate per rule and the measured /
@@ -533,7 +535,8 @@ def recheck_cmd(
     given = tuple(runtime_window_ms) if runtime_window_ms and runtime_window_ms[0] is not None else None
     try:
         settings = recheck_settings(device, resolve_window(device, given, no_window), _names(skip), timeout_s)
-        rep = recheck(source, out, settings, workers=workers, limit=limit, progress=_progress(quiet))
+        rep = recheck(source, out, settings, workers=workers, limit=limit, sample=sample, seed=seed,
+                      progress=_progress(quiet))
     except (InputError, RuntimeError, ValueError) as exc:
         _fail(str(exc))
     typer.echo(format_report(rep))

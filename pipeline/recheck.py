@@ -84,28 +84,53 @@ def recheck_settings(device: str, window_ms: tuple[float, float] | None, skip: l
 
 
 def recheck(source: str | Path, out: str | Path, settings: FilterSettings, *, workers: int | None = None,
-            progress: bool = True, limit: int | None = None) -> dict[str, Any]:
+            progress: bool = True, limit: int | None = None, sample: int | None = None,
+            seed: int = 0) -> dict[str, Any]:
     """Re-run the rules of every row of ``source`` (see the module docstring) into ``out``; returns the
-    report also written to ``out/recheck.json``.
+    report also written to ``out/recheck.json``. ``limit``: only the first N rows; ``sample``: N rows drawn at
+    random with ``seed`` (all rows when N is at least their number; the same N and seed draw the same rows,
+    so a re-run resumes them), in file order; the report's ``sample`` says which.
 
     Raises:
-        InputError: unreadable source (see ``task.task_file.read_published``). ValueError: bad settings.
+        InputError: unreadable source (see ``task.task_file.read_published``). ValueError: bad settings, or
+        both ``limit`` and ``sample`` given, or either below 1.
     """
     out = Path(out)
+    rows, drawn = rows_to_recheck(read_published(source), limit, sample, seed)
     out.mkdir(parents=True, exist_ok=True)
-    rows = read_published(source)
-    if limit is not None:
-        rows = rows.head(limit)
     keep = [c for c in ("task_id", "code", "ops", "data_source") if c in rows.columns]
     rows_path = out / "_rows.parquet"
     rows[keep].to_parquet(rows_path, index=False)
     res = run_filter(rows_path, out / "filter", settings, workers=workers, progress=progress)
     report = build_report(rows, res.verdicts, settings)
     report["source"] = str(source)
+    report["sample"] = drawn
     report["filter_wall_s"] = res.funnel["wall_s"]
     report["resumed_from_ledger"] = res.funnel["resumed_from_ledger"]
     (out / "recheck.json").write_text(json.dumps(report, indent=2, sort_keys=True))
     return report
+
+
+def rows_to_recheck(rows: pd.DataFrame, limit: int | None = None, sample: int | None = None,
+                    seed: int = 0) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The rows ``recheck`` re-runs: the first ``limit``, or ``sample`` drawn at random with ``seed`` (kept in
+    file order; the same arguments draw the same rows), or all; and ``{"rows", "of", "how"}`` saying which.
+
+    Raises:
+        ValueError: both ``limit`` and ``sample`` given, or either below 1.
+    """
+    if limit is not None and sample is not None:
+        raise ValueError("recheck: give --limit (the first N rows) or --sample (N random rows), not both")
+    for name, n in (("--limit", limit), ("--sample", sample)):
+        if n is not None and n < 1:
+            raise ValueError(f"recheck: {name} must be >= 1 (got {n})")
+    total = len(rows)
+    if limit is not None and limit < total:
+        return rows.head(limit), {"rows": limit, "of": total, "how": f"the first {limit}"}
+    if sample is not None and sample < total:
+        return (rows.sample(n=sample, random_state=seed).sort_index(),
+                {"rows": sample, "of": total, "how": f"{sample} at random, seed {seed}"})
+    return rows, {"rows": total, "of": total, "how": "all"}
 
 
 def build_report(rows: pd.DataFrame, verdicts: pd.DataFrame, settings: FilterSettings) -> dict[str, Any]:

@@ -272,7 +272,7 @@ def recheck_summary(rep: dict[str, Any], task_ids: set[str], path: Path) -> dict
             "rules": {k: {"pass": v["pass"], "fail": v["fail"], "pass_rate": v["pass_rate"]}
                       for k, v in rep["rules"].items() if v.get("checked", True)},
             "failures": rep["failures"], "eager_ratio": rep.get("eager_ratio") or {"n": 0},
-            "window_ms": rep.get("window_ms")}
+            "window_ms": rep.get("window_ms"), "how": (rep.get("sample") or {}).get("how")}
 
 
 def realism_summary(doc: dict[str, Any], path: Path | str) -> dict[str, Any]:
@@ -435,7 +435,7 @@ def recheck_section(r: dict[str, Any]) -> str:
     ratio = (f"Measured / published eager time: p10 {e['p10']:.2f}, p50 {e['p50']:.2f}, p90 {e['p90']:.2f} "
              f"(n = {e['n']:,})." if e.get("n") else "No eager time was compared.")
     return f"""
-{r['rows']:,} of the {r['of']:,} rows were verdicted again by `opforge recheck` in fresh sandboxes{where}
+{r['rows']:,} of the {r['of']:,} rows{f" ({r['how']})" if r.get("how") not in (None, "all") else ""} were verdicted again by `opforge recheck` in fresh sandboxes{where}
 (published on {published}): {r['all_rules_pass']:,} of {r['rows']:,} pass every rule
 ({_pct(r['all_rules_pass_rate'])}).
 

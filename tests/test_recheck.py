@@ -93,3 +93,21 @@ def test_ratio_ignores_rows_without_a_measurement():
     verdicts = pd.DataFrame({"row": [0, 1, 2, 3], "eager_ms": [3.0, 4.0, None, 5.0]})
     rep = eager_ratio(rows, verdicts)
     assert rep["n"] == 2 and rep["p50"] == pytest.approx(float(np.median([1.5, 1.0])))
+
+
+def test_a_sample_is_drawn_at_random_the_same_way_each_time():
+    from opforge.pipeline.recheck import rows_to_recheck
+
+    rows = pd.DataFrame({"task_id": [f"t{i:03d}" for i in range(200)], "code": ["x"] * 200})
+    a, how = rows_to_recheck(rows, sample=50, seed=7)
+    b, _ = rows_to_recheck(rows, sample=50, seed=7)
+    c, _ = rows_to_recheck(rows, sample=50, seed=8)
+    assert list(a.task_id) == list(b.task_id) and set(a.task_id) != set(c.task_id)
+    assert len(a) == 50 and a.task_id.is_unique and list(a.index) == sorted(a.index)  # file order
+    assert list(a.task_id) != list(rows.task_id[:50])  # not the first rows
+    assert how == {"rows": 50, "of": 200, "how": "50 at random, seed 7"}
+    assert rows_to_recheck(rows, sample=500)[1]["how"] == "all" and len(rows_to_recheck(rows, limit=3)[0]) == 3
+    with pytest.raises(ValueError, match="not both"):
+        rows_to_recheck(rows, limit=3, sample=3)
+    with pytest.raises(ValueError, match="--sample must be >= 1"):
+        rows_to_recheck(rows, sample=0)

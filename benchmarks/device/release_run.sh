@@ -52,14 +52,8 @@ PYTHONPATH=$RUNPATH timeout "${LIMIT:-540}" python3 -m opforge.pipeline.cli run 
     | filt | tee -a "$OUT/release.log" | tail -6
 echo "release call wall s: $(( $(date +%s) - T0 ))" | tee -a "$OUT/release.log"
 if [ -d "$RUN/hf" ] && [ -n "${RECHECK:-}" ]; then
-    python3 - "$RUN/hf" "$RECHECK" "$RUN/recheck_sample.parquet" <<'PY'
-import glob, sys, pandas as pd
-rows = pd.concat([pd.read_parquet(f) for f in sorted(glob.glob(f"{sys.argv[1]}/data/*.parquet"))], ignore_index=True)
-rows.sample(n=min(int(sys.argv[2]), len(rows)), random_state=2026).to_parquet(sys.argv[3], index=False)
-print("recheck sample", min(int(sys.argv[2]), len(rows)), "of", len(rows))
-PY
-    timeout "${RECHECK_LIMIT:-240}" python3 -m opforge.pipeline.cli recheck "$RUN/recheck_sample.parquet" \
-        "$RUN/recheck" --device cuda 2>&1 | filt | tail -30 | tee "$OUT/recheck.log"
+    timeout "${RECHECK_LIMIT:-240}" python3 -m opforge.pipeline.cli recheck "$RUN/hf" "$RUN/recheck" --device cuda \
+        --sample "$RECHECK" --seed 2026 2>&1 | filt | tail -30 | tee "$OUT/recheck.log"
     timeout 90 python3 benchmarks/realism_bench.py "$RUN/hf" --out "$RUN/realism_published.json" --workers 14 --cache '' \
         > "$RUN/realism_published.txt" 2>&1
 fi
