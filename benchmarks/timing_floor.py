@@ -194,7 +194,7 @@ def main() -> None:
     settings = {"seqs": seqs, "alone": args.alone, "batch": args.batch, "workers": args.workers,
                 "device": args.device, "burst_ms": args.burst_ms, "grader": GRADER_VERSION, **GRADER_KNOBS}
     if args.device == "cuda":  # a result of another GPU model is never resumed
-        from opforge.filters.headroom import visible_gpu_name
+        from opforge.engine.ledger import visible_gpu_name
 
         settings["gpu"] = visible_gpu_name()
     out: dict = {"settings": settings, "results": {"alone": []}, "wall_s": {}}

@@ -12,6 +12,7 @@ reported), never fatal.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -63,6 +64,21 @@ def gpus() -> list[dict[str, str]]:
 def gpu_names() -> list[str]:
     """GPU model names from ``nvidia-smi`` (``gpus``; empty when there is none). Never initialises CUDA."""
     return [g["name"] for g in gpus()]
+
+
+@functools.cache
+def visible_gpu_name() -> str | None:
+    """Model name of this process's GPU: ``nvidia-smi``'s entry at the first index of
+    ``CUDA_VISIBLE_DEVICES`` (the first GPU when it is unset or not an index); None without one. Never
+    initialises CUDA (``gpus``)."""
+    listed = gpus()
+    if not listed:
+        return None
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    for g in listed:
+        if first.isdigit() and g["index"] == first:
+            return g["name"]
+    return listed[0]["name"]
 
 
 def environment(device: str) -> dict[str, Any]:

@@ -31,31 +31,13 @@ tasks and lifts their fusion gain p50 from 2.0 to 2.3.
 
 from __future__ import annotations
 
-import functools
-import os
 from typing import Any
 
+from opforge.engine.ledger import visible_gpu_name
 from opforge.filters.verdict import Cost, Filter, TaskInput, Verdict
 
 REASON = "trivial:no_headroom"
 MAX_LISTED_OPS = 16  # ``ops`` metric of ``roofline``: the costliest ops, at most this many
-
-
-@functools.cache
-def visible_gpu_name() -> str | None:
-    """Model name of this process's GPU: ``nvidia-smi``'s entry at the first index of
-    ``CUDA_VISIBLE_DEVICES`` (the first GPU when it is unset or not an index); None without one. Never
-    initialises CUDA (``engine.ledger.gpus``)."""
-    from opforge.engine.ledger import gpus
-
-    listed = gpus()
-    if not listed:
-        return None
-    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    for g in listed:
-        if first.isdigit() and g["index"] == first:
-            return g["name"]
-    return listed[0]["name"]
 
 
 def resolve_peaks(setting: str, device: str, gpu_name: str | None = None):

@@ -126,7 +126,7 @@ def default_device_profile(device: str, gpu_name: str | None = None) -> str:
     if device != "cuda":
         return "cpu"
     from opforge.compose.device_profiles import PROFILES
-    from opforge.filters.headroom import visible_gpu_name
+    from opforge.engine.ledger import visible_gpu_name
     from opforge.task.peaks import peaks_for_gpu
 
     peaks = peaks_for_gpu(gpu_name or visible_gpu_name())

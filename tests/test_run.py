@@ -363,9 +363,9 @@ def test_the_default_profile_follows_the_device_and_the_gpu(monkeypatch):
     assert default_device_profile("cuda", "NVIDIA H200") == "h200"
     assert default_device_profile("cuda", "NVIDIA H100 80GB HBM3") == "h100"
     assert default_device_profile("cuda", "NVIDIA A100-SXM4-80GB") == "h100"  # no profile of its own
-    import opforge.filters.headroom as headroom
+    import opforge.engine.ledger as ledger
 
-    monkeypatch.setattr(headroom, "visible_gpu_name", lambda: "NVIDIA H200")
+    monkeypatch.setattr(ledger, "visible_gpu_name", lambda: "NVIDIA H200")
     assert RunConfig(device="cuda").resolved().device_profile == "h200"
     assert RunConfig(device="cuda", device_profile="h100").resolved().device_profile == "h100"
     assert RunConfig(device="cpu").resolved().device_profile == "cpu"
