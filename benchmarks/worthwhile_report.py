@@ -77,9 +77,19 @@ def _pcts(values) -> dict:
             "p90": round(float(np.percentile(v, 90)), 3)}
 
 
-def static_figures(codes: list[str], workers: int) -> dict:
-    with ProcessPoolExecutor(workers) as ex:
-        recs = list(ex.map(_static, codes, chunksize=4))
+def static_records(codes: list[str], workers: int, known: dict[str, dict] | None = None) -> list[dict]:
+    """``_static`` of each code, in order; codes already in ``known`` (code -> record) are not measured again,
+    and the new records are added to it."""
+    known = {} if known is None else known
+    todo = list(dict.fromkeys(c for c in codes if c not in known))
+    if todo:
+        with ProcessPoolExecutor(workers) as ex:
+            known.update(zip(todo, ex.map(_static, todo, chunksize=4), strict=True))
+    return [known[c] for c in codes]
+
+
+def static_figures(codes: list[str], workers: int, known: dict[str, dict] | None = None) -> dict:
+    recs = static_records(codes, workers, known)
     gains = [r.get("fusion_gain") for r in recs]
     heavy = [r["heavy"] for r in recs if "heavy" in r]
     axis = [r["axis_misuse"] for r in recs if r.get("axis_misuse") is not None]
@@ -103,9 +113,10 @@ def _category(provenance: str | None) -> str:
     return p.get("category") or ("block" if p.get("block") else "random")
 
 
-def accepted_pool(run_dir: Path, workers: int) -> dict:
+def accepted_pool(run_dir: Path, workers: int, known: dict[str, dict] | None = None) -> dict:
     """Room and heavy class of every accepted task of ``run_dir`` (``filter/verdicts.parquet`` joined to the
-    candidates' code), and what each ``min_room`` of ``ROOM_GRID`` keeps of them."""
+    candidates' code), and what each ``min_room`` of ``ROOM_GRID`` keeps of them; the codes' ``_static``
+    records go into ``known`` (``static_records``)."""
     verdicts = pd.read_parquet(run_dir / "filter" / "verdicts.parquet")
     cands = pd.concat([pd.read_parquet(p) for p in sorted((run_dir / "candidates").glob("*.parquet"))],
                       ignore_index=True).drop_duplicates("task_id")
@@ -113,8 +124,7 @@ def accepted_pool(run_dir: Path, workers: int) -> dict:
     best = np.minimum(pd.to_numeric(acc["eager_ms"], errors="coerce"),
                       pd.to_numeric(acc["compile_ms"], errors="coerce").fillna(np.inf))
     acc["room"] = best / pd.to_numeric(acc["roofline_ms"], errors="coerce")
-    with ProcessPoolExecutor(workers) as ex:
-        acc["heavy"] = [r.get("heavy") for r in ex.map(_static, list(acc["code"]), chunksize=4)]
+    acc["heavy"] = [r.get("heavy") for r in static_records(list(acc["code"]), workers, known)]
     acc["category"] = [_category(t) for t in acc["provenance"]]
     # per category: candidates drawn, accepted, and kept by min_room 2 (compose.motifs.CATEGORY_YIELD)
     cands["category"] = [_category(t) for t in cands["provenance"]]
@@ -186,9 +196,10 @@ def main(argv=None) -> None:
                                          and "fast" in k),
                          "by_reason": funnel.get("by_reason"),
                          "detail": dict(sorted(detail.items(), key=lambda kv: -kv[1])[:20])}
+    known: dict[str, dict] = {}  # the published rows are accepted tasks: each code is measured once
     if (a.run_dir / "filter" / "verdicts.parquet").exists():
-        res["accepted_pool"] = accepted_pool(a.run_dir, a.workers)
-    res["static"] = static_figures(list(rows["code"]), a.workers)
+        res["accepted_pool"] = accepted_pool(a.run_dir, a.workers, known)
+    res["static"] = static_figures(list(rows["code"]), a.workers, known)
     if a.reference is not None and a.reference.exists():
         ref = pd.read_parquet(a.reference)
         ref = ref.sample(min(a.reference_n, len(ref)), random_state=0)
