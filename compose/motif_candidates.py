@@ -5,7 +5,8 @@ a piece of a real model while varying it: ``activation`` swaps its activation fu
 models use in that place (``ACTIVATION_SWAPS``), ``residual`` adds the residual connection of a pre-norm
 block (the output plus a second input of its shape; not to a motif whose output is such a sum already), ``norm`` swaps an ``nn.LayerNorm`` for an ``nn.RMSNorm``
 of the same size and eps and back (Llama-style models replaced the one with the other). The dtype is the family's own (``native_dtype``) with
-probability ``composer.NATIVE_DTYPE_SHARE``, else the run's dtype mix. Batch and sequence length come from
+probability ``composer.NATIVE_DTYPE_SHARE``, else the run's dtype mix; a motif whose code casts every input
+to one dtype itself has that dtype (``fixed_dtype``). Batch and sequence length come from
 the shape vocabulary (``compose.motif_sizing.choose_sizes``: a random pair among those predicted inside the
 window shrunk by its margin, so candidates of one motif differ in size), the sequence never past the family's
 ``max_positions``; a motif whose predicted time cannot reach the window at those sizes stays as fast as it is
@@ -164,6 +165,9 @@ def motif_candidate(state: dict, rng: random.Random, i: int, dtype: str) -> dict
             motif, mutation = mutated, kind
     if rng.random() < C.NATIVE_DTYPE_SHARE and motif.native_dtype in ("float32", "bfloat16", "float16"):
         dtype = motif.native_dtype
+    fixed = fixed_dtype(motif)
+    if fixed:
+        dtype = fixed
     cost = MotifCost(motif)
     if profile.realistic:
         vocab = state["vocab"]
@@ -206,12 +210,21 @@ def motif_candidate(state: dict, rng: random.Random, i: int, dtype: str) -> dict
     }
 
 
+def fixed_dtype(m: Motif) -> str | None:
+    """The dtype of a motif whose floating inputs the traced code itself casts to one dtype (their traced
+    dtype is not ``motif_trace.TRACE_DTYPE``, e.g. generate's float32 logits in ``compose.motif_heads``), else
+    None: such a motif is drawn in that dtype only, since every tensor it reads has it whatever the task's."""
+    dts = {d["dtype"] for d in m.inputs + m.params if d["dtype"] in ("float16", "float32", "bfloat16", "float64")}
+    return dts.pop() if len(dts) == 1 and "float16" not in dts else None
+
+
 def _describe(m: Motif) -> str:
     names = {"norm_residual": "Residual add + normalisation", "norm": "Normalisation", "gated_mlp": "Gated MLP",
              "rotary": "Rotary position embedding", "attention": "Attention scores, mask and softmax",
              "softmax": "Scaled, masked softmax", "conv_norm_act": "Convolution + normalisation + activation",
              "gemm_epilogue": "GEMM with its epilogue", "activation": "Activation", "pool_head": "Pooling head",
-             "embedding": "Embedding", "elementwise": "Elementwise chain"}
+             "embedding": "Embedding", "elementwise": "Elementwise chain",
+             "sampling_head": "Sampling head (logits processors + softmax)"}
     return names.get(m.category, m.category) + " motif"
 
 

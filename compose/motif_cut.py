@@ -15,7 +15,8 @@ input or parameter, in call order) that starts and ends with an op and holds ``M
 Motifs are keyed by their structure (calls, literals, shapes): the same window in another layer or family
 is one motif with several ``sources``. ``category`` names the fusion the motif is (``norm``,
 ``norm_residual``, ``gated_mlp``, ``rotary``, ``attention``, ``softmax``, ``conv_norm_act``, ``gemm_epilogue``,
-``activation``, ``pool_head``, ``embedding``, ``elementwise``), the first rule of ``CATEGORY_RULES`` that holds.
+``activation``, ``pool_head``, ``embedding``, ``elementwise``, and ``sampling_head`` for the heads of
+``compose.motif_heads``), the first rule of ``CATEGORY_RULES`` that holds.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ CONV = frozenset({"conv1d", "conv2d", "nn.Conv1d", "nn.Conv2d", "nn.Conv3d", "co
 CATEGORY_RULES = (
     ("attention", lambda c: "softmax" in c and c & {"matmul", "bmm", "baddbmm", "einsum"}),
     ("rotary", lambda c: "trig_input" in c and ("neg" in c or "cat" in c or "stack" in c)),
+    ("sampling_head", lambda c: c & {"sort", "topk"} and "masked_fill" in c and c & {"softmax", "log_softmax"}),
     ("conv_norm_act", lambda c: c & CONV and c & (NORM | ACT)),
     ("gated_mlp", lambda c: c & ACT and "gate" in c),
     ("norm_residual", lambda c: c & NORM and "residual" in c),
@@ -332,10 +334,15 @@ def _input_scale(trace: Trace, vid: int) -> float:
 def _window(trace: Trace, calls: list[Call], users, final) -> Motif | None:
     if any(_identity_scalar(c) for c in calls):
         return None
+    idx = {c.index for c in calls}  # the window's calls, elided ones too: reading a value is not using it later
+    window = calls
     calls = _elide(trace, calls)
     if not calls:
         return None
-    idx = {c.index for c in calls}
+    kept = {c.index for c in calls}
+    # a value an elided call passes on (a copy, a device move) is used later when that call's output is
+    passed_on = {v for c in window if c.index not in kept for o in c.outputs if o is not None
+                 and ([u for u in users.get(o, []) if u not in idx] or o in final) for v in c.inputs()}
     produced = {o: c.index for c in calls for o in c.outputs if o is not None}
     if not _connected(calls, produced):
         return None
@@ -343,7 +350,7 @@ def _window(trace: Trace, calls: list[Call], users, final) -> Motif | None:
     outputs = []
     for v in produced:
         later = [u for u in users.get(v, []) if u not in idx]
-        if later or v in final:
+        if later or v in final or v in passed_on:
             outputs.append(v)
     if not outputs or len(outputs) > MAX_OUTPUTS or not any(produced[o] == last for o in outputs):
         return None

@@ -210,16 +210,20 @@ def motifs_cmd(
     torchvision: str = typer.Option(None, help="torchvision models, comma-separated (default: a fixed list of "
                                                "classification models; '' for none)."),
     timm: str = typer.Option(None, help="timm models, comma-separated (default: a fixed list; '' for none)."),
+    heads: str = typer.Option(None, help="Text families whose vocabulary sizes the sampling and loss heads are "
+                                         "traced at, comma-separated (default: a fixed list; '' for none)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ):
-    """Mine fusion motifs from real models (transformers, torchvision, timm as installed) into a library."""
+    """Mine fusion motifs from real models (transformers, torchvision, timm as installed) and transformers'
+    sampling and loss heads into a library."""
     from opforge.compose.motifs import write_motif_library
 
     def models(value):
         return None if value is None else tuple(v for v in value.split(",") if v.strip())
 
     path, meta = write_motif_library(out, families=_names(families), torchvision_models=models(torchvision),
-                                     timm_models=models(timm), progress=_progress(quiet))
+                                     timm_models=models(timm), head_families=models(heads),
+                                     progress=_progress(quiet))
     cats = ", ".join(f"{k} {v}" for k, v in sorted(meta["categories"].items(), key=lambda kv: -kv[1]))
     typer.echo(f"wrote {path}: {sum(meta['categories'].values())} motifs from {len(meta['traced'])} models "
                f"({len(meta['skipped'])} skipped); per category: {cats}")

@@ -2,7 +2,7 @@
 # `opforge run --device cuda` from an empty run directory (harvest included) with the default composer (motifs
 # mined from real models + the random composer with axis roles), then the published rows' headroom figures
 # (benchmarks/headroom_bench.py style: roofline_ms, fusion_gain, room over the better of eager and
-# torch.compile). Carry .whl:
+# torch.compile). The composer sizes for the visible GPU's own profile (opforge run's default). Carry .whl:
 #   TARGET=1000 SEED=35 bash benchmarks/device/gpu_motif_run.sh
 # Logs and a tarball of the run's records land in $OUT as NAME.log / NAME.tgz (NAME default run; EXTRA adds
 # `opforge run` options, SEEDS_CATALOG reuses a harvested catalog).
@@ -14,7 +14,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT
 rm -rf "$RUN"
 T0=$(date +%s)
 timeout "${LIMIT:-500}" python3 -m opforge.pipeline.cli run --device cuda --target "${TARGET:-1000}" \
-    --seed "${SEED:-35}" --device-profile h200 --out "$RUN" ${ROUND_SIZE:+--round-size $ROUND_SIZE} \
+    --seed "${SEED:-35}" --out "$RUN" ${ROUND_SIZE:+--round-size $ROUND_SIZE} \
     ${SEEDS_CATALOG:+--seeds-catalog $SEEDS_CATALOG} ${EXTRA:-} 2>&1 | stdbuf -o0 tr "\r" "\n" | grep --line-buffered -v -E "(it|task|block|problem|unit|op|model)/s" \
     | tee "$OUT/${NAME:-run}.log"
 echo "run wall s: $(( $(date +%s) - T0 ))" | tee -a "$OUT/${NAME:-run}.log"
