@@ -32,6 +32,8 @@ from opforge.task.identity import task_id_for
 ACTIVATION_SWAPS = {"silu": ("gelu", "relu", "mish"), "gelu": ("silu", "relu"), "relu": ("gelu", "silu"),
                     "mish": ("silu", "gelu"), "tanh": ("sigmoid",), "sigmoid": ("tanh",)}
 MUTATIONS = ("activation", "residual", "norm")
+# Categories whose output is no hidden state: a residual added to next-token probabilities is no model's.
+NOT_MUTATED = frozenset({"sampling_head"})
 FIXED_SIZES = {"cpu": ([2, 4], [32, 64]), "test": ([1, 2], [8, 16])}
 
 
@@ -52,7 +54,10 @@ def _prod(shape) -> int:
 
 
 def mutate(m: Motif, kind: str, rng: random.Random) -> Motif | None:
-    """A copy of ``m`` with mutation ``kind`` (``MUTATIONS``), or None when it does not apply."""
+    """A copy of ``m`` with mutation ``kind`` (``MUTATIONS``), or None when it does not apply (never to a
+    category of ``NOT_MUTATED``)."""
+    if m.category in NOT_MUTATED:
+        return None
     m = copy.deepcopy(m)
     if kind == "activation":
         acts = [c for c in m.calls if c["spelling"] == "F." + c["name"] and c["name"] in ACTIVATION_SWAPS]

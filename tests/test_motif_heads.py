@@ -116,3 +116,12 @@ def test_the_default_library_holds_heads_the_composer_draws(harvested, tmp_path)
     for code in random.Random(0).sample(list(heads["code"]), 3):
         out, _ = _run(code)
         assert torch.isfinite(out).all()
+
+
+def test_heads_are_never_mutated():
+    """A residual added to probabilities (or any other mutation) is no model's computation."""
+    from opforge.compose.motif_candidates import MUTATIONS, mutate
+
+    m = head_motifs(trace_sampling_head("default_top_k", "llama"))[0]
+    assert all(mutate(m, kind, random.Random(0)) is None for kind in MUTATIONS)
+
