@@ -10,7 +10,8 @@ input or parameter, in call order) that starts and ends with an op and holds ``M
   (``value_kind``: an activation, a parameter, rotary ``cos`` / ``sin``, an attention mask, token ids);
 * it holds at most ``MAX_HEAVY`` GEMM / convolution / attention ops, and a window with one holds at least
   ``MIN_EPILOGUE`` other compute ops (a GEMM with a real epilogue, not a GEMM and one unary);
-* it is not all layout (view, transpose, cat) and every call has a source form.
+* it is not all layout (view, transpose, cat), every call has a source form, and every call's result is read
+  by a later call or returned (``dead_calls``).
 
 Motifs are keyed by their structure (calls, literals, shapes): the same window in another layer or family
 is one motif with several ``sources``. ``category`` names the fusion the motif is (``norm``,
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from opforge.compose.motif_render import RenderError, Symbols, expression
-from opforge.compose.motif_trace import BATCH, SEQ, Call, Trace, is_overflow_guard
+from opforge.compose.motif_trace import BATCH, SEQ, Call, Trace, is_overflow_guard, template_refs
 
 MOTIF_VERSION = 1
 MIN_OPS, MAX_OPS = 2, 8
@@ -405,7 +406,7 @@ def _window(trace: Trace, calls: list[Call], users, final) -> Motif | None:
     has_seq = any(_moves_with_seq(d["shape"], d.get("vary")) for d in inputs) or \
         any(_mentions(c, SEQ) for c in calls)
     motif_id = _signature(calls, inputs, params, outputs)
-    return Motif(
+    motif = Motif(
         motif_id=motif_id, sources=[trace.model], scopes=list(dict.fromkeys(c.scope for c in calls)),
         scope_classes=list(dict.fromkeys(c.scope_class for c in calls if c.scope_class)),
         calls=[dataclasses.asdict(c) for c in calls], inputs=inputs, params=params, outputs=outputs,
@@ -413,6 +414,18 @@ def _window(trace: Trace, calls: list[Call], users, final) -> Motif | None:
         native_dtype=str(trace.config.get("native_dtype", "float32")), n_ops=len(counted), n_heavy=len(heavy),
         category=category, flops=flops, bytes_per_op=float(per_op), bytes_fused=float(fused),
         library=trace.library, tags=sorted(t for t in cats if t in ("residual", "gate", "heavy", "trig_input")))
+    return None if dead_calls(motif) else motif
+
+
+def dead_calls(m: Motif) -> list[str]:
+    """Names of the calls of ``m`` whose results neither a later call of the motif reads nor the motif returns
+    (a value the model only tested in Python, such as ``isfinite(x).all()`` in an ``if``): a rendered task would
+    compute and discard them."""
+    read: set[int] = set()
+    for c in m.calls:
+        read |= set(template_refs(c["args"])) | set(template_refs(c["kwargs"]))
+    outs = set(m.outputs)
+    return [c["name"] for c in m.calls if not any(o is not None and (o in read or o in outs) for o in c["outputs"])]
 
 
 def _moves_with_seq(shape, vary) -> bool:

@@ -23,7 +23,7 @@ import warnings
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from opforge.compose.motif_cut import Motif, cut_motifs, merge, read_library, write_library
+from opforge.compose.motif_cut import Motif, cut_motifs, dead_calls, merge, read_library, write_library
 from opforge.compose.motif_heads import head_jobs, head_motifs
 from opforge.compose.motif_trace import TraceError, trace_timm, trace_torchvision, trace_transformers
 
@@ -148,10 +148,11 @@ class MotifPool:
         ``CATEGORY_SHARES``); ``yields``: share of each category's candidates the filters keep (default
         ``CATEGORY_YIELD``; a category not listed counts as 1). A category is drawn with weight ``share /
         max(yield, YIELD_FLOOR)``, scaled down by ``sqrt(n / FEW_MOTIFS)`` when it has n < ``FEW_MOTIFS``
-        distinct motifs. Raises ValueError when no category with a positive share has a motif."""
+        distinct motifs. A motif with a call whose result it discards (``motif_cut.dead_calls``) is never drawn.
+        Raises ValueError when no category with a positive share has a motif."""
         groups: dict[str, dict[str, list[Motif]]] = defaultdict(lambda: defaultdict(list))
         for m in motifs:
-            if max_ops is not None and m.n_ops > max_ops:
+            if (max_ops is not None and m.n_ops > max_ops) or dead_calls(m):
                 continue
             groups[m.category][m.sources[0]].append(m)
         shares = shares or CATEGORY_SHARES

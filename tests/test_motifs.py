@@ -313,3 +313,24 @@ def test_categories_are_drawn_by_share_over_yield(llama):
     assert floored.shares[b] / scale[b] == pytest.approx(0.5 / YIELD_FLOOR)
     with pytest.raises(ValueError, match="no motif"):
         MotifPool(llama, shares={"no_such_category": 1.0})
+
+
+def test_a_motif_that_discards_a_result_is_never_drawn(llama):
+    """A call whose result no later call reads and the motif does not return (a value the model only tested
+    in Python, ``isfinite(x).all()``) would be computed and thrown away by the task: such a window is not cut,
+    and such a motif in a library is not drawn."""
+    import copy
+
+    from opforge.compose.motif_cut import dead_calls
+    from opforge.compose.motifs import MotifPool
+
+    assert not any(dead_calls(m) for m in llama)
+    m = copy.deepcopy(llama[0])
+    out = m.outputs[0]
+    fresh = max(o for c in m.calls for o in c["outputs"] if o is not None) + 1
+    m.calls.append({**m.calls[-1], "name": "isfinite", "spelling": "torch.isfinite", "canonical": "isfinite",
+                    "args": [{"T": out}], "kwargs": {}, "outputs": [fresh]})
+    m.motif_id = "dead"
+    assert dead_calls(m) == ["isfinite"]
+    pool = MotifPool([m, llama[0]], shares={m.category: 1.0})
+    assert all(x.motif_id != "dead" for fam in pool.groups[m.category].values() for x in fam)
