@@ -341,7 +341,8 @@ def _window(trace: Trace, calls: list[Call], users, final) -> Motif | None:
     if not calls:
         return None
     kept = {c.index for c in calls}
-    # a value an elided call passes on (a copy, a device move) is used later when that call's output is
+    # a value an elided call passes on (a copy, a device move) is used later when that call's output is used
+    # later or returned
     passed_on = {v for c in window if c.index not in kept for o in c.outputs if o is not None
                  and ([u for u in users.get(o, []) if u not in idx] or o in final) for v in c.inputs()}
     produced = {o: c.index for c in calls for o in c.outputs if o is not None}

@@ -76,7 +76,7 @@ def mine_motifs(families: list[str] | None = None, torchvision_models: tuple[str
                 progress: bool = True) -> tuple[list[Motif], dict]:
     """Mine motifs from ``families`` (transformers model types; default all), the torchvision / timm
     models (default ``TORCHVISION_MODELS`` / ``TIMM_MODELS`` where the library imports; ``()`` for none) and
-    the sampling and loss heads of ``compose.motif_heads`` at the vocabulary sizes of ``head_families``
+    the sampling heads of ``compose.motif_heads`` at the vocabulary sizes of ``head_families``
     (default ``motif_heads.HEAD_FAMILIES``; ``()`` for none).
 
     Returns (motifs, meta); ``meta`` has the library versions, the models traced and ``skipped`` (model ->

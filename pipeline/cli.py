@@ -210,12 +210,12 @@ def motifs_cmd(
     torchvision: str = typer.Option(None, help="torchvision models, comma-separated (default: a fixed list of "
                                                "classification models; '' for none)."),
     timm: str = typer.Option(None, help="timm models, comma-separated (default: a fixed list; '' for none)."),
-    heads: str = typer.Option(None, help="Text families whose vocabulary sizes the sampling and loss heads are "
+    heads: str = typer.Option(None, help="Decoder families whose vocabulary sizes the sampling heads are "
                                          "traced at, comma-separated (default: a fixed list; '' for none)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ):
     """Mine fusion motifs from real models (transformers, torchvision, timm as installed) and transformers'
-    sampling and loss heads into a library."""
+    sampling heads into a library."""
     from opforge.compose.motifs import write_motif_library
 
     def models(value):
