@@ -387,7 +387,8 @@ def build_section(f: dict[str, Any], run: dict[str, Any], config: dict[str, Any]
     environment, the result, timings (flagged as the last invocation's when the run was resumed), sandbox
     seconds per filter over the whole ledger, and the steps run on the published rows afterwards."""
     env = f.get("environment") or {}
-    keys = ("target", "seed", "device", "device_profile", "round_size", "max_per_signature", "runtime_window_ms",
+    keys = ("target", "seed", "device", "device_profile", "round_size", "max_per_signature", "max_heavy_share",
+            "runtime_window_ms",
             "timeout_s", "op_mix", "motif_share", "dtype_mix")
     shown = ", ".join(f"`{k}` {json.dumps(config[k])}" for k in keys if config.get(k) is not None)
     envs = ", ".join(f"{k} {env[k]}" for k in ("gpu", "torch", "transformers", "triton", "python", "filter_logic")

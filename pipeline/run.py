@@ -375,7 +375,8 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
             pool = accepted_pool(candidates, res.verdicts)
             if cfg.op_mix == "models":
                 shares = bucket_shares({}, 0.0, pool, keep_pool_mix=True)
-            selection = select_tasks(pool, cfg.target, shares, seed=cfg.seed, max_per_signature=cfg.max_per_signature)
+            selection = select_tasks(pool, cfg.target, shares, seed=cfg.seed, max_per_signature=cfg.max_per_signature,
+                                     max_heavy_share=cfg.max_heavy_share)
             k += 1
             if selection.shortfall == 0:
                 stop_reason = f"target of {cfg.target} reached after {len(candidates)} candidates"

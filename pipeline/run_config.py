@@ -47,6 +47,9 @@ class RunConfig(_EngineOptions):
         round_size: candidates composed per round (default: 1.5 x target, at least 16).
         candidate_budget: most candidates composed in all (default: 20 x target).
         max_per_signature: selection cap on tasks sharing one op-label set.
+        max_heavy_share: the selection's soft cap on tasks that call a GEMM, convolution, attention or recurrent
+            op (``pipeline.select``, rule 4; None = off). Default 0.75, the top of the 40-75 % band of the
+            worthwhile-tasks issue: such tasks beyond it are published only where other tasks cannot fill a quota.
         skip_full_signatures: candidates of a round whose (op set, dtype) signature already holds
             ``max_per_signature`` accepted tasks from earlier rounds are not filtered (selection would not
             take them; the opforge-Ops-6K run left 2,932 of 8,997 accepted tasks out by that cap,
@@ -93,6 +96,7 @@ class RunConfig(_EngineOptions):
     round_size: int | None = Field(None, ge=1)
     candidate_budget: int | None = Field(None, ge=1)
     max_per_signature: int = Field(3, ge=1)
+    max_heavy_share: float | None = Field(0.75, ge=0, le=1)
     skip_full_signatures: bool = True
     skip_filters: list[str] = Field(default_factory=list)
     compile_autotune: bool = False

@@ -12,7 +12,10 @@ Rules, in order:
    column count as float32;
 3. coverage: inside a bucket, tasks are taken round-robin over signatures, each round preferring
    signatures whose seed ops and categories have been picked least so far (ties broken by a seeded
-   shuffle), so every seed op and category present in the pool appears before any repeats.
+   shuffle), so every seed op and category present in the pool appears before any repeats;
+4. heavy-op share (``max_heavy_share``, a soft cap): a bucket takes tasks that call a GEMM, convolution,
+   attention or recurrent op (``heavy_flags``) only up to ``max_heavy_share`` of its quota while it has other
+   tasks; what the others cannot fill is filled with heavy tasks, so the cap never leaves a quota short.
 
 Deterministic for a given pool and seed.
 """
@@ -129,22 +132,47 @@ def capped_out(candidates: pd.DataFrame, accepted: pd.DataFrame, max_per_signatu
             if key in full and t not in seen}
 
 
+def heavy_flags(rows: pd.DataFrame) -> list[bool]:
+    """Per row, whether one of its ``ops`` labels is a GEMM, convolution, attention or recurrent op
+    (``opforge.task.realism.is_heavy`` of the label's bare name, a module's in snake case: ``nn.Conv2d`` ->
+    ``conv2d``, ``@`` -> ``matmul``, ``nn.MultiheadAttention`` -> attention). Rows of the ``transformers``
+    bucket (whole model blocks) count as heavy."""
+    from opforge.task.op_names import canonical_name, snake
+    from opforge.task.realism import is_heavy
+
+    def heavy(label: str) -> bool:
+        bare = label.rsplit(".", 1)[-1]
+        name = {"@": "matmul", "MultiheadAttention": "multi_head_attention_forward"}.get(bare)
+        if name is None:
+            name = canonical_name(snake(bare) if label.startswith("nn.") else bare)
+        return is_heavy(name) is not None
+
+    out = []
+    for ops, source in zip(rows["ops"], rows["data_source"], strict=True):
+        labels = json.loads(ops) if isinstance(ops, str) else list(ops)
+        out.append(source == "transformers" or any(heavy(str(x)) for x in labels))
+    return out
+
+
 def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int = 0,
-                 max_per_signature: int = 3) -> Selection:
+                 max_per_signature: int = 3, max_heavy_share: float | None = None) -> Selection:
     """Choose up to ``n`` rows of ``pool`` (columns ``task_id``, ``ops``, ``data_source``, optional
-    ``categories`` and ``dtype``) by the rules of the module docstring.
+    ``categories`` and ``dtype``) by the rules of the module docstring (``max_heavy_share`` None: rule 4 off).
 
     Raises:
-        ValueError: ``n`` < 0 or ``max_per_signature`` < 1.
+        ValueError: ``n`` < 0, ``max_per_signature`` < 1 or ``max_heavy_share`` outside [0, 1].
     """
     if n < 0 or max_per_signature < 1:
         raise ValueError(f"select_tasks: n={n} and max_per_signature={max_per_signature} must be >= 0 / >= 1")
+    if max_heavy_share is not None and not 0 <= max_heavy_share <= 1:
+        raise ValueError(f"select_tasks: max_heavy_share={max_heavy_share} must be in [0, 1]")
     pool = pool.drop_duplicates("task_id").reset_index(drop=True)
     rng = random.Random(seed)
     order = list(range(len(pool)))
     rng.shuffle(order)
     rank = {i: r for r, i in enumerate(order)}
     signature = [sig for _, sig in signature_keys(pool)]
+    heavy = heavy_flags(pool) if max_heavy_share is not None and len(pool) else [False] * len(pool)
     buckets: dict[str, dict[str, list[int]]] = {}
     for i in order:
         b = pool.at[i, "data_source"]
@@ -163,22 +191,32 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
     for b in sorted(quotas):
         want = quotas[b]
         groups = {s: list(v[:max_per_signature]) for s, v in buckets.get(b, {}).items()}
-        got = 0
-        while got < want and any(groups.values()):
-            # one round: every signature still holding tasks, least-covered seed ops / categories first
-            live = [s for s, v in groups.items() if v]
-            live.sort(key=lambda s: (min((op_count[o] for o in json.loads(s)[0]), default=0),
-                                     min((cat_count[c] for c in _categories(pool.iloc[groups[s][0]])), default=0),
-                                     rank[groups[s][0]]))
-            for s in live:
-                if got >= want:
+        # a signature's tasks share their op labels, so a signature is heavy or not as a whole
+        allowance = want if max_heavy_share is None else math.floor(want * max_heavy_share + 1e-9)
+        got = n_heavy = 0
+        for capped_pass in (True, False):  # heavy tasks up to the allowance first, then whatever fills the quota
+            while got < want:
+                # one round: every signature still holding tasks, least-covered seed ops / categories first
+                live = [s for s, v in groups.items() if v and not (capped_pass and heavy[v[0]] and n_heavy >= allowance)]
+                if not live:
                     break
-                i = groups[s].pop(0)
-                chosen.append(i)
-                got += 1
-                op_count.update(json.loads(s)[0])
-                cat_count.update(_categories(pool.iloc[i]))
+                live.sort(key=lambda s: (min((op_count[o] for o in json.loads(s)[0]), default=0),
+                                         min((cat_count[c] for c in _categories(pool.iloc[groups[s][0]])), default=0),
+                                         rank[groups[s][0]]))
+                for s in live:
+                    if got >= want or (capped_pass and heavy[groups[s][0]] and n_heavy >= allowance):
+                        continue
+                    i = groups[s].pop(0)
+                    chosen.append(i)
+                    got += 1
+                    n_heavy += heavy[i]
+                    op_count.update(json.loads(s)[0])
+                    cat_count.update(_categories(pool.iloc[i]))
         picked[b] = got
     rows = pool.iloc[chosen].reset_index(drop=True)
+    if max_heavy_share is not None and chosen:
+        share = sum(heavy[i] for i in chosen) / len(chosen)
+        notes.append(f"heavy-op tasks: {share:.1%} of those chosen (soft cap {max_heavy_share:.0%}"
+                     + ("; too few other accepted tasks to hold it)" if share > max_heavy_share + 1e-9 else ")"))
     return Selection(rows, quotas, picked, {b: available.get(b, 0) for b in sorted(available)},
                      n - len(rows), notes)

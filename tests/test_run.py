@@ -318,6 +318,37 @@ def test_selection_cap_counts_each_dtype_of_a_fusion_apart():
     assert len(select_tasks(pool.drop(columns="dtype"), 8, shares, max_per_signature=2).rows) == 2
 
 
+def test_selection_soft_cap_on_heavy_tasks():
+    """Rule 4: heavy tasks (GEMM / conv / attention / RNN labels) fill at most max_heavy_share of a quota while
+    other tasks remain, then fill what the others cannot; None keeps the selection as without the rule."""
+    from opforge.pipeline.select import heavy_flags
+
+    heavy_ops = [["nn.Linear", "F.gelu"], ["F.conv2d", "torch.relu"], ["torch.matmul", "F.softmax"],
+                 ["F.scaled_dot_product_attention", "Tensor.mul"], ["nn.LSTM", "torch.tanh"], ["@", "torch.sigmoid"]]
+    light_ops = [["torch.sort", "F.softmax"], ["Tensor.mul", "F.layer_norm"], ["torch.cumsum", "F.silu"]]
+    rows = [{"task_id": f"h{i}", "ops": json.dumps(heavy_ops[i % 6] + [f"x{i}"]), "data_source": "torch#3"}
+            for i in range(30)]
+    rows += [{"task_id": f"l{i}", "ops": json.dumps(light_ops[i % 3] + [f"y{i}"]), "data_source": "torch#3"}
+             for i in range(6)]
+    pool = pd.DataFrame(rows)
+    assert heavy_flags(pool) == [True] * 30 + [False] * 6
+    shares = bucket_shares({3: 1.0}, 0.0)
+    capped = select_tasks(pool, 12, shares, seed=0, max_heavy_share=0.5)
+    assert capped.shortfall == 0
+    assert capped.rows["task_id"].str.startswith("h").sum() == 6  # 6 light tasks, heavy ones up to 50 %
+    assert "50.0%" in capped.notes[-1]
+    # too few light tasks: the quota is filled with heavy ones, and the note says the cap was not held
+    short = select_tasks(pool, 20, shares, seed=0, max_heavy_share=0.5)
+    assert short.shortfall == 0 and (~short.rows["task_id"].str.startswith("h")).sum() == 6
+    assert "too few other" in short.notes[-1]
+    off = select_tasks(pool, 12, shares, seed=0)
+    assert off.rows["task_id"].tolist() == select_tasks(pool, 12, shares, seed=0, max_heavy_share=1.0).rows[
+        "task_id"].tolist()
+    with pytest.raises(ValueError, match="max_heavy_share"):
+        select_tasks(pool, 12, shares, max_heavy_share=1.5)
+    assert RunConfig(target=10).max_heavy_share == 0.75
+
+
 @pytest.mark.slow
 def test_vocabulary_harvest_runs_in_a_child_beside_the_probes(tmp_path):
     """``start_vocabulary_harvest`` writes a loadable vocabulary from a spawned child (the run overlaps it with
