@@ -34,6 +34,7 @@ FILTERS: tuple[tuple[str, str], ...] = (
     ("roofline", "opforge.filters.headroom:RooflineFilter"),  # static: traced on meta
     ("eager", "opforge.filters.eager:EagerFilter"),
     ("runtime_screen", "opforge.filters.runtime:RuntimeScreenFilter"),
+    ("headroom_screen", "opforge.filters.headroom:HeadroomScreenFilter"),  # an upper bound of headroom's room
     ("determinism", "opforge.filters.determinism:DeterminismFilter"),
     ("degenerate", "opforge.filters.degenerate:DegenerateFilter"),
     ("trivial", "opforge.filters.trivial:TrivialFilter"),
@@ -182,13 +183,17 @@ def check_thresholds(thresholds: dict[str, dict[str, Any]]) -> None:
 
 def make_chain(settings: FilterSettings) -> list[Filter]:
     """Instantiate the chosen per-task filters in order (corpus filters excluded), applying
-    ``settings.thresholds``, the runtime window and the KernelBench index."""
+    ``settings.thresholds``, the runtime window, the KernelBench index and the ``headroom`` filter's
+    ``min_room`` to ``headroom_screen`` (left out where ``headroom`` does not run)."""
     registry = load_filters()
     chain = []
-    for name in settings.names():
-        if name in CORPUS_FILTERS:
-            continue
+    names = settings.names()
+    for name in names:
+        if name in CORPUS_FILTERS or (name == "headroom_screen" and "headroom" not in names):
+            continue  # the screen stands in for headroom's rule only where headroom runs
         overrides = dict(settings.thresholds.get(name, {}))
+        if name == "headroom_screen" and "min_room" in settings.thresholds.get("headroom", {}):
+            overrides.setdefault("min_room", settings.thresholds["headroom"]["min_room"])
         if name in ("runtime", "runtime_screen") and settings.runtime_window_ms is not None:
             overrides.setdefault("window_ms", list(settings.runtime_window_ms))
         if name == "contamination":

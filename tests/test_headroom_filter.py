@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 from opforge.filters import headroom
 from opforge.filters.chain import FILTER_NAMES, FilterSettings, make_chain, run_chain
-from opforge.filters.headroom import HeadroomFilter, RooflineFilter, resolve_peaks
+from opforge.filters.headroom import HeadroomFilter, HeadroomScreenFilter, RooflineFilter, resolve_peaks
 from opforge.task.peaks import H100_SXM, H200_SXM
 
 from .filter_tasks import GOOD, task
@@ -26,7 +26,35 @@ class _Run:  # what the filters read of a TaskRun
 def test_roofline_runs_before_execution_and_headroom_after_the_timing():
     names = list(FILTER_NAMES)
     assert names.index("contamination") < names.index("roofline") < names.index("eager")
+    assert names.index("runtime_screen") + 1 == names.index("headroom_screen") < names.index("compile")
     assert names.index("runtime") < names.index("headroom") == len(names) - 1
+
+
+def test_headroom_screen_rejects_only_what_headroom_would():
+    """room <= eager / roofline <= screen / (slack * roofline): below min_room there, headroom would reject."""
+    f = HeadroomScreenFilter()
+    cuda = _Run(GOOD, device="cuda")
+
+    def verdict(screen_ms, roofline_ms, run=cuda, flt=f):
+        return flt.decide(flt.score(run, {"runtime_screen": {"screen_ms": screen_ms},
+                                          "roofline": {"roofline_ms": roofline_ms}}))
+
+    low = verdict(0.17, 0.1)  # bound 0.17 / 0.09 = 1.89 < 2
+    assert low.reason == "trivial:no_headroom" and low.metrics["room_bound"] == pytest.approx(1.8889, abs=1e-4)
+    assert verdict(0.19, 0.1).accepted  # bound 2.11: the precise times decide later
+    assert verdict(0.17, 0.1, run=_Run(GOOD)).accepted  # CPU: no GPU times, no rule
+    assert verdict(None, 0.1).accepted and verdict(0.17, None).accepted
+    assert verdict(0.17, 0.1, flt=HeadroomScreenFilter(min_room=1.5)).accepted
+
+
+def test_the_screen_takes_headroom_min_room_and_runs_only_with_headroom():
+    def screen(settings):
+        return next((f for f in make_chain(settings) if f.name == "headroom_screen"), None)
+
+    assert screen(FilterSettings(device="cpu")).thresholds["min_room"] == 2.0
+    assert screen(FilterSettings(device="cpu", thresholds={"headroom": {"min_room": 1.5}})).thresholds[
+        "min_room"] == 1.5
+    assert screen(FilterSettings(device="cpu", skip=["headroom"])) is None
 
 
 def test_roofline_scores_on_the_default_peaks_and_only_records_by_default():
