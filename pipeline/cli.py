@@ -390,8 +390,8 @@ def filter_cmd(
                                                           "(default: 0.04 100 on cuda, off on cpu)."),
     no_window: bool = typer.Option(False, "--no-window", help="Record runtimes only, on any device."),
     only: str = typer.Option(None, help="Comma-separated filters to run (static always runs), of: duplicate, "
-                                        "static, contamination, roofline, eager, runtime_screen, determinism, "
-                                        "degenerate, trivial, compile, runtime, headroom."),
+                                        "static, contamination, roofline, eager, runtime_screen, headroom_screen, "
+                                        "determinism, degenerate, trivial, compile, runtime, headroom."),
     skip: str = typer.Option(None, help="Comma-separated filters to leave out (e.g. trivial, compile)."),
     limit: int = typer.Option(None, help="Only the first N input rows."),
     kernelbench: str = typer.Option(None, rich_help_panel=KB_PANEL,
