@@ -145,10 +145,15 @@ class HeadroomFilter(Filter):
         return m
 
     def decide(self, m: dict[str, Any]) -> Verdict:
-        room = m.get("room")
-        if room is not None and room < self.thresholds["min_room"]:
-            return self.reject(REASON, m)
-        return self.accept(m)
+        return _below_min_room(self, m, "room")
+
+
+def _below_min_room(f: Filter, m: dict[str, Any], key: str) -> Verdict:
+    """``trivial:no_headroom`` when metric ``key`` is known and below ``f``'s ``min_room``, else accepted."""
+    room = m.get(key)
+    if room is not None and room < f.thresholds["min_room"]:
+        return f.reject(REASON, m)
+    return f.accept(m)
 
 
 def _number(v) -> float | None:
@@ -184,8 +189,5 @@ class HeadroomScreenFilter(Filter):
         return m
 
     def decide(self, m: dict[str, Any]) -> Verdict:
-        bound = m.get("room_bound")
-        if bound is not None and bound < self.thresholds["min_room"]:
-            return self.reject(REASON, m)
-        return self.accept(m)
+        return _below_min_room(self, m, "room_bound")
 

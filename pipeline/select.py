@@ -134,24 +134,20 @@ def capped_out(candidates: pd.DataFrame, accepted: pd.DataFrame, max_per_signatu
 
 def heavy_flags(rows: pd.DataFrame) -> list[bool]:
     """Per row, whether one of its ``ops`` labels is a GEMM, convolution, attention or recurrent op
-    (``opforge.task.realism.is_heavy`` of the label's bare name, a module's in snake case: ``nn.Conv2d`` ->
-    ``conv2d``, ``@`` -> ``matmul``, ``nn.MultiheadAttention`` -> attention). Rows of the ``transformers``
+    (``opforge.task.realism.is_heavy`` of the label's canonical name, ``compose.avoid.op_base``: ``nn.Conv2d``
+    -> ``conv2d``; ``@`` -> ``matmul``, ``nn.MultiheadAttention`` -> attention). Rows of the ``transformers``
     bucket (whole model blocks) count as heavy."""
-    from opforge.task.op_names import canonical_name, snake
-    from opforge.task.realism import is_heavy
+    from opforge.compose.avoid import op_base
+    from opforge.task.realism import is_heavy, op_labels
+
+    aliases = {"@": "matmul", "multihead_attention": "multi_head_attention_forward"}
 
     def heavy(label: str) -> bool:
-        bare = label.rsplit(".", 1)[-1]
-        name = {"@": "matmul", "MultiheadAttention": "multi_head_attention_forward"}.get(bare)
-        if name is None:
-            name = canonical_name(snake(bare) if label.startswith("nn.") else bare)
-        return is_heavy(name) is not None
+        base = op_base(label)
+        return is_heavy(aliases.get(base, base)) is not None
 
-    out = []
-    for ops, source in zip(rows["ops"], rows["data_source"], strict=True):
-        labels = json.loads(ops) if isinstance(ops, str) else list(ops)
-        out.append(source == "transformers" or any(heavy(str(x)) for x in labels))
-    return out
+    return [source == "transformers" or any(heavy(x) for x in op_labels(ops))
+            for ops, source in zip(rows["ops"], rows["data_source"], strict=True)]
 
 
 def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int = 0,
