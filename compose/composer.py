@@ -23,7 +23,7 @@ from opforge.seeds.seed_op import SeedOp
 from opforge.task.identity import task_id_for
 from tqdm import tqdm
 
-GENERATOR = "opforge-compose/0.7"  # 0.6: sampling-head motifs, fixed-dtype motifs; 0.7: heads never mutated
+GENERATOR = "opforge-compose/0.8"  # 0.6: sampling-head motifs, fixed-dtype; 0.7: heads never mutated; 0.8: light class
 COLUMNS = ["task_id", "code", "ops", "data_source", "num_ops", "graph", "categories", "input_shapes", "dtype",
            "size_context", "pattern", "predicted_ms", "device_profile", "generator", "generator_seed",
            "candidate_index", "provenance"]
@@ -160,12 +160,12 @@ def _motif_pool(cfg: ComposeConfig, profile):
     """The motif pool of ``cfg`` (``compose.motifs``); a fixed-size profile draws only motifs whose modules
     hold at most ``SMALL_PROFILE_BLOCK_PARAMS`` parameters."""
     from opforge.compose.motif_candidates import small_enough
-    from opforge.compose.motifs import MotifPool, load_motifs
+    from opforge.compose.motifs import LIGHT_SHARE, MotifPool, load_motifs
 
     motifs = load_motifs(cfg.motif_library)
     if not profile.realistic:
         motifs = [m for m in motifs if small_enough(m, SMALL_PROFILE_BLOCK_PARAMS)]
-    return MotifPool(motifs)
+    return MotifPool(motifs, light_share=LIGHT_SHARE)
 
 
 def _batches(profile) -> list[int]:

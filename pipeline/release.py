@@ -242,6 +242,8 @@ def whole_run_funnel(run_dir: str | Path) -> dict[str, Any]:
         raise ReleaseError(f"{rpath} and {vpath} disagree: run.json counts {run['candidates']} candidates / "
                            f"{run['accepted']} accepted, the rounds and verdicts {candidates} / {accepted}")
     nf = run.get("not_filtered_full_signature")
+    if nf is not None:
+        nf += run.get("not_filtered_heavy_cap") or 0
     if nf is not None and nf != funnel["not_filtered"]:
         raise ReleaseError(f"{rpath} and {vpath} disagree: run.json has {nf} candidates not filtered, the rounds "
                            f"less the verdict rows {funnel['not_filtered']}")
@@ -358,13 +360,15 @@ def funnel_section(f: dict[str, Any], selected: int, stop_reason: str | None) ->
     rows = ["| reason | tasks | share of candidates | detail |", "|---|---:|---:|---|",
             f"| accepted | {f['accepted']:,} | {_pct(f['accepted'] / base)} | |"]
     if f["not_filtered"]:
-        rows.append(f"| not filtered (signature full) | {f['not_filtered']:,} | {_pct(f['not_filtered'] / base)} | |")
+        rows.append(f"| not filtered (signature full, heavy-op cap) | {f['not_filtered']:,} | "
+                    f"{_pct(f['not_filtered'] / base)} | |")
     for reason, n in f["by_reason"].items():
         detail = ", ".join(f"`{k.split(':', 1)[1]}` {v:,}" for k, v in f["by_reason_detail"].items()
                            if k.split(":")[0] == reason and ":" in k)
         rows.append(f"| `{reason}` | {n:,} | {_pct(n / base)} | {detail} |")
     skipped = (f" {_pl(f['not_filtered'], 'was', 'were')} not filtered: (op set, dtype) signatures that already held "
-               "the selection's cap of accepted tasks from earlier rounds." if f["not_filtered"] else "")
+               "the selection's cap of accepted tasks from earlier rounds, and heavy-op candidates of the rounds "
+               "composed after the target to hold the heavy-op cap." if f["not_filtered"] else "")
     stop = f" ({stop_reason})" if stop_reason else ""
     corpus = (f"{_pl(f['corpus_verdicts'], 'was', 'were')} rejected over the whole corpus without being run "
               f"(duplicates of an earlier candidate); the other {f['ledger_verdicts']:,}" if f["corpus_verdicts"] else
@@ -388,7 +392,7 @@ def build_section(f: dict[str, Any], run: dict[str, Any], config: dict[str, Any]
     seconds per filter over the whole ledger, and the steps run on the published rows afterwards."""
     env = f.get("environment") or {}
     keys = ("target", "seed", "device", "device_profile", "round_size", "max_per_signature", "max_heavy_share",
-            "runtime_window_ms",
+            "cap_rounds", "runtime_window_ms",
             "timeout_s", "op_mix", "motif_share", "dtype_mix")
     shown = ", ".join(f"`{k}` {json.dumps(config[k])}" for k in keys if config.get(k) is not None)
     envs = ", ".join(f"{k} {env[k]}" for k in ("gpu", "torch", "transformers", "triton", "python", "filter_logic")

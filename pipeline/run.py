@@ -8,7 +8,8 @@ Run directory::
                                  ``NNNN * round_size ...`` (so a round is the same whenever it is composed)
     candidates.parquet           all rounds so far (the filter stage's input), less the candidates of a round
                                  whose (op set, dtype) signature already held ``max_per_signature`` accepted
-                                 tasks from earlier rounds (``skip_full_signatures``)
+                                 tasks from earlier rounds, and the heavy-op ones of a round composed only to
+                                 hold the heavy-op cap (``skip_full_signatures``)
     filter/                      ledger.jsonl, verdicts.parquet, funnel.json (see ``opforge filter``)
     selection.json               what selection chose and why
     hf/                          the Hub folder (see ``pipeline.hub_folder``)
@@ -19,7 +20,9 @@ The stages overlap: a round is composed in shards as Dask tasks on the cluster's
 (``filter_run.FilterStream``), and the next round is composed while the filter works when the yield so far
 projects fewer accepted tasks than the target needs. A round is still the unit of every decision: its
 skipped signatures come from the verdicts of the rounds before it, its verdicts are computed over the whole
-``candidates.parquet`` once all are in, and the run stops after the round that reaches the target, so the
+``candidates.parquet`` once all are in, and the run stops after the round that reaches the target (or, while
+the selection's heavy-op cap ``max_heavy_share`` is not held, up to ``cap_rounds`` rounds later; those rounds
+filter only candidates without a heavy op, as more heavy-op tasks cannot help the cap), so the
 verdicts, the selection and the Hub folder are those of composing and filtering the rounds one after the
 other.
 
@@ -322,6 +325,26 @@ def accepted_pool(candidates: pd.DataFrame, verdicts: pd.DataFrame) -> pd.DataFr
     return pool.sort_values("candidate_index", kind="stable").reset_index(drop=True)
 
 
+def cap_round(selection) -> bool:
+    """Whether the next round is composed only to hold the heavy-op cap: the last round's ``selection``
+    (``pipeline.select.Selection``, None before the first) meets the target but not ``max_heavy_share``."""
+    return selection is not None and selection.shortfall == 0 and selection.light_short > 0
+
+
+def target_stop(selection, cfg: RunConfig, candidates: int, extra_rounds: int) -> str:
+    """The stop reason after a round whose ``selection`` came from ``candidates`` candidates, ``extra_rounds``
+    rounds having been composed after the target was met; "" to compose another round. Stops when the target is
+    met and the heavy-op cap held, or after ``cfg.cap_rounds`` such rounds."""
+    if selection.shortfall or (selection.light_short and extra_rounds < cfg.cap_rounds):
+        return ""
+    reason = f"target of {cfg.target} reached after {candidates} candidates"
+    if extra_rounds or selection.light_short:
+        reason += (f"; {extra_rounds} more round(s) for the heavy-op cap of {cfg.max_heavy_share:.0%}, "
+                   + (f"still {selection.light_short} tasks without a heavy op short" if selection.light_short
+                      else "held"))
+    return reason
+
+
 def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     """Run (or resume) the whole pipeline described by ``cfg``; see the module docstring.
 
@@ -331,7 +354,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     """
     from opforge.compose.sampler import parse_op_mix
     from opforge.filters.chain import check_thresholds
-    from opforge.pipeline.select import bucket_shares, capped_out, select_tasks
+    from opforge.pipeline.select import bucket_shares, capped_out, heavy_flags, select_tasks
     from opforge.pipeline.timeline import Timeline
 
     cfg = cfg.resolved()
@@ -351,7 +374,9 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
 
     job = _StreamedJob(cfg, catalog, run_dir, settings, timeline, progress)
     rounds: list[pd.DataFrame] = []  # each round's candidates, read once
-    not_filtered: set[str] = set()  # task ids of candidates skipped for a full signature (skip_full_signatures)
+    not_filtered: set[str] = set()  # task ids of candidates not filtered (skip_full_signatures)
+    n_heavy_skipped = 0  # of them, heavy-op candidates of the rounds composed to hold max_heavy_share
+    extra_rounds = 0  # rounds composed after the target was met, to hold max_heavy_share
     selection = pool = None
     stop_reason = ""
     finished = False
@@ -361,9 +386,15 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
             # the round's candidates stream into the filter shard by shard (skips decided from the verdicts of
             # the earlier rounds only, so a resumed run skips the same ones)
             job.round_starts(k, sum(len(r) for r in rounds))
+            skip_heavy = cap_round(selection)
             for piece in job.pieces(k):
                 if cfg.skip_full_signatures and pool is not None:
                     not_filtered |= capped_out(piece, pool, cfg.max_per_signature)
+                if cfg.skip_full_signatures and skip_heavy:
+                    # the target is met: a heavy-op candidate cannot bring the selection closer to its cap
+                    new = set(piece["task_id"][heavy_flags(piece)]) - not_filtered
+                    n_heavy_skipped += len(new)
+                    not_filtered |= new
                 job.stream.add(piece[~piece["task_id"].isin(not_filtered)])
             rounds.append(pd.read_parquet(_round_path(run_dir, k)))
             candidates = pd.concat(rounds, ignore_index=True)
@@ -378,12 +409,15 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
             selection = select_tasks(pool, cfg.target, shares, seed=cfg.seed, max_per_signature=cfg.max_per_signature,
                                      max_heavy_share=cfg.max_heavy_share)
             k += 1
-            if selection.shortfall == 0:
-                stop_reason = f"target of {cfg.target} reached after {len(candidates)} candidates"
+            stop_reason = target_stop(selection, cfg, len(candidates), extra_rounds)
+            if stop_reason:
                 break
+            extra_rounds += selection.shortfall == 0
             if len(candidates) + cfg.round_size > cfg.candidate_budget:
                 stop_reason = (f"candidate budget of {cfg.candidate_budget} exhausted: {len(selection.rows)} of "
-                               f"{cfg.target} tasks selected")
+                               f"{cfg.target} tasks selected"
+                               + (f", {selection.light_short} tasks without a heavy op short of the heavy-op cap"
+                                  if selection.shortfall == 0 else ""))
                 break
         finished = True
     finally:
@@ -418,7 +452,8 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     (run_dir / "run.json").write_text(json.dumps({
         "selected": result.selected, "accepted": result.accepted, "candidates": result.candidates,
         "rounds": len(rounds), "stop_reason": stop_reason, "seconds": result.seconds, "sandbox_warm_up": warm_up,
-        "not_filtered_full_signature": len(not_filtered), "yield": round(funnel["yield"], 4),
+        "not_filtered_full_signature": len(not_filtered) - n_heavy_skipped,
+        "not_filtered_heavy_cap": n_heavy_skipped, "yield": round(funnel["yield"], 4),
         "timeline": timeline.record(job.gpu_spans())}, indent=2))
     return result
 

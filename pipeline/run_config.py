@@ -50,10 +50,15 @@ class RunConfig(_EngineOptions):
         max_heavy_share: the selection's soft cap on tasks that call a GEMM, convolution, attention or recurrent
             op (``pipeline.select``, rule 4; None = off). Default 0.75, the top of the 40-75 % band of the
             worthwhile-tasks issue: such tasks beyond it are published only where other tasks cannot fill a quota.
+        cap_rounds: most rounds composed after the target is met while the selection does not hold
+            ``max_heavy_share`` (each filters only the round's candidates without a heavy op when
+            ``skip_full_signatures``); 0 stops at the target. Default 2: on 2 x H100 a round of 1,500 candidates
+            added about 50-70 tasks without a heavy op under the signature cap
+            (benchmarks/results/h100/worthwhile_tasks.json).
         skip_full_signatures: candidates of a round whose (op set, dtype) signature already holds
             ``max_per_signature`` accepted tasks from earlier rounds are not filtered (selection would not
             take them; the opforge-Ops-6K run left 2,932 of 8,997 accepted tasks out by that cap,
-            benchmarks/results/h200/release6k.json).
+            benchmarks/results/h200/release6k.json), nor the heavy-op candidates of a ``cap_rounds`` round.
         skip_filters: filters to leave out.
         timeout_s / memory_gib / gpu_step_limit_s / gpu_share_limit_s / gpu_admit_gib / gpu_admit_predicted /
             gpu_growth / gpu_memory_fraction / gpu_concurrency / compile_threads: the engine's settings
@@ -97,6 +102,7 @@ class RunConfig(_EngineOptions):
     candidate_budget: int | None = Field(None, ge=1)
     max_per_signature: int = Field(3, ge=1)
     max_heavy_share: float | None = Field(0.75, ge=0, le=1)
+    cap_rounds: int = Field(2, ge=0)
     skip_full_signatures: bool = True
     skip_filters: list[str] = Field(default_factory=list)
     compile_autotune: bool = False

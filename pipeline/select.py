@@ -40,6 +40,8 @@ class Selection:
         quotas: bucket -> planned count; ``picked``: bucket -> chosen count; ``available``: bucket -> pool size.
         shortfall: N minus the number chosen (0 when the pool sufficed).
         notes: human-readable remarks (redistributed quotas, capped signatures).
+        light_short: heavy-op tasks chosen beyond the buckets' ``max_heavy_share`` allowances, i.e. how many
+            more tasks without a heavy op the pool would need to hold the cap (0 when held or the cap is off).
     """
 
     rows: pd.DataFrame
@@ -48,6 +50,7 @@ class Selection:
     available: dict[str, int]
     shortfall: int
     notes: list[str] = field(default_factory=list)
+    light_short: int = 0
 
 
 def bucket_shares(op_mix: dict[int, float], transformers_share: float, pool: pd.DataFrame | None = None,
@@ -184,6 +187,7 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
     cat_count: Counter = Counter()
     chosen: list[int] = []
     picked: dict[str, int] = {}
+    light_short = 0
     for b in sorted(quotas):
         want = quotas[b]
         groups = {s: list(v[:max_per_signature]) for s, v in buckets.get(b, {}).items()}
@@ -209,10 +213,12 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
                     op_count.update(json.loads(s)[0])
                     cat_count.update(_categories(pool.iloc[i]))
         picked[b] = got
+        if max_heavy_share is not None:
+            light_short += max(0, n_heavy - allowance)
     rows = pool.iloc[chosen].reset_index(drop=True)
     if max_heavy_share is not None and chosen:
         share = sum(heavy[i] for i in chosen) / len(chosen)
         notes.append(f"heavy-op tasks: {share:.1%} of those chosen (soft cap {max_heavy_share:.0%}"
                      + ("; too few other accepted tasks to hold it)" if share > max_heavy_share + 1e-9 else ")"))
     return Selection(rows, quotas, picked, {b: available.get(b, 0) for b in sorted(available)},
-                     n - len(rows), notes)
+                     n - len(rows), notes, light_short)

@@ -315,6 +315,29 @@ def test_categories_are_drawn_by_share_over_yield(llama):
         MotifPool(llama, shares={"no_such_category": 1.0})
 
 
+def test_light_share_splits_draws_between_motifs_with_and_without_a_heavy_call(llama):
+    """With ``light_share``, that share of draws comes from the motifs without a GEMM / conv / attention /
+    recurrent call, whatever the category weights; a class with no motif leaves its draws to the other."""
+    from collections import Counter
+
+    from opforge.compose.motifs import MotifPool
+
+    light = [m for m in llama if not m.n_heavy]
+    heavy = [m for m in llama if m.n_heavy]
+    assert light and heavy
+    shares = {c: 1.0 for c in {m.category for m in llama}}
+    for share in (0.2, 0.7):
+        pool = MotifPool(llama, shares=shares, light_share=share, light_shares=shares)
+        rng = random.Random(1)
+        drawn = Counter(bool(pool.draw(rng).n_heavy) for _ in range(4000))
+        assert drawn[False] / 4000 == pytest.approx(share, abs=0.03)
+    only_heavy = MotifPool(heavy, shares=shares, light_share=0.9, light_shares=shares)
+    assert set(only_heavy.classes) == {"heavy"}
+    assert all(only_heavy.draw(random.Random(i)).n_heavy for i in range(50))
+    with pytest.raises(ValueError, match="light_share"):
+        MotifPool(llama, light_share=1.5)
+
+
 def test_a_motif_that_discards_a_result_is_never_drawn(llama):
     """A call whose result no later call reads and the motif does not return (a value the model only tested
     in Python, ``isfinite(x).all()``) would be computed and thrown away by the task: such a window is not cut,

@@ -336,17 +336,43 @@ def test_selection_soft_cap_on_heavy_tasks():
     capped = select_tasks(pool, 12, shares, seed=0, max_heavy_share=0.5)
     assert capped.shortfall == 0
     assert capped.rows["task_id"].str.startswith("h").sum() == 6  # 6 light tasks, heavy ones up to 50 %
-    assert "50.0%" in capped.notes[-1]
+    assert "50.0%" in capped.notes[-1] and capped.light_short == 0
     # too few light tasks: the quota is filled with heavy ones, and the note says the cap was not held
     short = select_tasks(pool, 20, shares, seed=0, max_heavy_share=0.5)
     assert short.shortfall == 0 and (~short.rows["task_id"].str.startswith("h")).sum() == 6
     assert "too few other" in short.notes[-1]
+    assert short.light_short == 14 - 10  # 14 heavy chosen, 10 allowed
     off = select_tasks(pool, 12, shares, seed=0)
+    assert off.light_short == 0
     assert off.rows["task_id"].tolist() == select_tasks(pool, 12, shares, seed=0, max_heavy_share=1.0).rows[
         "task_id"].tolist()
     with pytest.raises(ValueError, match="max_heavy_share"):
         select_tasks(pool, 12, shares, max_heavy_share=1.5)
     assert RunConfig(target=10).max_heavy_share == 0.75
+
+
+def test_rounds_after_the_target_hold_the_heavy_cap():
+    """Composing stops once the target is met and the heavy-op cap held; while the cap is not held it goes on for
+    at most ``cap_rounds`` rounds, which filter no heavy-op candidate; a short target always goes on."""
+    from opforge.pipeline.run import cap_round, target_stop
+
+    heavy = [{"task_id": f"h{i}", "ops": json.dumps(["nn.Linear", f"x{i}"]), "data_source": "torch#2"}
+             for i in range(10)]
+    light = [{"task_id": f"l{i}", "ops": json.dumps(["F.softmax", f"y{i}"]), "data_source": "torch#2"}
+             for i in range(10)]
+    shares = bucket_shares({2: 1.0}, 0.0)
+    cfg = RunConfig(target=8, cap_rounds=2)
+    held = select_tasks(pd.DataFrame(heavy + light[:3]), 8, shares, max_heavy_share=0.75)
+    over = select_tasks(pd.DataFrame(heavy + light[:1]), 8, shares, max_heavy_share=0.75)
+    short = select_tasks(pd.DataFrame(heavy[:3] + light[:1]), 8, shares, max_heavy_share=0.75)
+    assert (held.shortfall, held.light_short, over.shortfall, over.light_short) == (0, 0, 0, 1)
+    assert not cap_round(None) and not cap_round(held) and cap_round(over) and not cap_round(short)
+    assert target_stop(held, cfg, 100, 0) == "target of 8 reached after 100 candidates"
+    assert target_stop(over, cfg, 100, 0) == "" and target_stop(over, cfg, 150, 1) == ""
+    assert "2 more round(s)" in target_stop(over, cfg, 200, 2) and "still 1 tasks" in target_stop(over, cfg, 200, 2)
+    assert "1 more round(s)" in target_stop(held, cfg, 150, 1) and target_stop(held, cfg, 150, 1).endswith("held")
+    assert target_stop(short, cfg, 100, 0) == "" and target_stop(short, cfg, 10**6, 5) == ""
+    assert target_stop(over, RunConfig(target=8, cap_rounds=0), 100, 0).endswith("short")
 
 
 @pytest.mark.slow
