@@ -5,13 +5,14 @@
 # torch.compile). The composer sizes for the visible GPU's own profile (opforge run's default). Carry .whl:
 #   TARGET=1000 SEED=35 bash benchmarks/device/gpu_motif_run.sh
 # Logs and a tarball of the run's records land in $OUT as NAME.log / NAME.tgz (NAME default run; EXTRA adds
-# `opforge run` options, SEEDS_CATALOG reuses a harvested catalog).
+# `opforge run` options, SEEDS_CATALOG reuses a harvested catalog, RESUME=1 resumes the run directory a call
+# before left on a still-warm machine).
 set -uo pipefail
 . benchmarks/device/device_setup.sh || exit 1
 OUT=${OUT:-/tmp/out}
 RUN=${RUN:-/tmp/motifrun}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
-rm -rf "$RUN"
+[ -n "${RESUME:-}" ] || rm -rf "$RUN"
 T0=$(date +%s)
 timeout "${LIMIT:-500}" python3 -m opforge.pipeline.cli run --device cuda --target "${TARGET:-1000}" \
     --seed "${SEED:-35}" --out "$RUN" ${ROUND_SIZE:+--round-size $ROUND_SIZE} \
