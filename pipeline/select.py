@@ -40,8 +40,10 @@ class Selection:
         quotas: bucket -> planned count; ``picked``: bucket -> chosen count; ``available``: bucket -> pool size.
         shortfall: N minus the number chosen (0 when the pool sufficed).
         notes: human-readable remarks (redistributed quotas, capped signatures).
-        light_short: heavy-op tasks chosen beyond the buckets' ``max_heavy_share`` allowances, i.e. how many
-            more tasks without a heavy op the pool would need to hold the cap (0 when held or the cap is off).
+        light_short: heavy-op tasks chosen beyond ``max_heavy_share`` of all tasks chosen (0 when the share is
+            held or the cap is off): how many of them tasks without a heavy op should replace. Over the whole
+            selection, not per bucket: a bucket of a few tasks (whole model blocks, always heavy) can never hold
+            the cap on its own.
     """
 
     rows: pd.DataFrame
@@ -187,7 +189,6 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
     cat_count: Counter = Counter()
     chosen: list[int] = []
     picked: dict[str, int] = {}
-    light_short = 0
     for b in sorted(quotas):
         want = quotas[b]
         groups = {s: list(v[:max_per_signature]) for s, v in buckets.get(b, {}).items()}
@@ -213,9 +214,10 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
                     op_count.update(json.loads(s)[0])
                     cat_count.update(_categories(pool.iloc[i]))
         picked[b] = got
-        if max_heavy_share is not None:
-            light_short += max(0, n_heavy - allowance)
     rows = pool.iloc[chosen].reset_index(drop=True)
+    light_short = 0
+    if max_heavy_share is not None:
+        light_short = max(0, sum(heavy[i] for i in chosen) - math.floor(len(chosen) * max_heavy_share + 1e-9))
     if max_heavy_share is not None and chosen:
         share = sum(heavy[i] for i in chosen) / len(chosen)
         notes.append(f"heavy-op tasks: {share:.1%} of those chosen (soft cap {max_heavy_share:.0%}"

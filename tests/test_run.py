@@ -373,6 +373,11 @@ def test_rounds_after_the_target_hold_the_heavy_cap():
     assert "1 more round(s)" in target_stop(held, cfg, 150, 1) and target_stop(held, cfg, 150, 1).endswith("held")
     assert target_stop(short, cfg, 100, 0) == "" and target_stop(short, cfg, 10**6, 5) == ""
     assert target_stop(over, RunConfig(target=8, cap_rounds=0), 100, 0).endswith("short")
+    # the cap holds over the whole selection: a bucket of whole model blocks (always heavy) does not keep it going
+    blocks = [{"task_id": f"b{i}", "ops": json.dumps(["LlamaMLP"]), "data_source": "transformers"} for i in range(2)]
+    mixed = select_tasks(pd.DataFrame(heavy + light + blocks), 10, {"torch#2": 0.8, "transformers": 0.2},
+                         max_heavy_share=0.75)
+    assert mixed.picked["transformers"] == 2 and mixed.light_short == 0 and not cap_round(mixed)
 
 
 @pytest.mark.slow
