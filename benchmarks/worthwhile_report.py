@@ -118,8 +118,11 @@ def accepted_pool(run_dir: Path, workers: int, known: dict[str, dict] | None = N
     candidates' code), and what each ``min_room`` of ``ROOM_GRID`` keeps of them; the codes' ``_static``
     records go into ``known`` (``static_records``)."""
     verdicts = pd.read_parquet(run_dir / "filter" / "verdicts.parquet")
-    cands = pd.concat([pd.read_parquet(p) for p in sorted((run_dir / "candidates").glob("*.parquet"))],
-                      ignore_index=True).drop_duplicates("task_id")
+    rounds = sorted((run_dir / "candidates").glob("*.parquet"))
+    # without the round files (a copy that left them out), the filtered candidates: "drawn" then leaves out the
+    # candidates not filtered (full signatures, heavy-cap rounds)
+    cands = (pd.concat([pd.read_parquet(p) for p in rounds], ignore_index=True) if rounds
+             else pd.read_parquet(run_dir / "candidates.parquet")).drop_duplicates("task_id")
     acc = verdicts[verdicts["accepted"]].merge(cands[["task_id", "code", "provenance"]], on="task_id")
     best = np.minimum(pd.to_numeric(acc["eager_ms"], errors="coerce"),
                       pd.to_numeric(acc["compile_ms"], errors="coerce").fillna(np.inf))

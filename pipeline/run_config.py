@@ -50,6 +50,10 @@ class RunConfig(_EngineOptions):
         max_heavy_share: the selection's soft cap on tasks that call a GEMM, convolution, attention or recurrent
             op (``pipeline.select``, rule 4; None = off). Default 0.75, the top of the 40-75 % band of the
             worthwhile-tasks issue: such tasks beyond it are published only where other tasks cannot fill a quota.
+        soft_min_fusion_gain: the selection's soft floor on ``fusion_gain`` (``pipeline.select``, rule 5; None =
+            off): tasks below it are published only where the others cannot fill a quota. Default 1.1: below it a
+            fused kernel saves under 10 % of the per-op roofline time (nothing to fuse, as the worthwhile-tasks
+            issue counts it).
         cap_rounds: most rounds composed after the target is met while the selection does not hold
             ``max_heavy_share`` (each filters only the round's candidates without a heavy op when
             ``skip_full_signatures``); 0 stops at the target. Default 2: on 2 x H100 a round of 1,500 candidates
@@ -103,6 +107,7 @@ class RunConfig(_EngineOptions):
     max_per_signature: int = Field(3, ge=1)
     max_heavy_share: float | None = Field(0.75, ge=0, le=1)
     cap_rounds: int = Field(2, ge=0)
+    soft_min_fusion_gain: float | None = Field(1.1, ge=1)
     skip_full_signatures: bool = True
     skip_filters: list[str] = Field(default_factory=list)
     compile_autotune: bool = False

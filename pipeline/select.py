@@ -15,7 +15,13 @@ Rules, in order:
    shuffle), so every seed op and category present in the pool appears before any repeats;
 4. heavy-op share (``max_heavy_share``, a soft cap): a bucket takes tasks that call a GEMM, convolution,
    attention or recurrent op (``heavy_flags``) only up to ``max_heavy_share`` of its quota while it has other
-   tasks; what the others cannot fill is filled with heavy tasks, so the cap never leaves a quota short.
+   tasks; what the others cannot fill is filled with heavy tasks, so the cap never leaves a quota short;
+5. something to fuse (``soft_min_fusion_gain``, a soft floor): a task whose ``fusion_gain`` (per-op roofline
+   time over one fused kernel's, ``task.roofline``) is below it is taken only where tasks above it cannot fill
+   a quota under rule 4, and a signature's tasks above it are its first ``max_per_signature``. Below 1.1 a
+   fused kernel saves under 10 % of the per-op roofline time: one GEMM or convolution with a trivial epilogue
+   (the worthwhile-tasks issue counts such rows as having nothing to fuse). Rows without a ``fusion_gain``
+   count as above it.
 
 Deterministic for a given pool and seed.
 """
@@ -156,9 +162,11 @@ def heavy_flags(rows: pd.DataFrame) -> list[bool]:
 
 
 def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int = 0,
-                 max_per_signature: int = 3, max_heavy_share: float | None = None) -> Selection:
+                 max_per_signature: int = 3, max_heavy_share: float | None = None,
+                 soft_min_fusion_gain: float | None = None) -> Selection:
     """Choose up to ``n`` rows of ``pool`` (columns ``task_id``, ``ops``, ``data_source``, optional
-    ``categories`` and ``dtype``) by the rules of the module docstring (``max_heavy_share`` None: rule 4 off).
+    ``categories``, ``dtype`` and ``fusion_gain``) by the rules of the module docstring (``max_heavy_share`` /
+    ``soft_min_fusion_gain`` None: rule 4 / 5 off).
 
     Raises:
         ValueError: ``n`` < 0, ``max_per_signature`` < 1 or ``max_heavy_share`` outside [0, 1].
@@ -174,8 +182,12 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
     rank = {i: r for r, i in enumerate(order)}
     signature = [sig for _, sig in signature_keys(pool)]
     heavy = heavy_flags(pool) if max_heavy_share is not None and len(pool) else [False] * len(pool)
+    weak = [False] * len(pool)
+    if soft_min_fusion_gain is not None and "fusion_gain" in pool:
+        gain = pd.to_numeric(pool["fusion_gain"], errors="coerce")
+        weak = (gain < soft_min_fusion_gain).fillna(False).tolist()
     buckets: dict[str, dict[str, list[int]]] = {}
-    for i in order:
+    for i in sorted(order, key=lambda i: weak[i]):  # stable: rank order, a signature's weak tasks last
         b = pool.at[i, "data_source"]
         buckets.setdefault(b, {}).setdefault(signature[i], []).append(i)
     capped = {b: sum(min(len(v), max_per_signature) for v in sigs.values()) for b, sigs in buckets.items()}
@@ -195,17 +207,23 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
         # a signature's tasks share their op labels, so a signature is heavy or not as a whole
         allowance = want if max_heavy_share is None else math.floor(want * max_heavy_share + 1e-9)
         got = n_heavy = 0
-        for capped_pass in (True, False):  # heavy tasks up to the allowance first, then whatever fills the quota
+
+        # tasks above the fusion-gain floor within the heavy-op allowance first, then those below it within the
+        # allowance, then whatever fills the quota
+        for capped, strong_only in ((True, True), (True, False), (False, False)):
             while got < want:
                 # one round: every signature still holding tasks, least-covered seed ops / categories first
-                live = [s for s, v in groups.items() if v and not (capped_pass and heavy[v[0]] and n_heavy >= allowance)]
+                full = capped and n_heavy >= allowance  # no more heavy-op tasks in this pass
+                live = [s for s, v in groups.items() if v and not ((full and heavy[v[0]]) or (strong_only and weak[v[0]]))]
                 if not live:
                     break
                 live.sort(key=lambda s: (min((op_count[o] for o in json.loads(s)[0]), default=0),
                                          min((cat_count[c] for c in _categories(pool.iloc[groups[s][0]])), default=0),
                                          rank[groups[s][0]]))
                 for s in live:
-                    if got >= want or (capped_pass and heavy[groups[s][0]] and n_heavy >= allowance):
+                    i = groups[s][0] if groups[s] else None
+                    if got >= want or i is None or (capped and n_heavy >= allowance and heavy[i]) or \
+                            (strong_only and weak[i]):
                         continue
                     i = groups[s].pop(0)
                     chosen.append(i)
@@ -218,6 +236,9 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
     light_short = 0
     if max_heavy_share is not None:
         light_short = max(0, sum(heavy[i] for i in chosen) - math.floor(len(chosen) * max_heavy_share + 1e-9))
+    if soft_min_fusion_gain is not None and chosen:
+        notes.append(f"fusion gain below {soft_min_fusion_gain:g}: {sum(weak[i] for i in chosen)} of those chosen, "
+                     f"{sum(weak)} in the pool")
     if max_heavy_share is not None and chosen:
         share = sum(heavy[i] for i in chosen) / len(chosen)
         notes.append(f"heavy-op tasks: {share:.1%} of those chosen (soft cap {max_heavy_share:.0%}"

@@ -351,6 +351,28 @@ def test_selection_soft_cap_on_heavy_tasks():
     assert RunConfig(target=10).max_heavy_share == 0.75
 
 
+def test_selection_soft_floor_on_fusion_gain():
+    """Rule 5: tasks whose fusion_gain is below soft_min_fusion_gain are chosen only where the others cannot fill
+    the quota; within a signature the ones above it come first; rows without a gain count as above it."""
+    rows = [{"task_id": f"w{i}", "ops": json.dumps(["nn.Linear", f"x{i}"]), "data_source": "torch#2",
+             "fusion_gain": 1.02} for i in range(6)]
+    rows += [{"task_id": f"s{i}", "ops": json.dumps(["nn.Linear", f"y{i}"]), "data_source": "torch#2",
+              "fusion_gain": 2.5 if i < 3 else None} for i in range(4)]
+    # one signature, its first task (by rank) weak: the strong ones are its first max_per_signature
+    rows += [{"task_id": f"g{i}", "ops": json.dumps(["F.softmax", "Tensor.mul"]), "data_source": "torch#2",
+              "fusion_gain": [1.0, 3.0, 3.0, 3.0][i]} for i in range(4)]
+    pool = pd.DataFrame(rows)
+    shares = bucket_shares({2: 1.0}, 0.0)
+    sel = select_tasks(pool, 7, shares, seed=0, soft_min_fusion_gain=1.1)
+    assert sorted(sel.rows["task_id"]) == ["g1", "g2", "g3", "s0", "s1", "s2", "s3"]
+    assert "fusion gain below 1.1: 0 of those chosen, 7 in the pool" in sel.notes
+    more = select_tasks(pool, 10, shares, seed=0, soft_min_fusion_gain=1.1)  # the floor never leaves a quota short
+    assert more.shortfall == 0 and more.rows["task_id"].str.startswith("w").sum() == 3
+    off = select_tasks(pool, 7, shares, seed=0)
+    assert (off.rows["fusion_gain"] < 1.1).sum() > 0  # without the rule, this seed takes weak tasks
+    assert RunConfig(target=10).soft_min_fusion_gain == 1.1
+
+
 def test_rounds_after_the_target_hold_the_heavy_cap():
     """Composing stops once the target is met and the heavy-op cap held; while the cap is not held it goes on for
     at most ``cap_rounds`` rounds, which filter no heavy-op candidate; a short target always goes on."""
