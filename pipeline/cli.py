@@ -295,7 +295,7 @@ def compose_cmd(
     op_mix: str = typer.Option("models", callback=_check_op_mix,
                                help="models | ops6k | uniform | '1:0.2,2:0.3,...' (share of 1..5-op tasks of "
                                     "the random composer)."),
-    motif_share: float = typer.Option(0.8, min=0.0, max=1.0, help="Share of candidates drawn from the motif "
+    motif_share: float = typer.Option(0.9, min=0.0, max=1.0, help="Share of candidates drawn from the motif "
                                       "library (fusions mined from real models)."),
     motif_library: Path = typer.Option(None, help="Motif library (default: the packaged one; `opforge "
                                                   "motifs` mines one)."),

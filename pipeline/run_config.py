@@ -90,7 +90,7 @@ class RunConfig(_EngineOptions):
     scheduler: str | None = None
     seed: int = 0
     op_mix: str = "models"
-    motif_share: float = Field(0.8, ge=0, le=1)
+    motif_share: float = Field(0.9, ge=0, le=1)  # compose.composer.DEFAULT_MOTIF_SHARE
     motif_library: str | None = None
     transformers_share: float = Field(0.04, ge=0, le=1)
     dtype_mix: str = "float32:0.7,bfloat16:0.18,float16:0.12"

@@ -373,6 +373,17 @@ def test_selection_soft_floor_on_fusion_gain():
     assert RunConfig(target=10).soft_min_fusion_gain == 1.1
 
 
+def test_run_and_compose_default_to_the_composers_motif_share():
+    """``opforge run`` (RunConfig), ``opforge compose`` (its option) and the composer share one default."""
+    import inspect
+
+    from opforge.compose.composer import DEFAULT_MOTIF_SHARE, ComposeConfig
+    from opforge.pipeline.cli import compose_cmd
+
+    assert RunConfig(target=10).motif_share == ComposeConfig(n=1).motif_share == DEFAULT_MOTIF_SHARE
+    assert inspect.signature(compose_cmd).parameters["motif_share"].default.default == DEFAULT_MOTIF_SHARE
+
+
 def test_rounds_after_the_target_hold_the_heavy_cap():
     """Composing stops once the target is met and the heavy-op cap held; while the cap is not held it goes on for
     at most ``cap_rounds`` rounds, which filter no heavy-op candidate; a short target always goes on."""
