@@ -1,0 +1,81 @@
+"""The streamed main job's figures from finished ``opforge run`` directories (issue #37): per-stage wall and busy
+seconds and the GPU busy share from ``run.json``'s stage timeline, and, where ``filter/ledger.jsonl`` is there,
+verdicts per minute over the filter's span, the sandboxes' per-task step times (p50 of the eager and compile
+filters' seconds, compute-lock wait and hold) and the timeouts.
+
+    python benchmarks/streaming_report.py LABEL=RUN_DIR [LABEL=RUN_DIR ...] [--host LABEL=cpu_scaling.json]
+        [--out FILE]
+
+``--host`` attaches a ``benchmarks/device/cpu_scaling.py`` output (the host's CPU throughput under N processes)
+to the run of that label.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def _p50(values) -> float | None:
+    v = [x for x in values if x is not None]
+    return round(float(np.median(v)), 3) if v else None
+
+
+def ledger_figures(path: Path) -> dict:
+    """Verdicts per minute and step-time medians of one ledger (JSON lines of the filter's records)."""
+    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    starts = [r["started_at"] for r in recs if r.get("started_at")]
+    span = max(r["ended_at"] for r in recs) - min(starts)
+    return {"verdicts": len(recs), "filter_span_s": round(span, 1), "verdicts_per_min": round(len(recs) / span * 60),
+            "eager_s_p50": _p50((r.get("seconds") or {}).get("eager") for r in recs),
+            "compile_s_p50": _p50((r.get("seconds") or {}).get("compile") for r in recs),
+            "compute_lock_wait_s_p50": _p50((r.get("lock_wait_s") or {}).get("compute") for r in recs),
+            "compute_lock_hold_s_p50": _p50(sum((r.get("lock_hold_s") or {}).values()) for r in recs),
+            "timeouts": sum(str(r.get("reason") or "").startswith("timeout") for r in recs)}
+
+
+def run_figures(run_dir: Path) -> dict:
+    run = json.loads((run_dir / "run.json").read_text())
+    t = run.get("timeline") or {}
+    out = {k: run.get(k) for k in ("selected", "accepted", "candidates", "rounds", "stop_reason", "seconds")}
+    out["wall_s"] = t.get("wall_s")
+    out["stages"] = {k: {"wall_s": v.get("wall_s"), "busy_s": v.get("busy_s")} for k, v in (t.get("stages") or {}).items()}
+    out["gpu_busy"] = t.get("gpu_busy")
+    out["sandboxes"] = (run.get("sandbox_warm_up") or {}).get("of")
+    ledger = run_dir / "filter" / "ledger.jsonl"
+    out["ledger"] = ledger_figures(ledger) if ledger.exists() else None
+    return out
+
+
+def main(argv=None) -> None:
+    from record import describe
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", help="LABEL=RUN_DIR")
+    ap.add_argument("--host", action="append", default=[], help="LABEL=cpu_scaling.json")
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args(argv)
+    res = {"provenance": describe(), "benchmark": "the streamed main job: stage timeline, GPU busy share, step times",
+           "runs": {}}
+    for spec in a.runs:
+        label, _, path = spec.partition("=")
+        res["runs"][label] = run_figures(Path(path))
+    for spec in a.host:
+        label, _, path = spec.partition("=")
+        text = Path(path).read_text()
+        res["runs"].setdefault(label, {})["host_cpu_scaling"] = json.loads(text[text.index("{\n"):])
+    text = json.dumps(res, indent=1)
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
