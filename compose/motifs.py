@@ -41,9 +41,11 @@ TIMM_MODELS = ("resnet50d", "efficientnet_b0", "convnext_nano", "mobilevitv2_050
 # library lacks is left out and the others scaled up. sampling_head is drawn little: its motifs have four op
 # signatures, and the selection publishes at most max_per_signature (3) rows of one signature and dtype, so more
 # draws only add candidates the run skips (not_filtered_full_signature).
-CATEGORY_SHARES = {"attention": 0.12, "norm_residual": 0.14, "norm": 0.12, "conv_norm_act": 0.12, "softmax": 0.12,
-                   "sampling_head": 0.04, "rotary": 0.08, "gated_mlp": 0.06, "gemm_epilogue": 0.06,
-                   "elementwise": 0.05, "pool_head": 0.04, "embedding": 0.04, "activation": 0.03}
+# conv_norm_act has the largest share: with motif share 0.9 it is the main source of convolutions, and a 1,000-task
+# run on 2 x H200 at 0.12 published 13.5 % of rows with a convolution (the realistic-tasks issue asks >= 15 %).
+CATEGORY_SHARES = {"attention": 0.12, "norm_residual": 0.12, "norm": 0.1, "conv_norm_act": 0.24, "softmax": 0.1,
+                   "sampling_head": 0.04, "rotary": 0.06, "gated_mlp": 0.06, "gemm_epilogue": 0.06,
+                   "elementwise": 0.05, "pool_head": 0.04, "embedding": 0.02, "activation": 0.03}
 # Share of a category's drawn candidates that the filters accept with the headroom filter's min_room 2: two
 # runs at the 0.04 ms window floor on 2 x H100 (opforge run --device cuda --target 1000, seeds 35 and 37,
 # composer 0.6 / 0.7, 10,500 candidates; benchmarks/results/h100/worthwhile_tasks.json and its note,
