@@ -9,10 +9,11 @@ from whatever is installed.
 
 ``MotifPool.draw`` picks a motif for a candidate: first its class (the composer draws ``LIGHT_SHARE`` of them
 from the motifs without a GEMM, convolution, attention or recurrent call, with their own mix ``LIGHT_SHARES``
-and yields ``LIGHT_YIELD``), then a category, then a source model, then one of its motifs of that category. ``CATEGORY_SHARES`` is the mix of categories wanted among the published motif tasks
-(the fusions kernel engineers write: attention score scale / mask / softmax, norms with residuals, conv +
-norm + activation, rotary embeddings, gated MLPs, GEMMs with epilogues, heads); since the filters keep some
-categories far more often than others, a category is drawn in proportion to its share over its yield
+and yields ``LIGHT_YIELD``), then a category, then a source model, then one of its motifs of that category.
+``CATEGORY_SHARES`` is the mix of categories wanted among the published motif tasks (the fusions kernel
+engineers write: attention score scale / mask / softmax, norms with residuals, conv + norm + activation, rotary
+embeddings, gated MLPs, GEMMs with epilogues, heads); since the filters keep some categories far more often
+than others, a category is drawn in proportion to its share over its yield
 (``CATEGORY_YIELD``, floored at ``YIELD_FLOOR``), so the published mix follows the shares instead of the
 categories the filters keep most.
 """
