@@ -61,9 +61,10 @@ CATEGORY_YIELD = {"conv_norm_act": 0.71, "pool_head": 0.64, "attention": 0.57, "
 YIELD_FLOOR = 0.25
 # Share of motif draws taken from the motifs with no GEMM, convolution, attention or recurrent call (MotifPool's
 # light class). On the same two runs those were 46 % of the motif draws, 12 % of them were accepted against 40 % of
-# the others, and the selection's heavy-op soft cap of 75 % was not held (82 % and 81 % of the published rows): a
-# published mix of 25-30 % light tasks needs about 60 % of the draws light.
-LIGHT_SHARE = 0.6
+# the others, and the selection's heavy-op soft cap of 75 % was not held (82 % and 81 % of the published rows). At
+# 0.6 (motif share 0.9) a 2 x H200 run published 38 % of rows without a heavy op, but only 43.5 % of 2,000 composed
+# candidates had one (the realistic-tasks issue asks >= 45 % of candidates); 0.55 keeps both.
+LIGHT_SHARE = 0.55
 # The light class: wanted mix of categories among its published tasks, and the share of its candidates the filters
 # accepted on the two runs above (motif candidates without a heavy call; 132-564 per category). Norms, softmaxes
 # and the sampling step pass where Inductor leaves several kernels or a vocabulary-wide sort; a light gated MLP
