@@ -19,7 +19,10 @@ timeout "${LIMIT:-500}" python3 -m opforge.pipeline.cli run --device cuda --targ
     ${SEEDS_CATALOG:+--seeds-catalog $SEEDS_CATALOG} ${EXTRA:-} 2>&1 | stdbuf -o0 tr "\r" "\n" | grep --line-buffered -v -E "(it|task|block|problem|unit|op|model)/s" \
     | tee "$OUT/${NAME:-run}.log"
 echo "run wall s: $(( $(date +%s) - T0 ))" | tee -a "$OUT/${NAME:-run}.log"
+# the run's records without the round files, variants and ledger (too large to come back in one file); the
+# ledger apart
 tar czf "$OUT/${NAME:-run}.tgz" -C "$(dirname "$RUN")" --exclude='*/logs/*' --exclude='*.pkl' --exclude='*/seeds/*' \
-    "$(basename "$RUN")"
+    --exclude='*/candidates/*' --exclude='*/variants.jsonl' --exclude='*/ledger.jsonl' "$(basename "$RUN")"
+tar czf "$OUT/${NAME:-run}-ledger.tgz" -C "$(dirname "$RUN")" "$(basename "$RUN")/filter/ledger.jsonl"
 ls -la "$OUT"
 exit 0
