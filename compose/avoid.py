@@ -15,8 +15,9 @@ spending filter time on them. ``noop_reason(graph, node)`` is asked after each o
   the first one's input shape; an op that is its own inverse applied twice: neg, flip, t, reciprocal).
 
 Ops whose output does not depend on their input's values (``zeros_like``, ``ones_like``, ``empty_like``,
-``full_like``; ``CONSTANT_OUTPUT``) and identities on real tensors (``conj``, ``resolve_neg``, ``positive``,
-``real``; ``IDENTITY_ON_REAL``) are never drawn.
+``full_like``; ``CONSTANT_OUTPUT``) and ops of complex numbers that on real tensors are identities (``conj``,
+``resolve_neg``, ``positive``, ``real``) or a sign test (``angle``: 0 or pi) (``IDENTITY_ON_REAL``) are never
+drawn.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from opforge.compose.graph import OpGraph
 from opforge.task.op_names import canonical_name, snake
 
 CONSTANT_OUTPUT = re.compile(r"(^|\.)(zeros|ones|empty|full|new_zeros|new_ones|new_empty|new_full)(_like)?$")
-# Identities on the real float tensors tasks use (complex conjugation, sign-bit views, unary plus).
-IDENTITY_ON_REAL = re.compile(r"(^|\.)(conj|conj_physical|resolve_conj|resolve_neg|positive|real)$")
+# Ops of complex numbers with no meaning on the real float tensors tasks use: identities (complex conjugation,
+# sign-bit views, unary plus, real part) and the argument, 0 or pi by sign.
+IDENTITY_ON_REAL = re.compile(r"(^|\.)(conj|conj_physical|resolve_conj|resolve_neg|positive|real|angle)$")
 
 _COPY_LIKE = re.compile(r"^(tile|repeat|expand|expand_as|broadcast_to|reshape|view|view_as|flatten|unflatten|"
                         r"squeeze|unsqueeze|clone|contiguous|identity|pad|constant_pad_nd|zero_pad\d?d|"

@@ -200,4 +200,4 @@ def test_no_composed_task_is_one_dominant_op(harvested, gpu_sized):
     for row in multi.itertuples():
         share = graph_cost(_rebuild(s, row.graph)).dominant_share(profile)
         assert share <= profile.max_op_share + 1e-9, (row.ops, share)
-    assert not {"torch.conj", "torch.positive", "torch.resolve_neg", "torch.zeros_like"} & set(s.by_label)
+    assert not {"torch.conj", "torch.positive", "torch.resolve_neg", "torch.angle", "torch.zeros_like"} & set(s.by_label)
