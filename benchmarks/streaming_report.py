@@ -54,14 +54,14 @@ def run_figures(run_dir: Path) -> dict:
 
 
 def main(argv=None) -> None:
-    from record import describe
+    import record
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", help="LABEL=RUN_DIR")
     ap.add_argument("--host", action="append", default=[], help="LABEL=cpu_scaling.json")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
-    res = {"provenance": describe(), "benchmark": "the streamed main job: stage timeline, GPU busy share, step times",
+    res = {"benchmark": "the streamed main job: stage timeline, GPU busy share, step times",
            "runs": {}}
     for spec in a.runs:
         label, _, path = spec.partition("=")
@@ -72,8 +72,7 @@ def main(argv=None) -> None:
         res["runs"].setdefault(label, {})["host_cpu_scaling"] = json.loads(text[text.index("{\n"):])
     text = json.dumps(res, indent=1)
     if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(text)
+        record.write_file(a.out, res)
     print(text)
 
 

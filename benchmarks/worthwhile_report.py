@@ -159,6 +159,8 @@ def accepted_pool(run_dir: Path, workers: int, known: dict[str, dict] | None = N
 
 
 def main(argv=None) -> None:
+    import record
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run_dir", type=Path)
     ap.add_argument("--reference", type=Path, default=None)
@@ -209,8 +211,7 @@ def main(argv=None) -> None:
         res["reference"] = {"path": a.reference.name, **static_figures(list(ref["code"]), a.workers)}
     text = json.dumps(res, indent=1, default=str)
     if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(text)
+        record.write_file(a.out, res)
     print(text)
 
 

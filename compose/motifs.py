@@ -197,14 +197,25 @@ class MotifPool:
                 self.classes[name] = (groups, weights)
         if not self.classes:
             raise ValueError("motif pool: no motif of a category with a positive share")
-        # every class together: category -> family -> motifs, and the category weights summed over the classes
-        self.groups: dict[str, dict[str, list[Motif]]] = {}
-        self.shares: dict[str, float] = {}
-        for groups, weights in self.classes.values():
+
+    @property
+    def groups(self) -> dict[str, dict[str, list[Motif]]]:
+        """Every class together: category -> family -> motifs."""
+        out: dict[str, dict[str, list[Motif]]] = {}
+        for groups, _ in self.classes.values():
             for c, fams in groups.items():
                 for fam, ms in fams.items():
-                    self.groups.setdefault(c, {}).setdefault(fam, []).extend(ms)
-                self.shares[c] = self.shares.get(c, 0.0) + weights[c]
+                    out.setdefault(c, {}).setdefault(fam, []).extend(ms)
+        return out
+
+    @property
+    def shares(self) -> dict[str, float]:
+        """Category -> draw weight, summed over the classes."""
+        out: dict[str, float] = {}
+        for _, weights in self.classes.values():
+            for c, w in weights.items():
+                out[c] = out.get(c, 0.0) + w
+        return out
 
     def draw(self, rng: random.Random) -> Motif:
         """A motif: its class by ``light_share`` (when there are two), a category by its weight, a source model

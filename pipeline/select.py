@@ -186,6 +186,11 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
     if soft_min_fusion_gain is not None and "fusion_gain" in pool:
         gain = pd.to_numeric(pool["fusion_gain"], errors="coerce")
         weak = (gain < soft_min_fusion_gain).fillna(False).tolist()
+
+    def held_back(i: int, heavy_full: bool, strong_only: bool) -> bool:
+        """Task ``i`` waits for a later pass: a heavy-op task once the allowance is used, or a weak one."""
+        return (heavy_full and heavy[i]) or (strong_only and weak[i])
+
     buckets: dict[str, dict[str, list[int]]] = {}
     for i in sorted(order, key=lambda i: weak[i]):  # stable: rank order, a signature's weak tasks last
         b = pool.at[i, "data_source"]
@@ -213,17 +218,16 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
         for capped, strong_only in ((True, True), (True, False), (False, False)):
             while got < want:
                 # one round: every signature still holding tasks, least-covered seed ops / categories first
-                full = capped and n_heavy >= allowance  # no more heavy-op tasks in this pass
-                live = [s for s, v in groups.items() if v and not ((full and heavy[v[0]]) or (strong_only and weak[v[0]]))]
+                live = [s for s, v in groups.items()
+                        if v and not held_back(v[0], capped and n_heavy >= allowance, strong_only)]
                 if not live:
                     break
                 live.sort(key=lambda s: (min((op_count[o] for o in json.loads(s)[0]), default=0),
                                          min((cat_count[c] for c in _categories(pool.iloc[groups[s][0]])), default=0),
                                          rank[groups[s][0]]))
                 for s in live:
-                    i = groups[s][0] if groups[s] else None
-                    if got >= want or i is None or (capped and n_heavy >= allowance and heavy[i]) or \
-                            (strong_only and weak[i]):
+                    if got >= want or not groups[s] or \
+                            held_back(groups[s][0], capped and n_heavy >= allowance, strong_only):
                         continue
                     i = groups[s].pop(0)
                     chosen.append(i)
