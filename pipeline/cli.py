@@ -454,7 +454,7 @@ def run_cmd(
                                help="models | ops6k | uniform | '1:0.2,2:0.3,...' (composition and selection "
                                     "quota; default models: the accepted pool's own mix)."),
     motif_share: float = typer.Option(None, min=0.0, max=1.0, help="Share of candidates drawn from the motif "
-                                      "library (default 0.8)."),
+                                      "library (default 0.9)."),
     motif_library: Path = typer.Option(None, help="Motif library (default: the packaged one)."),
     runtime_window_ms: tuple[float, float] = typer.Option(None, help="LO HI eager window in ms (default: 0.04 100 "
                                                           "on cuda, off on cpu)."),
@@ -477,6 +477,10 @@ def run_cmd(
                                                                   "file's `thresholds`."),
     config: Path = typer.Option(None, "--config", help="YAML file with any of these options (the command "
                                                        "line wins)."),
+    compose_rounds: int = typer.Option(None, "--compose-rounds", min=1,
+                                       help="Only compose rounds 0..N-1 into the run directory (missing ones; "
+                                            "no cluster, no filter) and stop: a later run with the same config, "
+                                            "e.g. on a GPU machine, filters them."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
     settings_given: dict | None = None,
     gpu_given: dict | None = None,
@@ -498,6 +502,14 @@ def run_cmd(
     try:
         overrides["op_weights"] = _op_weights(op_weights)
         cfg = load_config(config, overrides, thresholds=threshold)
+        if compose_rounds:
+            import pandas as pd
+            from opforge.pipeline.run import compose_rounds as compose_only
+
+            paths = compose_only(cfg, compose_rounds, progress=_progress(quiet))
+            n = sum(len(pd.read_parquet(p, columns=["task_id"])) for p in paths)
+            typer.echo(f"{len(paths)} rounds, {n} candidates in {paths[0].parent}")
+            return
         res = run_pipeline(cfg, progress=_progress(quiet))
     except (ConfigError, InputError, ReferenceLoadError, ValueError, RuntimeError, OSError) as exc:
         _fail(str(exc))

@@ -113,6 +113,49 @@ def _harvest(cfg: RunConfig, run_dir: Path, progress: bool = True) -> Path:
     return catalog
 
 
+def compose_rounds(cfg: RunConfig, rounds: int, workers: int | None = None, progress: bool = True) -> list[Path]:
+    """Compose rounds ``0 .. rounds - 1`` of the run ``cfg`` describes into its run directory
+    (``candidates/round-NNNN.parquet``; rounds already there are kept) and stop: no cluster, no filter.
+
+    A round's file is the one ``run_pipeline`` would compose (a round depends only on the seed catalog, the
+    composer options and its index), so rounds composed on a CPU machine are filtered later by ``opforge run``
+    with the same config on a GPU machine, which composes only the missing ones. ``workers``: composer
+    processes (default: usable cores). Returns the round files.
+
+    Raises:
+        ConfigError: the run directory holds another run, or ``rounds`` < 1.
+    """
+    import os
+
+    from opforge.compose.composer import ComposeConfig, compose
+    from opforge.seeds.catalog import read_catalog
+
+    if rounds < 1:
+        raise ConfigError(f"compose rounds: {rounds}: give at least 1")
+    cfg = cfg.resolved()
+    run_dir = Path(cfg.out)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _check_same_run(cfg, run_dir)
+    save_config(cfg, run_dir / "config.yaml")
+    catalog = _harvest(cfg, run_dir, progress)
+    ops = read_catalog(catalog)
+    workers = workers or cfg.compose_workers or len(os.sched_getaffinity(0))
+    paths = []
+    for k in range(rounds):
+        path = _round_path(run_dir, k)
+        paths.append(path)
+        if path.exists():
+            continue
+        options = {**_compose_options(cfg), "n": cfg.round_size, "start_index": k * cfg.round_size,
+                   "vocabulary": _vocabulary_path(cfg, catalog), "motif_library": cfg.motif_library}
+        frame = compose(ops, ComposeConfig(**options), workers=workers, progress=progress)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.parquet")
+        frame.to_parquet(tmp, index=False)
+        tmp.replace(path)
+    return paths
+
+
 def _warm_up_summary(futures: list) -> dict[str, Any] | None:
     """What the sandboxes started before composing (``warm_sandbox`` futures) reported: how many started,
     the slowest start (s) and the first errors."""

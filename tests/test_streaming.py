@@ -6,13 +6,13 @@ import json
 
 import pandas as pd
 import pytest
-from opforge.compose.composer import ComposeConfig, compose
+from opforge.compose.composer import ComposeConfig, compose, rows_frame
 from opforge.engine.cluster import open_cluster
 from opforge.pipeline import compose_tasks
 from opforge.pipeline.compose_tasks import PLUGIN_NAME, compose_shard, composer_files, shards_of_round
 from opforge.pipeline.filter_run import FilterStream, run_filter
-from opforge.pipeline.run import _compose_options, _filter_settings, run_pipeline
-from opforge.pipeline.run_config import RunConfig
+from opforge.pipeline.run import _compose_options, _filter_settings, compose_rounds, run_pipeline
+from opforge.pipeline.run_config import ConfigError, RunConfig
 from opforge.pipeline.status import format_status, run_status
 from opforge.seeds.catalog import read_catalog
 
@@ -53,6 +53,27 @@ def test_shards_are_the_same_rows_on_one_and_four_workers(cluster, catalog_path,
     # the one-shot composition in a fresh process, as the shards' workers compose
     whole = compose(harvested.ops, ComposeConfig(**options, n=12, start_index=12), workers=2, progress=False)
     assert pd.DataFrame([r for r in four if r]).equals(whole)
+
+
+def test_rounds_composed_ahead_are_the_rounds_a_run_streams(cluster, catalog_path, tmp_path):
+    """`opforge run --compose-rounds N` (no cluster) writes the round files the streamed run composes, keeps
+    finished rounds, and refuses a run directory of another run."""
+    cfg = _cfg(tmp_path / "run", catalog_path).model_copy(update={"motif_share": 0.5})
+    paths = compose_rounds(cfg, 2, workers=2, progress=False)
+    assert [p.name for p in paths] == ["round-0000.parquet", "round-0001.parquet"]
+    cluster.client.register_plugin(composer_files(catalog_path, None, None), name=PLUGIN_NAME)
+    options = _compose_options(cfg.resolved())
+    futures = [cluster.client.submit(compose_shard, options, start, n, pure=False)
+               for start, n in shards_of_round(1, 12)]
+    streamed = rows_frame([r for f in futures for r in f.result()["rows"]])
+    assert len(streamed) > 0 and pd.read_parquet(paths[1]).equals(streamed)
+    stamp = paths[0].stat().st_mtime_ns
+    again = compose_rounds(cfg, 3, workers=1, progress=False)
+    assert paths[0].stat().st_mtime_ns == stamp and again[2].exists()
+    with pytest.raises(ConfigError, match="seed"):
+        compose_rounds(cfg.model_copy(update={"seed": 4}), 1)
+    with pytest.raises(ConfigError, match="at least 1"):
+        compose_rounds(cfg, 0)
 
 
 def test_killed_stream_resumes_to_the_verdicts_of_a_one_shot_filter(cluster, catalog_path, tmp_path,
