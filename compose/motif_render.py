@@ -3,7 +3,8 @@
 The task's ``Model`` holds the motif's parameters (``nn.Parameter``, trained-like values: a norm scale
 ``N(1, 0.1^2)``, a bias ``N(0, 0.02^2)``, a matrix ``N(0, 1 / fan_in)`` as ``nn.Linear`` / ``nn.Conv``
 initialise theirs in scale) and its ``torch.nn`` modules (their constructor from the traced module's
-``extra_repr``; normalisation layers get the trained-like statistics of ``compose.render``), and its
+``extra_repr``, less the keyword arguments at their default, ``module_source``; normalisation layers get the
+trained-like statistics of ``compose.render``), and its
 ``forward`` makes the motif's calls in trace order. Integer literals and shapes built from the trace's
 sentinel sizes become ``batch_size`` / ``seq_len`` (module-level constants) and a ``float16`` literal the
 task's dtype (``compose.motif_trace``), so the same motif renders at any batch, sequence length and dtype.
@@ -16,8 +17,11 @@ value as transformers' eager masks use), ``bool_mask`` and ``index`` (``randint`
 
 from __future__ import annotations
 
+import ast
+import inspect
 import math
 import re
+from functools import lru_cache
 
 from opforge.compose.motif_trace import is_overflow_guard, template_refs
 from opforge.compose.render import _norm_state_lines, task_source
@@ -35,6 +39,40 @@ _RDUNDER = {"__radd__": "+", "__rsub__": "-", "__rmul__": "*", "__rtruediv__": "
 
 class RenderError(ValueError):
     """A motif call cannot be written as source (an unsupported argument or operator)."""
+
+
+@lru_cache(maxsize=4096)
+def module_source(source: str) -> str:
+    """``nn.X(...)`` constructor source without its keyword arguments whose literal value equals (same type
+    and value) the default of that parameter in this torch's ``nn.X.__init__``: ``nn.BatchNorm1d(384,
+    eps=1e-05, momentum=0.1, affine=True, bias=True, track_running_stats=True)`` -> ``nn.BatchNorm1d(384)``.
+    An ``extra_repr`` lists every argument, also those a newer torch added (BatchNorm's and GroupNorm's
+    ``bias``), which an older torch's constructor rejects; written as a model author writes it, the
+    constructor builds the same module on both. Source that is not such a call is returned unchanged."""
+    import torch
+
+    try:
+        tree = ast.parse(source, mode="eval")
+        call = tree.body
+        if not isinstance(call, ast.Call) or not call.keywords:
+            return source
+        cls = eval(ast.unparse(call.func), {"nn": torch.nn, "torch": torch})  # noqa: S307 - nn.X of the trace
+        params = inspect.signature(cls.__init__).parameters
+    except (SyntaxError, AttributeError, NameError, TypeError, ValueError):
+        return source
+    keep = []
+    for kw in call.keywords:
+        p = params.get(kw.arg) if kw.arg else None
+        try:
+            value = ast.literal_eval(kw.value)
+        except ValueError:
+            keep.append(kw)
+            continue
+        if p is None or p.default is inspect.Parameter.empty or type(value) is not type(p.default) \
+                or value != p.default:
+            keep.append(kw)
+    call.keywords = keep
+    return ast.unparse(tree)
 
 
 class Symbols:
@@ -372,9 +410,10 @@ def _render(motif, batch: int, seq: int | None, dtype: str, docstring: str, elid
         if call["spelling"] == "module":
             leaf = call.get("module_path", "").split(".")[-1]
             module_attr = _attr(leaf if leaf and not leaf.isdigit() else snake(call["name"]), attrs)
-            init_lines.append(f"self.{module_attr} = {call['module']}")
+            ctor = module_source(call["module"])
+            init_lines.append(f"self.{module_attr} = {ctor}")
             with torch.device("meta"):
-                mod = eval(call["module"], {"nn": torch.nn, "torch": torch})  # noqa: S307 - traced extra_repr
+                mod = eval(ctor, {"nn": torch.nn, "torch": torch})  # noqa: S307 - traced extra_repr
             state_lines += _norm_state_lines(mod, module_attr)
         expr = expression(call, sym, names, module_attr)
         var = f"v{len(fwd)}"

@@ -357,3 +357,25 @@ def test_a_motif_that_discards_a_result_is_never_drawn(llama):
     assert dead_calls(m) == ["isfinite"]
     pool = MotifPool([m, llama[0]], shares={m.category: 1.0})
     assert all(x.motif_id != "dead" for fam in pool.groups[m.category].values() for x in fam)
+
+
+def test_module_constructors_leave_out_default_keywords_and_build_the_same_module():
+    """An extra_repr lists every constructor argument, also those a newer torch added (BatchNorm's ``bias``):
+    rendered without the ones at their default, the constructor runs on an older torch and builds the same
+    module here."""
+    from opforge.compose.motif_render import module_source
+    from opforge.compose.motifs import load_motifs
+
+    assert module_source("nn.BatchNorm1d(384, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True)") \
+        == "nn.BatchNorm1d(384)"
+    kept = module_source("nn.BatchNorm2d(64, eps=0.001, momentum=0.01, affine=False)")
+    assert kept == "nn.BatchNorm2d(64, eps=0.001, momentum=0.01, affine=False)"
+    assert module_source("nn.Dropout(p=0.0, inplace=False)") == "nn.Dropout(p=0.0)"  # 0.0 is not p's 0.5
+    assert module_source("not a call (") == "not a call ("
+    sources = {c["module"] for m in load_motifs() for c in m.calls if c["spelling"] == "module" and c["module"]}
+    assert any("BatchNorm" in s for s in sources) and len(sources) > 20
+    for src in sorted(sources):
+        short = module_source(src)
+        with torch.device("meta"):
+            a, b = (eval(s, {"nn": torch.nn, "torch": torch}) for s in (src, short))  # noqa: S307
+        assert type(a) is type(b) and a.extra_repr() == b.extra_repr(), (src, short)

@@ -40,8 +40,8 @@ if [ -d "$RUN/hf" ] && [ -n "${RECHECK:-}" ]; then
 fi
 python3 -m opforge.pipeline.cli status "$RUN" 2>&1 | tail -25 | tee -a "$OUT/release.log"
 # candidates.parquet (the filter's input, rebuilt from the rounds by a resumed run) only with the last call's
-tar czf - --exclude='*/logs/*' --exclude='*.pkl' --exclude='*/sandboxes/*' --exclude="$RUN/candidates" \
-    ${RECHECK:+--exclude=nothing} ${RECHECK:---exclude=$RUN/candidates.parquet} "$RUN" \
+EXCL=(--exclude="$RUN/candidates"); [ -n "${RECHECK:-}" ] || EXCL+=(--exclude="$RUN/candidates.parquet")
+tar czf - --exclude='*/logs/*' --exclude='*.pkl' --exclude='*/sandboxes/*' "${EXCL[@]}" "$RUN" \
     | split -b 15M -d - "$OUT/$STATE.part"
 ls -la "$OUT"
 exit 0
