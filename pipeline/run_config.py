@@ -54,6 +54,10 @@ class RunConfig(_EngineOptions):
             off): tasks below it are published only where the others cannot fill a quota. Default 1.1: below it a
             fused kernel saves under 10 % of the per-op roofline time (nothing to fuse, as the worthwhile-tasks
             issue counts it).
+        max_random_share: the selection's hard cap on random-composer tasks (``pipeline.select``, rule 6; None =
+            off): at most this share of the published tasks. Default 0.15: blind readers judged 8 of 23
+            random-composer rows sensible and every motif row (``benchmarks/results/cpu-2core/blind_read.json``),
+            so 15 % keeps the expected sensible share near 90 %.
         cap_rounds: most rounds composed after the target is met while the selection does not hold
             ``max_heavy_share`` (each filters only the round's candidates without a heavy op when
             ``skip_full_signatures``); 0 stops at the target. Default 2: on 2 x H100 a round of 1,500 candidates
@@ -108,6 +112,7 @@ class RunConfig(_EngineOptions):
     max_heavy_share: float | None = Field(0.75, ge=0, le=1)
     cap_rounds: int = Field(2, ge=0)
     soft_min_fusion_gain: float | None = Field(1.1, ge=1)
+    max_random_share: float | None = Field(0.15, ge=0, le=1)
     skip_full_signatures: bool = True
     skip_filters: list[str] = Field(default_factory=list)
     compile_autotune: bool = False

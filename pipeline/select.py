@@ -21,7 +21,15 @@ Rules, in order:
    a quota under rule 4, and a signature's tasks above it are its first ``max_per_signature``. Below 1.1 a
    fused kernel saves under 10 % of the per-op roofline time: one GEMM or convolution with a trivial epilogue
    (the worthwhile-tasks issue counts such rows as having nothing to fuse). Rows without a ``fusion_gain``
-   count as above it.
+   count as above it;
+6. random-composer share (``max_random_share``, a hard cap): at most ``floor(N * max_random_share)`` of the
+   chosen tasks come from the random composer (``random_composed``: rows with neither a motif nor a model-block
+   ``provenance``); before the quotas are planned the pool keeps that many of them (those above the rule-5
+   floor first, then in seeded order) and leaves the rest out, so a pool short of other tasks leaves the
+   selection short (``opforge run`` composes more rounds) rather than filling it with them. Blind reads of
+   1,000- and 3,375-task GPU runs judged every motif row sensible but 1 of 4, 4 of 9 and 3 of 10 random-composer
+   rows (``benchmarks/results/cpu-2core/blind_read.json``), so their share bounds the share of rows a reader
+   finds meaningless.
 
 Deterministic for a given pool and seed.
 """
@@ -161,31 +169,64 @@ def heavy_flags(rows: pd.DataFrame) -> list[bool]:
             for ops, source in zip(rows["ops"], rows["data_source"], strict=True)]
 
 
+def random_composed(rows: pd.DataFrame) -> list[bool]:
+    """Per row, whether the random composer made it: its ``provenance`` (JSON) names neither a motif
+    (``motif_id``) nor a model block (``block``); a pool without the column has no such rows."""
+    if "provenance" not in rows:
+        return [False] * len(rows)
+
+    def random_row(text) -> bool:
+        try:
+            prov = json.loads(text) if isinstance(text, str) and text.strip() else {}
+        except json.JSONDecodeError:
+            return False
+        return not (isinstance(prov, dict) and (prov.get("motif_id") or prov.get("block")))
+
+    return [random_row(t) for t in rows["provenance"]]
+
+
 def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int = 0,
                  max_per_signature: int = 3, max_heavy_share: float | None = None,
-                 soft_min_fusion_gain: float | None = None) -> Selection:
+                 soft_min_fusion_gain: float | None = None, max_random_share: float | None = None) -> Selection:
     """Choose up to ``n`` rows of ``pool`` (columns ``task_id``, ``ops``, ``data_source``, optional
-    ``categories``, ``dtype`` and ``fusion_gain``) by the rules of the module docstring (``max_heavy_share`` /
-    ``soft_min_fusion_gain`` None: rule 4 / 5 off).
+    ``categories``, ``dtype``, ``fusion_gain`` and ``provenance``) by the rules of the module docstring
+    (``max_heavy_share`` / ``soft_min_fusion_gain`` / ``max_random_share`` None: rule 4 / 5 / 6 off).
 
     Raises:
-        ValueError: ``n`` < 0, ``max_per_signature`` < 1 or ``max_heavy_share`` outside [0, 1].
+        ValueError: ``n`` < 0, ``max_per_signature`` < 1 or ``max_heavy_share`` / ``max_random_share`` outside
+            [0, 1].
     """
     if n < 0 or max_per_signature < 1:
         raise ValueError(f"select_tasks: n={n} and max_per_signature={max_per_signature} must be >= 0 / >= 1")
-    if max_heavy_share is not None and not 0 <= max_heavy_share <= 1:
-        raise ValueError(f"select_tasks: max_heavy_share={max_heavy_share} must be in [0, 1]")
+    for name, value in (("max_heavy_share", max_heavy_share), ("max_random_share", max_random_share)):
+        if value is not None and not 0 <= value <= 1:
+            raise ValueError(f"select_tasks: {name}={value} must be in [0, 1]")
     pool = pool.drop_duplicates("task_id").reset_index(drop=True)
     rng = random.Random(seed)
     order = list(range(len(pool)))
     rng.shuffle(order)
     rank = {i: r for r, i in enumerate(order)}
-    signature = [sig for _, sig in signature_keys(pool)]
-    heavy = heavy_flags(pool) if max_heavy_share is not None and len(pool) else [False] * len(pool)
     weak = [False] * len(pool)
     if soft_min_fusion_gain is not None and "fusion_gain" in pool:
         gain = pd.to_numeric(pool["fusion_gain"], errors="coerce")
         weak = (gain < soft_min_fusion_gain).fillna(False).tolist()
+    random_left = 0
+    if max_random_share is not None and len(pool):
+        composed = [i for i, r in enumerate(random_composed(pool)) if r]
+        keep = math.floor(n * max_random_share + 1e-9)
+        if len(composed) > keep:
+            composed.sort(key=lambda i: (weak[i], rank[i]))
+            drop = set(composed[keep:])
+            random_left = len(drop)
+            kept = [i for i in range(len(pool)) if i not in drop]
+            weak = [weak[i] for i in kept]
+            order = [i for i in order if i not in drop]
+            remap = {old: new for new, old in enumerate(kept)}
+            rank = {remap[i]: r for r, i in enumerate(order)}
+            order = [remap[i] for i in order]
+            pool = pool.iloc[kept].reset_index(drop=True)
+    signature = [sig for _, sig in signature_keys(pool)]
+    heavy = heavy_flags(pool) if max_heavy_share is not None and len(pool) else [False] * len(pool)
 
     def held_back(i: int, heavy_full: bool, strong_only: bool) -> bool:
         """Task ``i`` waits for a later pass: a heavy-op task once the allowance is used, or a weak one."""
@@ -240,6 +281,9 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
     light_short = 0
     if max_heavy_share is not None:
         light_short = max(0, sum(heavy[i] for i in chosen) - math.floor(len(chosen) * max_heavy_share + 1e-9))
+    if random_left:
+        notes.append(f"{random_left} accepted random-composer tasks left out by the cap of {max_random_share:.0%} "
+                     f"of {n} ({math.floor(n * max_random_share + 1e-9)} tasks)")
     if soft_min_fusion_gain is not None and chosen:
         notes.append(f"fusion gain below {soft_min_fusion_gain:g}: {sum(weak[i] for i in chosen)} of those chosen, "
                      f"{sum(weak)} in the pool")

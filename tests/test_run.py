@@ -14,6 +14,7 @@ import pytest
 import torch
 from datasets import load_dataset
 from opforge.filters.duplicate import DuplicateFilter
+from opforge.pipeline import select
 from opforge.pipeline.hub_folder import manifest, validate_folder
 from opforge.pipeline.publish import PublishError, publish
 from opforge.pipeline.run_config import ConfigError, RunConfig, default_device_profile, load_config
@@ -371,6 +372,38 @@ def test_selection_soft_floor_on_fusion_gain():
     off = select_tasks(pool, 7, shares, seed=0)
     assert (off.rows["fusion_gain"] < 1.1).sum() > 0  # without the rule, this seed takes weak tasks
     assert RunConfig(target=10).soft_min_fusion_gain == 1.1
+
+
+def test_selection_hard_cap_on_random_composer_tasks():
+    """Rule 6: at most floor(N * max_random_share) chosen tasks come from the random composer (no motif or block
+    provenance), those above the fusion-gain floor first; the cap leaves the selection short rather than
+    filling it with more of them."""
+    motif = json.dumps({"motif_id": "m", "category": "norm"})
+    rows = [{"task_id": f"m{i}", "ops": json.dumps(["F.layer_norm", f"a{i}"]), "data_source": "torch#2",
+             "provenance": motif, "fusion_gain": 2.0} for i in range(6)]
+    rows += [{"task_id": "b0", "ops": json.dumps(["F.gelu", "b"]), "data_source": "torch#2",
+              "provenance": json.dumps({"block": "llama", "source": "x"}), "fusion_gain": 2.0}]
+    rows += [{"task_id": f"r{i}", "ops": json.dumps(["torch.cumsum", f"r{i}"]), "data_source": "torch#2",
+              "provenance": "" if i % 2 else None, "fusion_gain": 1.0 if i < 2 else 3.0} for i in range(6)]
+    rows += [{"task_id": "x0", "ops": json.dumps(["torch.sin", "x"]), "data_source": "torch#2",
+              "provenance": "{not json", "fusion_gain": 2.0}]  # unreadable provenance: not counted as random
+    pool = pd.DataFrame(rows)
+    assert select.random_composed(pool) == [False] * 7 + [True] * 6 + [False]
+    shares = bucket_shares({2: 1.0}, 0.0)
+    sel = select_tasks(pool, 10, shares, seed=0, soft_min_fusion_gain=1.1, max_random_share=0.2)
+    chosen = set(sel.rows["task_id"])
+    assert {f"m{i}" for i in range(6)} | {"b0", "x0"} <= chosen
+    assert len(chosen) == 10 and sel.shortfall == 0
+    assert chosen & {"r0", "r1"} == set()  # the two random ones kept are above the floor
+    assert any("4 accepted random-composer tasks left out by the cap of 20% of 10 (2 tasks)" in n for n in sel.notes)
+    short = select_tasks(pool, 13, shares, seed=0, max_random_share=0.2)
+    assert short.shortfall == 3 and short.rows["task_id"].str.startswith("r").sum() == 2
+    off = select_tasks(pool, 14, shares, seed=0)
+    assert off.shortfall == 0
+    assert select_tasks(pool.drop(columns="provenance"), 14, shares, max_random_share=0.0).shortfall == 0
+    with pytest.raises(ValueError, match="max_random_share"):
+        select_tasks(pool, 10, shares, max_random_share=1.2)
+    assert RunConfig(target=10).max_random_share == 0.15
 
 
 def test_run_and_compose_default_to_the_composers_motif_share():
