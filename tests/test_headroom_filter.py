@@ -72,6 +72,24 @@ def test_roofline_with_a_floor_rejects_below_it():
     assert f(_Run(GOOD)).accepted
 
 
+def test_the_default_floor_rejects_multi_op_tasks_with_little_to_fuse_on_cuda_only():
+    """``auto``: on CUDA a task of two or more ops below CUDA_MIN_FUSION_GAIN is rejected; one op, or a CPU run,
+    is left to the room."""
+    f = RooflineFilter()
+    assert f.thresholds["min_fusion_gain"] == "auto" and headroom.CUDA_MIN_FUSION_GAIN == 1.25
+    big_gemm = task("        return torch.relu(self.lin(x))", inputs="[torch.randn(4096, 4096)]", init_inputs="[4096]")
+    weak = f(_Run(big_gemm, device="cuda"))
+    assert weak.metrics["op_count"] == 2 and weak.metrics["fusion_gain"] < 1.25
+    assert weak.reason == "trivial:no_headroom"
+    assert f(_Run(big_gemm)).accepted  # CPU: recorded only
+    assert f(_Run(SINGLE, device="cuda")).accepted  # one op: nothing to fuse, judged by its room
+    strong = f(_Run(GOOD, device="cuda"))
+    assert strong.accepted and strong.metrics["fusion_gain"] >= 1.25
+    assert RooflineFilter(min_fusion_gain=None)(_Run(big_gemm, device="cuda")).accepted
+    with pytest.raises(ValueError, match="min_fusion_gain"):
+        RooflineFilter(min_fusion_gain="high")
+
+
 def test_a_task_without_meta_kernels_is_not_judged():
     v = RooflineFilter(min_fusion_gain=1.1)(_Run(NO_META))
     assert v.accepted and "NotImplementedError" in v.metrics["roofline_error"]
