@@ -368,6 +368,15 @@ def accepted_pool(candidates: pd.DataFrame, verdicts: pd.DataFrame) -> pd.DataFr
     return pool.sort_values("candidate_index", kind="stable").reset_index(drop=True)
 
 
+def random_cap(cfg: RunConfig) -> float | None:
+    """The selection's rule-6 cap on random-composer tasks for the run ``cfg``: ``max_random_share``, but never
+    below the random composer's share of the candidates (``1 - motif_share``), so a run that asks for more of
+    them (``--motif-share 0``: all) gets them; None when ``max_random_share`` is None."""
+    if cfg.max_random_share is None:
+        return None
+    return max(cfg.max_random_share, 1.0 - cfg.motif_share)
+
+
 def cap_round(selection) -> bool:
     """Whether the next round is composed only to hold the heavy-op cap: the last round's ``selection``
     (``pipeline.select.Selection``, None before the first) meets the target but not ``max_heavy_share``."""
@@ -452,7 +461,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
             selection = select_tasks(pool, cfg.target, shares, seed=cfg.seed, max_per_signature=cfg.max_per_signature,
                                      max_heavy_share=cfg.max_heavy_share,
                                      soft_min_fusion_gain=cfg.soft_min_fusion_gain,
-                                     max_random_share=cfg.max_random_share)
+                                     max_random_share=random_cap(cfg))
             k += 1
             stop_reason = target_stop(selection, cfg, len(candidates), extra_rounds)
             if stop_reason:

@@ -55,9 +55,10 @@ class RunConfig(_EngineOptions):
             fused kernel saves under 10 % of the per-op roofline time (nothing to fuse, as the worthwhile-tasks
             issue counts it).
         max_random_share: the selection's hard cap on random-composer tasks (``pipeline.select``, rule 6; None =
-            off): at most this share of the published tasks. Default 0.15: five blind reads judged 12 of 32
-            random-composer rows sensible and 116 of 117 others (``pipeline.select``, rule 6), so 15 % keeps the
-            expected sensible share near 90 %.
+            off): at most this share of the published tasks, or ``1 - motif_share`` when that is larger (a run
+            that asks for more random-composer candidates gets them; ``pipeline.run.random_cap``). Default 0.15:
+            five blind reads judged 12 of 32 random-composer rows sensible and 116 of 117 others
+            (``pipeline.select``, rule 6), so 15 % keeps the expected sensible share near 90 %.
         cap_rounds: most rounds composed after the target is met while the selection does not hold
             ``max_heavy_share`` (each filters only the round's candidates without a heavy op when
             ``skip_full_signatures``); 0 stops at the target. Default 2: on 2 x H100 a round of 1,500 candidates

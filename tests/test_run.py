@@ -404,6 +404,11 @@ def test_selection_hard_cap_on_random_composer_tasks():
     with pytest.raises(ValueError, match="max_random_share"):
         select_tasks(pool, 10, shares, max_random_share=1.2)
     assert RunConfig(target=10).max_random_share == 0.15
+    from opforge.pipeline.run import random_cap
+
+    assert random_cap(RunConfig(target=10)) == 0.15  # motif share 0.9
+    assert random_cap(RunConfig(target=10, motif_share=0.0)) == 1.0  # a random-composer run keeps its rows
+    assert random_cap(RunConfig(target=10, max_random_share=None)) is None
 
 
 def test_run_and_compose_default_to_the_composers_motif_share():
