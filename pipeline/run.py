@@ -140,19 +140,13 @@ def compose_rounds(cfg: RunConfig, rounds: int, workers: int | None = None, prog
     catalog = _harvest(cfg, run_dir, progress)
     ops = read_catalog(catalog)
     workers = workers or cfg.compose_workers or len(os.sched_getaffinity(0))
-    paths = []
-    for k in range(rounds):
-        path = _round_path(run_dir, k)
-        paths.append(path)
-        if path.exists():
-            continue
-        options = {**_compose_options(cfg), "n": cfg.round_size, "start_index": k * cfg.round_size,
-                   "vocabulary": _vocabulary_path(cfg, catalog), "motif_library": cfg.motif_library}
-        frame = compose(ops, ComposeConfig(**options), workers=workers, progress=progress)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp.parquet")
-        frame.to_parquet(tmp, index=False)
-        tmp.replace(path)
+    options = {**_compose_options(cfg), "n": cfg.round_size, "vocabulary": _vocabulary_path(cfg, catalog),
+               "motif_library": cfg.motif_library}
+    paths = [_round_path(run_dir, k) for k in range(rounds)]
+    for k, path in enumerate(paths):
+        if not path.exists():
+            cfg_k = ComposeConfig(**options, start_index=k * cfg.round_size)
+            _write_round(path, compose(ops, cfg_k, workers=workers, progress=progress))
     return paths
 
 
@@ -167,6 +161,14 @@ def _warm_up_summary(futures: list) -> dict[str, Any] | None:
 
 def _round_path(run_dir: Path, k: int) -> Path:
     return run_dir / "candidates" / f"round-{k:04d}.parquet"
+
+
+def _write_round(path: Path, frame: pd.DataFrame) -> None:
+    """Write a round's candidates to ``path`` atomically (the file appears only once complete)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.parquet")
+    frame.to_parquet(tmp, index=False)
+    tmp.replace(path)
 
 
 def _compose_options(cfg: RunConfig) -> dict[str, Any]:
@@ -259,10 +261,7 @@ class _StreamedJob:
         if missing:
             warnings.warn(f"{missing} of {len(rows)} candidate indices found no graph that fits (left out)",
                           stacklevel=2)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp.parquet")
-        rows_frame(rows).to_parquet(tmp, index=False)
-        tmp.replace(path)
+        _write_round(path, rows_frame(rows))
         self.timeline.end("compose", at=self.feed.last_done, busy_s=self.feed.busy_s)
 
     def _known(self, piece: pd.DataFrame) -> pd.DataFrame:

@@ -210,21 +210,12 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
     if soft_min_fusion_gain is not None and "fusion_gain" in pool:
         gain = pd.to_numeric(pool["fusion_gain"], errors="coerce")
         weak = (gain < soft_min_fusion_gain).fillna(False).tolist()
-    random_left = 0
-    if max_random_share is not None and len(pool):
-        composed = [i for i, r in enumerate(random_composed(pool)) if r]
-        keep = math.floor(n * max_random_share + 1e-9)
-        if len(composed) > keep:
-            composed.sort(key=lambda i: (weak[i], rank[i]))
-            drop = set(composed[keep:])
-            random_left = len(drop)
-            kept = [i for i in range(len(pool)) if i not in drop]
-            weak = [weak[i] for i in kept]
-            order = [i for i in order if i not in drop]
-            remap = {old: new for new, old in enumerate(kept)}
-            rank = {remap[i]: r for r, i in enumerate(order)}
-            order = [remap[i] for i in order]
-            pool = pool.iloc[kept].reset_index(drop=True)
+    # rule 6: the random-composer tasks beyond the cap (the weak ones, then the last in rank) take no part
+    left_out: set[int] = set()
+    if max_random_share is not None:
+        random_cap = math.floor(n * max_random_share + 1e-9)
+        composed = sorted((i for i, r in enumerate(random_composed(pool)) if r), key=lambda i: (weak[i], rank[i]))
+        left_out = set(composed[random_cap:])
     signature = [sig for _, sig in signature_keys(pool)]
     heavy = heavy_flags(pool) if max_heavy_share is not None and len(pool) else [False] * len(pool)
 
@@ -234,6 +225,8 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
 
     buckets: dict[str, dict[str, list[int]]] = {}
     for i in sorted(order, key=lambda i: weak[i]):  # stable: rank order, a signature's weak tasks last
+        if i in left_out:
+            continue
         b = pool.at[i, "data_source"]
         buckets.setdefault(b, {}).setdefault(signature[i], []).append(i)
     capped = {b: sum(min(len(v), max_per_signature) for v in sigs.values()) for b, sigs in buckets.items()}
@@ -281,12 +274,12 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
     light_short = 0
     if max_heavy_share is not None:
         light_short = max(0, sum(heavy[i] for i in chosen) - math.floor(len(chosen) * max_heavy_share + 1e-9))
-    if random_left:
-        notes.append(f"{random_left} accepted random-composer tasks left out by the cap of {max_random_share:.0%} "
-                     f"of {n} ({math.floor(n * max_random_share + 1e-9)} tasks)")
+    if left_out:
+        notes.append(f"{len(left_out)} accepted random-composer tasks left out by the cap of {max_random_share:.0%} "
+                     f"of {n} ({random_cap} tasks)")
     if soft_min_fusion_gain is not None and chosen:
         notes.append(f"fusion gain below {soft_min_fusion_gain:g}: {sum(weak[i] for i in chosen)} of those chosen, "
-                     f"{sum(weak)} in the pool")
+                     f"{sum(w for i, w in enumerate(weak) if i not in left_out)} in the pool")
     if max_heavy_share is not None and chosen:
         share = sum(heavy[i] for i in chosen) / len(chosen)
         notes.append(f"heavy-op tasks: {share:.1%} of those chosen (soft cap {max_heavy_share:.0%}"
