@@ -392,7 +392,7 @@ def build_section(f: dict[str, Any], run: dict[str, Any], config: dict[str, Any]
     seconds per filter over the whole ledger, and the steps run on the published rows afterwards."""
     env = f.get("environment") or {}
     keys = ("target", "seed", "device", "device_profile", "round_size", "max_per_signature", "max_heavy_share",
-            "cap_rounds", "soft_min_fusion_gain", "max_random_share", "runtime_window_ms",
+            "cap_rounds", "soft_min_fusion_gain", "max_random_share", "max_op_share", "runtime_window_ms",
             "timeout_s", "op_mix", "motif_share", "dtype_mix")
     shown = ", ".join(f"`{k}` {json.dumps(config[k])}" for k in keys if config.get(k) is not None)
     envs = ", ".join(f"{k} {env[k]}" for k in ("gpu", "torch", "transformers", "triton", "python", "filter_logic")

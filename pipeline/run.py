@@ -460,7 +460,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
             selection = select_tasks(pool, cfg.target, shares, seed=cfg.seed, max_per_signature=cfg.max_per_signature,
                                      max_heavy_share=cfg.max_heavy_share,
                                      soft_min_fusion_gain=cfg.soft_min_fusion_gain,
-                                     max_random_share=random_cap(cfg))
+                                     max_random_share=random_cap(cfg), max_op_share=cfg.max_op_share)
             k += 1
             stop_reason = target_stop(selection, cfg, len(candidates), extra_rounds)
             if stop_reason:

@@ -59,6 +59,10 @@ class RunConfig(_EngineOptions):
             that asks for more random-composer candidates gets them; ``pipeline.run.random_cap``). Default 0.15:
             five blind reads judged 12 of 32 random-composer rows sensible and 116 of 117 others
             (``pipeline.select``, rule 6), so 15 % keeps the expected sensible share near 90 %.
+        max_op_share: the selection's soft cap on tasks sharing one op outside the common ones
+            (``pipeline.select``, rule 7; None = off). Default 0.08, the realistic-tasks issue's bound on
+            ``task.realism``'s ``top_other_op_share``: tasks with an op already in 8 % of the chosen ones are
+            published only where other tasks cannot fill a quota.
         cap_rounds: most rounds composed after the target is met while the selection does not hold
             ``max_heavy_share`` (each filters only the round's candidates without a heavy op when
             ``skip_full_signatures``); 0 stops at the target. Default 2: on 2 x H100 a round of 1,500 candidates
@@ -114,6 +118,7 @@ class RunConfig(_EngineOptions):
     cap_rounds: int = Field(2, ge=0)
     soft_min_fusion_gain: float | None = Field(1.1, ge=1)
     max_random_share: float | None = Field(0.15, ge=0, le=1)
+    max_op_share: float | None = Field(0.08, ge=0, le=1)
     skip_full_signatures: bool = True
     skip_filters: list[str] = Field(default_factory=list)
     compile_autotune: bool = False

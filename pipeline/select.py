@@ -29,7 +29,12 @@ Rules, in order:
    selection short (``opforge run`` composes more rounds) rather than filling it with them. Five blind reads of
    GPU runs' rows judged 116 of 117 motif and model-block rows sensible and 12 of 32 random-composer rows
    (``benchmarks/results/cpu-2core/blind_read.json`` and its note, ``benchmarks/results/h200/
-   release_v2_partial.json``), so their share bounds the share of rows a reader finds meaningless.
+   release_v2_partial.json``), so their share bounds the share of rows a reader finds meaningless;
+7. op spread (``max_op_share``, a soft cap): a task is taken only where tasks without it cannot fill a quota
+   under rules 4 and 5 once one of its ops outside ``realism.COMMON_OPS`` (``other_ops``: add, sub, mul, div,
+   matmul, linear and conv2d are free) is in ``floor(N * max_op_share)`` chosen tasks already. The realistic-
+   tasks issue asks that no such op be in more than 8 % of the rows (``task.realism``'s ``top_other_op_share``),
+   so one norm or layout op does not make the dataset one kernel written many times.
 
 Deterministic for a given pool and seed.
 """
@@ -169,6 +174,26 @@ def heavy_flags(rows: pd.DataFrame) -> list[bool]:
             for ops, source in zip(rows["ops"], rows["data_source"], strict=True)]
 
 
+def other_ops(rows: pd.DataFrame) -> list[frozenset[str]]:
+    """Per row, its op names outside ``realism.COMMON_OPS``: each ``ops`` label's ``compose.avoid.op_base``
+    (``nn.LayerNorm`` -> ``layer_norm``, ``Tensor.reshape`` -> ``reshape``), a module's dimension suffix dropped
+    as the functional it calls is named (``nn.BatchNorm2d`` -> ``batch_norm``)."""
+    import re
+
+    from opforge.compose.avoid import op_base
+    from opforge.task.realism import COMMON_OPS, op_labels
+
+    aliases = {"@": "matmul"}
+    suffix = re.compile(r"^((?:batch|instance)_norm)[123]d$")
+
+    def name(label: str) -> str:
+        base = op_base(label)
+        base = aliases.get(base, base)
+        return suffix.sub(r"\1", base)
+
+    return [frozenset(n for n in (name(x) for x in op_labels(ops)) if n not in COMMON_OPS) for ops in rows["ops"]]
+
+
 def random_composed(rows: pd.DataFrame) -> list[bool]:
     """Per row, whether the random composer made it: its ``provenance`` (JSON) names neither a motif
     (``motif_id``) nor a model block (``block``); a pool without the column has no such rows."""
@@ -187,18 +212,21 @@ def random_composed(rows: pd.DataFrame) -> list[bool]:
 
 def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int = 0,
                  max_per_signature: int = 3, max_heavy_share: float | None = None,
-                 soft_min_fusion_gain: float | None = None, max_random_share: float | None = None) -> Selection:
+                 soft_min_fusion_gain: float | None = None, max_random_share: float | None = None,
+                 max_op_share: float | None = None) -> Selection:
     """Choose up to ``n`` rows of ``pool`` (columns ``task_id``, ``ops``, ``data_source``, optional
     ``categories``, ``dtype``, ``fusion_gain`` and ``provenance``) by the rules of the module docstring
-    (``max_heavy_share`` / ``soft_min_fusion_gain`` / ``max_random_share`` None: rule 4 / 5 / 6 off).
+    (``max_heavy_share`` / ``soft_min_fusion_gain`` / ``max_random_share`` / ``max_op_share`` None: rule 4 / 5 /
+    6 / 7 off).
 
     Raises:
-        ValueError: ``n`` < 0, ``max_per_signature`` < 1 or ``max_heavy_share`` / ``max_random_share`` outside
-            [0, 1].
+        ValueError: ``n`` < 0, ``max_per_signature`` < 1 or ``max_heavy_share`` / ``max_random_share`` /
+            ``max_op_share`` outside [0, 1].
     """
     if n < 0 or max_per_signature < 1:
         raise ValueError(f"select_tasks: n={n} and max_per_signature={max_per_signature} must be >= 0 / >= 1")
-    for name, value in (("max_heavy_share", max_heavy_share), ("max_random_share", max_random_share)):
+    for name, value in (("max_heavy_share", max_heavy_share), ("max_random_share", max_random_share),
+                        ("max_op_share", max_op_share)):
         if value is not None and not 0 <= value <= 1:
             raise ValueError(f"select_tasks: {name}={value} must be in [0, 1]")
     pool = pool.drop_duplicates("task_id").reset_index(drop=True)
@@ -218,10 +246,15 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
         left_out = set(composed[random_cap:])
     signature = [sig for _, sig in signature_keys(pool)]
     heavy = heavy_flags(pool) if max_heavy_share is not None and len(pool) else [False] * len(pool)
+    others = other_ops(pool) if max_op_share is not None and len(pool) else [frozenset()] * len(pool)
+    op_cap = math.floor(n * max_op_share + 1e-9) if max_op_share is not None else 0
+    other_count: Counter = Counter()
 
-    def held_back(i: int, heavy_full: bool, strong_only: bool) -> bool:
-        """Task ``i`` waits for a later pass: a heavy-op task once the allowance is used, or a weak one."""
-        return (heavy_full and heavy[i]) or (strong_only and weak[i])
+    def held_back(i: int, heavy_full: bool, strong_only: bool, spread: bool) -> bool:
+        """Task ``i`` waits for a later pass: a heavy-op task once the allowance is used, a weak one, or (rule
+        7) one with an op already in ``op_cap`` chosen tasks."""
+        return ((heavy_full and heavy[i]) or (strong_only and weak[i])
+                or (spread and any(other_count[o] >= op_cap for o in others[i])))
 
     buckets: dict[str, dict[str, list[int]]] = {}
     for i in sorted(order, key=lambda i: weak[i]):  # stable: rank order, a signature's weak tasks last
@@ -247,13 +280,17 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
         allowance = want if max_heavy_share is None else math.floor(want * max_heavy_share + 1e-9)
         got = n_heavy = 0
 
-        # tasks above the fusion-gain floor within the heavy-op allowance first, then those below it within the
-        # allowance, then whatever fills the quota
-        for capped, strong_only in ((True, True), (True, False), (False, False)):
+        # tasks above the fusion-gain floor within the heavy-op allowance and the op spread first, then those above
+        # the floor past the spread, then those below it (within the spread, then past it), then whatever fills
+        # the quota
+        passes = ((True, True, True), (True, True, False), (True, False, True), (True, False, False),
+                  (False, False, False))
+        for capped, strong_only, spread in passes:
+            spread = spread and max_op_share is not None
             while got < want:
                 # one round: every signature still holding tasks, least-covered seed ops / categories first
                 live = [s for s, v in groups.items()
-                        if v and not held_back(v[0], capped and n_heavy >= allowance, strong_only)]
+                        if v and not held_back(v[0], capped and n_heavy >= allowance, strong_only, spread)]
                 if not live:
                     break
                 live.sort(key=lambda s: (min((op_count[o] for o in json.loads(s)[0]), default=0),
@@ -261,12 +298,13 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
                                          rank[groups[s][0]]))
                 for s in live:
                     if got >= want or not groups[s] or \
-                            held_back(groups[s][0], capped and n_heavy >= allowance, strong_only):
+                            held_back(groups[s][0], capped and n_heavy >= allowance, strong_only, spread):
                         continue
                     i = groups[s].pop(0)
                     chosen.append(i)
                     got += 1
                     n_heavy += heavy[i]
+                    other_count.update(others[i])
                     op_count.update(json.loads(s)[0])
                     cat_count.update(_categories(pool.iloc[i]))
         picked[b] = got
@@ -280,6 +318,11 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
     if soft_min_fusion_gain is not None and chosen:
         notes.append(f"fusion gain below {soft_min_fusion_gain:g}: {sum(weak[i] for i in chosen)} of those chosen, "
                      f"{sum(w for i, w in enumerate(weak) if i not in left_out)} in the pool")
+    if max_op_share is not None and chosen:
+        top = max(other_count.items(), key=lambda kv: (kv[1], kv[0]), default=("", 0))
+        notes.append(f"most frequent op outside the common ones: {top[0] or 'none'} in {top[1] / len(chosen):.1%} of "
+                     f"those chosen (soft cap {max_op_share:.0%}"
+                     + ("; too few other accepted tasks to hold it)" if top[1] > op_cap else ")"))
     if max_heavy_share is not None and chosen:
         share = sum(heavy[i] for i in chosen) / len(chosen)
         notes.append(f"heavy-op tasks: {share:.1%} of those chosen (soft cap {max_heavy_share:.0%}"

@@ -315,12 +315,41 @@ def test_categories_are_drawn_by_share_over_yield(llama):
         MotifPool(llama, shares={"no_such_category": 1.0})
 
 
+def test_op_sets_are_drawn_uniformly_within_a_category(llama):
+    """Inside a category the pool draws an op set (``op_key``) uniformly, then a model with it: an op set found
+    in many models is drawn no more often than one found in a single model, so candidates spread over distinct
+    kernels."""
+    import copy
+    from collections import Counter
+
+    from opforge.compose.motifs import MotifPool, op_key
+
+    by_cat = Counter(m.category for m in llama)
+    cat = max(by_cat, key=lambda c: len({op_key(m) for m in llama if m.category == c}))
+    ms = [m for m in llama if m.category == cat]
+    # the first motif's op set found in 12 more models (as the RMSNorm of every Llama-like model is)
+    for k in range(12):
+        twin = copy.deepcopy(ms[0])
+        twin.sources = [f"transformers:twin{k}"]
+        twin.motif_id = f"twin{k}"
+        ms.append(twin)
+    counts = Counter(op_key(m) for m in ms)
+    assert len(counts) >= 3 and counts[op_key(ms[0])] > 12
+    pool = MotifPool(ms, shares={cat: 1.0})
+    rng = random.Random(3)
+    n = 400 * len(counts)
+    drawn = Counter(op_key(pool.draw(rng)) for _ in range(n))
+    assert set(drawn) == set(counts)
+    for key in counts:
+        assert drawn[key] / n == pytest.approx(1 / len(counts), rel=0.25), key
+
+
 def test_light_share_splits_draws_between_motifs_with_and_without_a_heavy_call(llama):
     """With ``light_share``, that share of draws comes from the motifs without a GEMM / conv / attention /
     recurrent call, whatever the category weights; a class with no motif leaves its draws to the other."""
     from collections import Counter
 
-    from opforge.compose.motifs import MotifPool
+    from opforge.compose.motifs import MotifPool, op_key
 
     light = [m for m in llama if not m.n_heavy]
     heavy = [m for m in llama if m.n_heavy]
@@ -345,7 +374,7 @@ def test_a_motif_that_discards_a_result_is_never_drawn(llama):
     import copy
 
     from opforge.compose.motif_cut import dead_calls
-    from opforge.compose.motifs import MotifPool
+    from opforge.compose.motifs import MotifPool, op_key
 
     assert not any(dead_calls(m) for m in llama)
     m = copy.deepcopy(llama[0])

@@ -374,6 +374,36 @@ def test_selection_soft_floor_on_fusion_gain():
     assert RunConfig(target=10).soft_min_fusion_gain == 1.1
 
 
+def test_selection_soft_cap_on_one_op_outside_the_common_ones():
+    """Rule 7: once an op outside realism.COMMON_OPS is in floor(N * max_op_share) chosen tasks, tasks with it
+    are chosen only where tasks without it cannot fill the quota; common ops (add, linear...) are free, and a
+    module's dimension suffix does not split an op (nn.BatchNorm1d and nn.BatchNorm2d are one batch_norm)."""
+    rows = [{"task_id": f"n{i}", "ops": json.dumps(["nn.LayerNorm", "Tensor.add", f"F.op{i}"]),
+             "data_source": "torch#2", "fusion_gain": 2.0} for i in range(8)]
+    rows += [{"task_id": f"b{i}", "ops": json.dumps([f"nn.BatchNorm{1 + i % 2}d", "nn.Linear", f"F.ob{i}"]),
+              "data_source": "torch#2", "fusion_gain": 2.0} for i in range(4)]
+    rows += [{"task_id": f"o{i}", "ops": json.dumps(["Tensor.add", "nn.Linear", f"F.other{i}"]),
+              "data_source": "torch#2", "fusion_gain": 2.0} for i in range(6)]
+    pool = pd.DataFrame(rows)
+    assert select.other_ops(pool.iloc[[0, 8, 9, 12]]) == [frozenset({"layer_norm", "op0"}),
+                                                          frozenset({"batch_norm", "ob0"}),
+                                                          frozenset({"batch_norm", "ob1"}),
+                                                          frozenset({"other0"})]
+    shares = bucket_shares({2: 1.0}, 0.0)
+    sel = select_tasks(pool, 10, shares, seed=0, max_op_share=0.2)
+    ids = sel.rows["task_id"]
+    assert len(ids) == 10 and ids.str.startswith("n").sum() == 2 and ids.str.startswith("b").sum() == 2
+    assert any("in 20.0% of those chosen (soft cap 20%)" in n for n in sel.notes)
+    # the cap never leaves a quota short: past what the others fill, tasks over it are taken
+    full = select_tasks(pool, 16, shares, seed=0, max_op_share=0.2)
+    assert full.shortfall == 0 and any("too few other accepted tasks to hold it" in n for n in full.notes)
+    off = select_tasks(pool, 10, shares, seed=0)
+    assert off.rows["task_id"].str.startswith("n").sum() > 2  # without the rule, this seed takes more of them
+    with pytest.raises(ValueError, match="max_op_share"):
+        select_tasks(pool, 10, shares, max_op_share=-0.1)
+    assert RunConfig(target=10).max_op_share == 0.08
+
+
 def test_selection_hard_cap_on_random_composer_tasks():
     """Rule 6: at most floor(N * max_random_share) chosen tasks come from the random composer (no motif or block
     provenance), those above the fusion-gain floor first; the cap leaves the selection short rather than
