@@ -4,7 +4,8 @@
 # CONFIG (default benchmarks/device/release_v2.yaml) is the release's `opforge run` config; its `out` is the run
 # directory RUN. Carry .whl, runs/reference, the config's seed-catalog folder and RUN: its candidate rounds,
 # composed on a CPU machine first (`opforge run --config CONFIG --compose-rounds N`), and, when the machine is not
-# warm, the state an earlier call sent back ($OUT/STATE.partNN, carried as runs/STATE/). The run resumes from RUN (finished rounds and ledger verdicts are kept) for what
+# warm, the state an earlier call sent back ($OUT/STATE.partNN, carried as runs/STATE/); rounds composed later
+# travel as runs/STATE-rounds/. The run resumes from RUN (finished rounds and ledger verdicts are kept) for what
 # the call has left, less RESERVE seconds for what follows. RECHECK=N then re-checks N published rows drawn at
 # random (seed RECHECK_SEED) with `opforge recheck`. The run's state (RUN less its round files, logs and
 # sandboxes; candidates.parquet only with RECHECK) comes back as $OUT/STATE.partNN, parts of at most 15 MiB.
@@ -21,6 +22,11 @@ nproc | tee -a "$OUT/gpu.txt"
 # the state an earlier call sent back, carried as runs/STATE/*.part* (when the machine is not warm)
 if [ ! -d "$RUN/filter" ] && ls "runs/$STATE"/*.part* > /dev/null 2>&1; then
     cat "runs/$STATE"/*.part* | tar xz || exit 3
+fi
+# rounds composed after the run directory travelled, carried as runs/STATE-rounds/ (on a warm machine, where
+# carrying RUN would replace its state): copied into RUN/candidates where missing
+if [ -d "runs/$STATE-rounds" ] && [ -d "$RUN/candidates" ]; then
+    cp -n "runs/$STATE-rounds"/round-*.parquet "$RUN/candidates/" 2>/dev/null
 fi
 # never start a release over by accident: its rounds come carried, or stay from the last call
 ls "$RUN"/candidates/round-*.parquet > /dev/null 2>&1 || { echo "no rounds in $RUN/candidates: carry $RUN"; exit 3; }
