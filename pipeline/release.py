@@ -144,7 +144,10 @@ def whole_run_funnel(run_dir: str | Path) -> dict[str, Any]:
     fingerprint (``filter/funnel.json``), with the same ``accepted`` and ``reason``.
 
     Returns:
-        ``candidates`` (rows of all rounds), ``rounds``, ``candidates_per_round``, ``not_filtered``,
+        ``candidates`` (rows of the rounds the run reached: ``run.json``'s ``rounds``, the first of the round
+        files; rounds composed ahead past them are counted in ``rounds_not_reached``), ``rounds``,
+        ``candidates_per_round``, ``not_filtered`` (candidate rows without a verdict row),
+        ``not_filtered_tasks`` (their distinct task ids),
         ``filtered`` (verdict rows), ``corpus_verdicts`` (client-side rejections), ``ledger_verdicts`` (verdict
         rows with a ledger record), ``accepted``, ``rejected`` (filtered - accepted), ``yield`` (accepted /
         filtered, 4 decimals), ``by_reason`` (reason prefix -> rejected rows, most first), ``by_reason_detail``
@@ -160,11 +163,22 @@ def whole_run_funnel(run_dir: str | Path) -> dict[str, Any]:
             verdict rows that are more than the candidates, a verdict row without its ledger record or with
             another verdict there, or counts that differ from ``run.json``'s.
     """
+    import re
+
     run_dir = Path(run_dir)
-    rounds = sorted((run_dir / "candidates").glob("round-*.parquet"))
+    rounds = sorted(p for p in (run_dir / "candidates").glob("round-*.parquet")
+                    if re.fullmatch(r"round-\d{4}\.parquet", p.name))
     if not rounds:
         raise ReleaseError(f"{run_dir / 'candidates'}: no round-*.parquet (not a finished `opforge run` directory)")
-    per_round = [len(_read_parquet(p, ["task_id"])) for p in rounds]
+    rpath = run_dir / "run.json"
+    run = _need_keys(_read_json(rpath, "the run's record"), ("candidates", "accepted", "selected"), rpath,
+                     "an `opforge run` record")
+    # rounds composed ahead (``opforge run --compose-rounds``) that the run never reached are not its candidates
+    used = run.get("rounds")
+    ahead = rounds[used:] if isinstance(used, int) and 0 < used <= len(rounds) else []
+    rounds = rounds[:len(rounds) - len(ahead)]
+    round_ids = [_read_parquet(p, ["task_id"])["task_id"] for p in rounds]
+    per_round = [len(ids) for ids in round_ids]
     candidates = sum(per_round)
     vpath = run_dir / "filter" / "verdicts.parquet"
     lpath = run_dir / "filter" / "ledger.jsonl"
@@ -222,7 +236,9 @@ def whole_run_funnel(run_dir: str | Path) -> dict[str, Any]:
         by_filter.setdefault(name, {"ran": None, "rejected": 0, "sandbox_s": None})["rejected"] += n
     funnel = {
         "candidates": candidates, "rounds": len(rounds), "candidates_per_round": per_round,
+        "rounds_not_reached": len(ahead),
         "not_filtered": candidates - len(verdicts), "filtered": len(verdicts),
+        "not_filtered_tasks": len({t for ids in round_ids for t in ids} - set(verdicts["task_id"])),
         "corpus_verdicts": int(client.sum()), "ledger_verdicts": int((~client).sum()),
         "accepted": accepted, "rejected": len(verdicts) - accepted,
         "yield": round(accepted / len(verdicts), 4) if len(verdicts) else None,
@@ -235,18 +251,17 @@ def whole_run_funnel(run_dir: str | Path) -> dict[str, Any]:
         "last_invocation": {k: last.get(k) for k in ("ran_this_time", "resumed_from_ledger", "wall_s",
                                                      "tasks_per_min")},
     }
-    rpath = run_dir / "run.json"
-    run = _need_keys(_read_json(rpath, "the run's record"), ("candidates", "accepted", "selected"), rpath,
-                     "an `opforge run` record")
     if run["candidates"] != candidates or run["accepted"] != accepted:
         raise ReleaseError(f"{rpath} and {vpath} disagree: run.json counts {run['candidates']} candidates / "
                            f"{run['accepted']} accepted, the rounds and verdicts {candidates} / {accepted}")
     nf = run.get("not_filtered_full_signature")
     if nf is not None:
         nf += run.get("not_filtered_heavy_cap") or 0
-    if nf is not None and nf != funnel["not_filtered"]:
+    # run.json counts distinct task ids (a task composed twice in a round is skipped once)
+    if nf is not None and nf not in (funnel["not_filtered"], funnel["not_filtered_tasks"]):
         raise ReleaseError(f"{rpath} and {vpath} disagree: run.json has {nf} candidates not filtered, the rounds "
-                           f"less the verdict rows {funnel['not_filtered']}")
+                           f"less the verdict rows {funnel['not_filtered']} ({funnel['not_filtered_tasks']} "
+                           f"distinct tasks)")
     return funnel
 
 

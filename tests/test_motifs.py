@@ -349,7 +349,7 @@ def test_light_share_splits_draws_between_motifs_with_and_without_a_heavy_call(l
     recurrent call, whatever the category weights; a class with no motif leaves its draws to the other."""
     from collections import Counter
 
-    from opforge.compose.motifs import MotifPool, op_key
+    from opforge.compose.motifs import MotifPool
 
     light = [m for m in llama if not m.n_heavy]
     heavy = [m for m in llama if m.n_heavy]
@@ -374,7 +374,7 @@ def test_a_motif_that_discards_a_result_is_never_drawn(llama):
     import copy
 
     from opforge.compose.motif_cut import dead_calls
-    from opforge.compose.motifs import MotifPool, op_key
+    from opforge.compose.motifs import MotifPool
 
     assert not any(dead_calls(m) for m in llama)
     m = copy.deepcopy(llama[0])

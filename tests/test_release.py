@@ -194,6 +194,31 @@ def test_whole_run_funnel_counts_every_candidate(run):
     assert f["by_filter"]["duplicate"]["rejected"] == 1
 
 
+def test_whole_run_funnel_counts_only_the_rounds_the_run_reached(run):
+    """Rounds composed ahead (``opforge run --compose-rounds``) past the round where the target was met, and a
+    temporary round file, are not the run's candidates; run.json counts a task skipped twice in a round once."""
+    before = whole_run_funnel(run)
+    first = pd.read_parquet(run / "candidates" / "round-0000.parquet")
+    ahead = first.assign(task_id=[f"{t[:-1]}x" for t in first["task_id"]])
+    ahead.to_parquet(run / "candidates" / "round-0001.parquet")
+    ahead.to_parquet(run / "candidates" / "round-0002.tmp.parquet")
+    f = whole_run_funnel(run)
+    assert f["candidates"] == before["candidates"] and f["rounds"] == 1 and f["rounds_not_reached"] == 1
+    # the skipped candidate composed twice: two rows, one task
+    skipped = first[~first["task_id"].isin(pd.read_parquet(run / "filter" / "verdicts.parquet")["task_id"])]
+    assert len(skipped) == 1
+    twice = pd.concat([first, skipped], ignore_index=True)
+    twice.to_parquet(run / "candidates" / "round-0000.parquet")
+    rec = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**rec, "candidates": rec["candidates"] + 1}))
+    f = whole_run_funnel(run)
+    assert f["not_filtered"] == 2 and f["not_filtered_tasks"] == 1  # run.json's count (1) is the tasks'
+    (run / "run.json").write_text(json.dumps({**rec, "candidates": rec["candidates"] + 1,
+                                              "not_filtered_full_signature": 3}))
+    with pytest.raises(ReleaseError, match="3 candidates not filtered"):
+        whole_run_funnel(run)
+
+
 def test_release_of_a_small_run_passes_its_checks_and_loads(run, tmp_path):
     steps = make_steps(run, tmp_path)
     out = tmp_path / "releases" / "tiny"
