@@ -50,6 +50,16 @@ def test_loads_with_the_published_columns_and_unique_ids(ds, card):
     assert all(s == "transformers" or int(s[6:]) == n for s, n in zip(ds["data_source"], ds["num_ops"], strict=True))
 
 
+def test_the_harness_loads_it_by_task_id(ds):
+    from opforge.harness.dataset import load_tasks
+
+    tasks = load_tasks(RELEASE)
+    assert len(tasks) == len(ds) and tasks.index.is_unique
+    assert set(tasks.index) == set(ds["task_id"])
+    i = random.Random(1).randrange(len(ds))
+    assert tasks.loc[ds[i]["task_id"], "code"] == ds[i]["code"]
+
+
 def test_rows_are_the_selected_tasks(ds, provenance):
     selection = provenance["selection"]
     assert set(ds["task_id"]) == set(selection["task_ids"])
