@@ -73,6 +73,28 @@ def _check_same_run(cfg: RunConfig, run_dir: Path) -> None:
                           f"({', '.join(f'{f}={old.get(f)!r}' for f in diff)}); use another --out")
 
 
+def _check_rounds(run_dir: Path) -> None:
+    """Raise ``ConfigError`` when a round file already in ``run_dir`` was composed by another composer version
+    (its ``generator`` column is not ``compose.composer.GENERATOR``): such a round would be filtered in place of
+    the one this composer makes. Reads only that column of each file."""
+    import re
+
+    from opforge.compose.composer import GENERATOR
+
+    for path in sorted((run_dir / "candidates").glob("round-*.parquet")):
+        if not re.fullmatch(r"round-\d{4}\.parquet", path.name):
+            continue
+        try:
+            made = set(pd.read_parquet(path, columns=["generator"])["generator"].dropna().astype(str))
+        except Exception as exc:  # noqa: BLE001 - unreadable, or a file without the column
+            raise ConfigError(f"{path}: not a readable round of candidates ({type(exc).__name__}: {exc}); "
+                              "delete it to compose it again") from exc
+        if made - {GENERATOR}:
+            raise ConfigError(f"{path}: composed by {', '.join(sorted(made))}, not {GENERATOR} (this opforge's "
+                              "composer): delete the run directory's candidates/round-*.parquet to compose them "
+                              "again (the filter ledger is kept), or use another --out")
+
+
 def _harvest(cfg: RunConfig, run_dir: Path, progress: bool = True) -> Path:
     catalog = run_dir / "seeds" / "catalog.parquet"
     if catalog.exists():
@@ -136,6 +158,7 @@ def compose_rounds(cfg: RunConfig, rounds: int, workers: int | None = None, prog
     run_dir = Path(cfg.out)
     run_dir.mkdir(parents=True, exist_ok=True)
     _check_same_run(cfg, run_dir)
+    _check_rounds(run_dir)
     save_config(cfg, run_dir / "config.yaml")
     catalog = _harvest(cfg, run_dir, progress)
     ops = read_catalog(catalog)
@@ -415,6 +438,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     run_dir = Path(cfg.out)
     run_dir.mkdir(parents=True, exist_ok=True)
     _check_same_run(cfg, run_dir)
+    _check_rounds(run_dir)
     save_config(cfg, run_dir / "config.yaml")
     shares = bucket_shares(parse_op_mix(cfg.op_mix), cfg.transformers_share)
     timeline = Timeline()

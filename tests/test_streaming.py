@@ -74,6 +74,13 @@ def test_rounds_composed_ahead_are_the_rounds_a_run_streams(cluster, catalog_pat
         compose_rounds(cfg.model_copy(update={"seed": 4}), 1)
     with pytest.raises(ConfigError, match="at least 1"):
         compose_rounds(cfg, 0)
+    # a round another composer version made is never filtered in place of this composer's
+    stale = pd.read_parquet(paths[1]).assign(generator="opforge-compose/0.1")
+    stale.to_parquet(paths[1], index=False)
+    for call in (lambda: compose_rounds(cfg, 3, workers=1, progress=False),
+                 lambda: run_pipeline(cfg, progress=False)):
+        with pytest.raises(ConfigError, match="round-0001.parquet: composed by opforge-compose/0.1"):
+            call()
 
 
 def test_killed_stream_resumes_to_the_verdicts_of_a_one_shot_filter(cluster, catalog_path, tmp_path,
