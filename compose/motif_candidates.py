@@ -8,7 +8,8 @@ of the same size and eps and back (Llama-style models replaced the one with the 
 probability ``composer.NATIVE_DTYPE_SHARE``, else the run's dtype mix; a motif whose code casts every input
 to one dtype itself has that dtype (``fixed_dtype``). Batch and sequence length come from
 the shape vocabulary (``compose.motif_sizing.choose_sizes``: a random pair among those predicted inside the
-window shrunk by its margin, so candidates of one motif differ in size), the sequence never past the family's
+window shrunk by its margin, so candidates of one motif differ in size; at least ``min_batch``), the sequence never
+past the family's
 ``max_positions``; a motif whose predicted time cannot reach the window at those sizes stays as fast as it is
 (the runtime filter rejects it as too fast; sizes are never inflated past the family's vocabulary).
 
@@ -174,11 +175,12 @@ def motif_candidate(state: dict, rng: random.Random, i: int, dtype: str) -> dict
     if fixed:
         dtype = fixed
     cost = MotifCost(motif)
+    least = min_batch(motif)
     if profile.realistic:
         vocab = state["vocab"]
         longest = min(motif.max_positions or 4096, 8192)
         seqs = [s for s in vocab.values("seq", 16, longest)] or [128]
-        batches = [b for b in vocab.values("batch", 1, profile.max_batch)] or [1]
+        batches = [b for b in vocab.values("batch", least, profile.max_batch)] or [max(least, 1)]
         ok_lo, ok_hi, target = window_target(profile)
         # the band starts at twice the window's shrunk floor: predictions err by up to 2x either way
         picked = choose_sizes(cost, profile, dtype, batches, seqs, target, band=(2 * ok_lo, ok_hi), rng=rng)
@@ -187,6 +189,7 @@ def motif_candidate(state: dict, rng: random.Random, i: int, dtype: str) -> dict
         batch, seq, predicted = picked
     else:
         batches, seqs = FIXED_SIZES.get(profile.name, FIXED_SIZES["cpu"])
+        batches = [b for b in batches if b >= least] or [least]
         batch, seq = rng.choice(batches), rng.choice(seqs)
         predicted = cost.predict_ms(batch, seq, dtype, profile)
     source = motif.sources[0]
@@ -213,6 +216,16 @@ def motif_candidate(state: dict, rng: random.Random, i: int, dtype: str) -> dict
                                   "modules": motif.scope_classes, "motif_id": motif.motif_id,
                                   "category": motif.category, "mutation": mutation}, sort_keys=True),
     }
+
+
+BATCH_STAT_MODULES = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")
+
+
+def min_batch(m: Motif) -> int:
+    """The least batch a task of ``m`` runs with: 2 when it calls a batch-norm module (a KernelBench ``Model`` runs
+    in training mode, where batch norm needs more than one value per channel: a pooled ``[1, C]`` or ``[1, C, 1,
+    1]`` input raises), else 1."""
+    return 2 if any(c["spelling"] == "module" and c["name"] in BATCH_STAT_MODULES for c in m.calls) else 1
 
 
 def fixed_dtype(m: Motif) -> str | None:
@@ -242,4 +255,4 @@ def _input_shapes(code: str) -> list[list[int]]:
     return [list(x.shape) for x in xs if isinstance(x, torch.Tensor)]
 
 
-__all__ = ["MUTATIONS", "motif_candidate", "mutate", "small_enough"]
+__all__ = ["MUTATIONS", "min_batch", "motif_candidate", "mutate", "small_enough"]

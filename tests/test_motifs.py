@@ -388,6 +388,24 @@ def test_a_motif_that_discards_a_result_is_never_drawn(llama):
     assert all(x.motif_id != "dead" for fam in pool.groups[m.category].values() for x in fam)
 
 
+def test_batch_norm_motifs_are_never_sized_at_batch_one(llama):
+    """A KernelBench ``Model`` runs in training mode, where batch norm over a pooled ``[1, C]`` input raises:
+    motifs that call a batch-norm module get a batch of at least 2, the others keep 1."""
+    import copy
+
+    import torch
+    from opforge.compose.motif_candidates import min_batch
+
+    assert {min_batch(m) for m in llama} == {1}
+    m = copy.deepcopy(next(x for x in llama if any(c["spelling"] == "module" for c in x.calls)))
+    call = next(c for c in m.calls if c["spelling"] == "module")
+    call["name"] = "BatchNorm1d"
+    assert min_batch(m) == 2
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        torch.nn.BatchNorm1d(8)(torch.randn(1, 8))  # the failure the rule avoids
+    torch.nn.BatchNorm1d(8)(torch.randn(2, 8))
+
+
 def test_module_constructors_leave_out_default_keywords_and_build_the_same_module():
     """An extra_repr lists every constructor argument, also those a newer torch added (BatchNorm's ``bias``):
     rendered without the ones at their default, the constructor runs on an older torch and builds the same
