@@ -180,7 +180,7 @@ def motif_candidate(state: dict, rng: random.Random, i: int, dtype: str) -> dict
         vocab = state["vocab"]
         longest = min(motif.max_positions or 4096, 8192)
         seqs = [s for s in vocab.values("seq", 16, longest)] or [128]
-        batches = [b for b in vocab.values("batch", least, profile.max_batch)] or [max(least, 1)]
+        batches = [b for b in vocab.values("batch", least, profile.max_batch)] or [least]
         ok_lo, ok_hi, target = window_target(profile)
         # the band starts at twice the window's shrunk floor: predictions err by up to 2x either way
         picked = choose_sizes(cost, profile, dtype, batches, seqs, target, band=(2 * ok_lo, ok_hi), rng=rng)

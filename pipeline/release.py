@@ -163,11 +163,10 @@ def whole_run_funnel(run_dir: str | Path) -> dict[str, Any]:
             verdict rows that are more than the candidates, a verdict row without its ledger record or with
             another verdict there, or counts that differ from ``run.json``'s.
     """
-    import re
+    from opforge.pipeline.run import round_files
 
     run_dir = Path(run_dir)
-    rounds = sorted(p for p in (run_dir / "candidates").glob("round-*.parquet")
-                    if re.fullmatch(r"round-\d{4}\.parquet", p.name))
+    rounds = round_files(run_dir)
     if not rounds:
         raise ReleaseError(f"{run_dir / 'candidates'}: no round-*.parquet (not a finished `opforge run` directory)")
     rpath = run_dir / "run.json"
@@ -175,8 +174,8 @@ def whole_run_funnel(run_dir: str | Path) -> dict[str, Any]:
                      "an `opforge run` record")
     # rounds composed ahead (``opforge run --compose-rounds``) that the run never reached are not its candidates
     used = run.get("rounds")
-    ahead = rounds[used:] if isinstance(used, int) and 0 < used <= len(rounds) else []
-    rounds = rounds[:len(rounds) - len(ahead)]
+    reached = used if isinstance(used, int) and 0 < used <= len(rounds) else len(rounds)
+    rounds, ahead = rounds[:reached], rounds[reached:]
     round_ids = [_read_parquet(p, ["task_id"])["task_id"] for p in rounds]
     per_round = [len(ids) for ids in round_ids]
     candidates = sum(per_round)

@@ -77,13 +77,9 @@ def _check_rounds(run_dir: Path) -> None:
     """Raise ``ConfigError`` when a round file already in ``run_dir`` was composed by another composer version
     (its ``generator`` column is not ``compose.composer.GENERATOR``): such a round would be filtered in place of
     the one this composer makes. Reads only that column of each file."""
-    import re
-
     from opforge.compose.composer import GENERATOR
 
-    for path in sorted((run_dir / "candidates").glob("round-*.parquet")):
-        if not re.fullmatch(r"round-\d{4}\.parquet", path.name):
-            continue
+    for path in round_files(run_dir):
         try:
             made = set(pd.read_parquet(path, columns=["generator"])["generator"].dropna().astype(str))
         except Exception as exc:  # noqa: BLE001 - unreadable, or a file without the column
@@ -184,6 +180,15 @@ def _warm_up_summary(futures: list) -> dict[str, Any] | None:
 
 def _round_path(run_dir: Path, k: int) -> Path:
     return run_dir / "candidates" / f"round-{k:04d}.parquet"
+
+
+def round_files(run_dir: str | Path) -> list[Path]:
+    """The run directory's round files (``candidates/round-NNNN.parquet``, ``_round_path``'s names) in round
+    order; a temporary file a writer left (``round-NNNN.tmp.parquet``) is none."""
+    import re
+
+    return sorted(p for p in (Path(run_dir) / "candidates").glob("round-*.parquet")
+                  if re.fullmatch(r"round-\d{4}\.parquet", p.name))
 
 
 def _write_round(path: Path, frame: pd.DataFrame) -> None:

@@ -160,42 +160,41 @@ def capped_out(candidates: pd.DataFrame, accepted: pd.DataFrame, max_per_signatu
             if key in full and t not in seen}
 
 
+# op_base names that differ from the traced names opforge.task.realism classifies
+_OP_ALIASES = {"@": "matmul", "multihead_attention": "multi_head_attention_forward"}
+
+
+def _op_name(label: str) -> str:
+    """An ``ops`` label's op name as ``opforge.task.realism`` counts it: ``compose.avoid.op_base`` (``nn.Conv2d``
+    -> ``conv2d``, ``Tensor.reshape`` -> ``reshape``) with ``_OP_ALIASES`` (``@`` -> ``matmul``)."""
+    from opforge.compose.avoid import op_base
+
+    base = op_base(label)
+    return _OP_ALIASES.get(base, base)
+
+
 def heavy_flags(rows: pd.DataFrame) -> list[bool]:
     """Per row, whether one of its ``ops`` labels is a GEMM, convolution, attention or recurrent op
-    (``opforge.task.realism.is_heavy`` of the label's canonical name, ``compose.avoid.op_base``: ``nn.Conv2d``
-    -> ``conv2d``; ``@`` -> ``matmul``, ``nn.MultiheadAttention`` -> attention). Rows of the ``transformers``
-    bucket (whole model blocks) count as heavy."""
-    from opforge.compose.avoid import op_base
+    (``opforge.task.realism.is_heavy`` of the label's ``_op_name``: ``nn.Conv2d`` -> ``conv2d``; ``@`` ->
+    ``matmul``, ``nn.MultiheadAttention`` -> attention). Rows of the ``transformers`` bucket (whole model blocks)
+    count as heavy."""
     from opforge.task.realism import is_heavy, op_labels
 
-    aliases = {"@": "matmul", "multihead_attention": "multi_head_attention_forward"}
-
-    def heavy(label: str) -> bool:
-        base = op_base(label)
-        return is_heavy(aliases.get(base, base)) is not None
-
-    return [source == "transformers" or any(heavy(x) for x in op_labels(ops))
+    return [source == "transformers" or any(is_heavy(_op_name(x)) is not None for x in op_labels(ops))
             for ops, source in zip(rows["ops"], rows["data_source"], strict=True)]
 
 
 def other_ops(rows: pd.DataFrame) -> list[frozenset[str]]:
-    """Per row, its op names outside ``realism.COMMON_OPS``: each ``ops`` label's ``compose.avoid.op_base``
-    (``nn.LayerNorm`` -> ``layer_norm``, ``Tensor.reshape`` -> ``reshape``), a module's dimension suffix dropped
-    as the functional it calls is named (``nn.BatchNorm2d`` -> ``batch_norm``)."""
+    """Per row, its op names outside ``realism.COMMON_OPS``: each ``ops`` label's ``_op_name`` (``nn.LayerNorm``
+    -> ``layer_norm``, ``Tensor.reshape`` -> ``reshape``), a module's dimension suffix dropped as the functional
+    it calls is named (``nn.BatchNorm2d`` -> ``batch_norm``)."""
     import re
 
-    from opforge.compose.avoid import op_base
     from opforge.task.realism import COMMON_OPS, op_labels
 
-    aliases = {"@": "matmul"}
     suffix = re.compile(r"^((?:batch|instance)_norm)[123]d$")
-
-    def name(label: str) -> str:
-        base = op_base(label)
-        base = aliases.get(base, base)
-        return suffix.sub(r"\1", base)
-
-    return [frozenset(n for n in (name(x) for x in op_labels(ops)) if n not in COMMON_OPS) for ops in rows["ops"]]
+    return [frozenset(n for n in (suffix.sub(r"\1", _op_name(x)) for x in op_labels(ops)) if n not in COMMON_OPS)
+            for ops in rows["ops"]]
 
 
 def random_composed(rows: pd.DataFrame) -> list[bool]:
@@ -287,10 +286,9 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
         # tasks above the fusion-gain floor within the heavy-op allowance and the op spread first, then those above
         # the floor past the spread, then those below it (within the spread, then past it), then whatever fills
         # the quota
-        passes = ((True, True, True), (True, True, False), (True, False, True), (True, False, False),
-                  (False, False, False))
+        spreads = (True, False) if max_op_share is not None else (False,)
+        passes = [(True, strong, spread) for strong in (True, False) for spread in spreads] + [(False, False, False)]
         for capped, strong_only, spread in passes:
-            spread = spread and max_op_share is not None
             while got < want:
                 # one round: every signature still holding tasks, least-covered seed ops / categories first
                 live = [s for s, v in groups.items()
