@@ -13,10 +13,10 @@ A future that raises (a worker lost several times over, ``KilledWorker``...) bec
 through ``on_error``. A run killed before the end re-runs deferred items from scratch (nothing was
 recorded for them).
 
-``Dispatcher`` is the same loop for work that arrives while it runs (``add``): deferred items run alone
-whenever nothing else is queued or in flight, and other futures the caller waits for (``watch``) are handled
-in the same loop, so one client process can keep the workers fed while it waits for more work. ``dispatch``
-runs one fixed list through it.
+``Dispatcher`` is the same loop for work that arrives while it runs (``add``; ``discard`` takes queued items
+back out): deferred items run alone whenever nothing else is queued or in flight, and other futures the
+caller waits for (``watch``) are handled in the same loop, so one client process can keep the workers fed
+while it waits for more work. ``dispatch`` runs one fixed list through it.
 """
 
 from __future__ import annotations
@@ -74,6 +74,20 @@ class Dispatcher:
             self.bar.refresh()
         self._fill()
         return new
+
+    def discard(self, keys: Iterable[str]) -> int:
+        """Take the items of ``keys`` still queued (not submitted yet) out of the queue, forgotten as if never
+        added (a later ``add`` queues them again); items in flight or deferred run on. Returns how many were
+        taken out."""
+        drop = {k for k in keys if k in self.args_of}
+        gone = [k for k in self.queue if k in drop] if drop else []
+        if gone:
+            self.queue = deque(k for k in self.queue if k not in drop)
+            for k in gone:
+                del self.args_of[k]
+            self.bar.total -= len(gone)
+            self.bar.refresh()
+        return len(gone)
 
     def watch(self, future: Future, callback: Callable[[Future], None]) -> None:
         """Handle ``future`` in this loop: ``callback(future)`` once it is done (finished, failed or

@@ -9,7 +9,9 @@ verdict. Output in ``RUN_DIR``: ``ledger.jsonl`` (appended as results arrive; wh
 filter works): the corpus filters scan the rows in arrival order, the other rows are dispatched at once, and
 ``result`` computes the verdict table of the whole input exactly as ``run_filter`` would (the corpus filters
 again over the final input, any task still missing dispatched), so a streamed stage and a one-shot stage
-give the same verdicts.
+give the same verdicts. ``result`` waits only for the input's own tasks: rows added for a later input keep
+the workers busy meanwhile, and rows added that the caller then leaves out of every input are taken back
+out of the queue (``discard``) or, when already running, only recorded in the ledger.
 """
 
 from __future__ import annotations
@@ -224,6 +226,7 @@ class FilterStream:
         self.failures: list[str] = []
         self._counts: Counter = Counter()
         self._round_ran, self._round_t0 = 0, None
+        self._waiting_for: set[str] = set()  # the tasks ``result`` waits for
         self.after_result: Callable[[str, dict[str, Any]], None] | None = None
         register(handle.client, sandbox_pool(self.settings))
         self.dispatcher = Dispatcher(handle.client, verdict_task, self._on_result, self._on_error,
@@ -233,6 +236,7 @@ class FilterStream:
     # -- results ---------------------------------------------------------------------------------------
     def _on_result(self, task_id: str, result: dict[str, Any]) -> dict[str, Any]:
         self.ledger.append(result)
+        self._waiting_for.discard(task_id)
         self.verdicted += 1
         self._round_ran += 1
         self.accepted += bool(result["accepted"])
@@ -271,6 +275,11 @@ class FilterStream:
             self._round_t0 = self._round_t0 or time.perf_counter()
         return n
 
+    def discard(self, task_ids) -> int:
+        """Take the tasks of ``task_ids`` that are still queued back out (``Dispatcher.discard``): rows added
+        that no input will hold. Returns how many were taken out."""
+        return self.dispatcher.discard(task_ids)
+
     def watch(self, future, callback) -> None:
         """Handle ``future`` in the stream's loop (``Dispatcher.watch``)."""
         self.dispatcher.watch(future, callback)
@@ -289,17 +298,29 @@ class FilterStream:
         return len(self.dispatcher.queue) + self.dispatcher.in_flight + len(self.dispatcher.retries)
 
     # -- the whole input -------------------------------------------------------------------------------
-    def result(self, input_path: str | Path) -> FilterRunResult:
+    def result(self, input_path: str | Path, meanwhile: Callable[[], None] | None = None) -> FilterRunResult:
         """The verdicts of the input at ``input_path`` (all rows, as ``run_filter`` reads them): the corpus
-        filters run again over it, tasks not in the ledger yet are dispatched and waited for, and
-        ``verdicts.parquet`` / ``funnel.json`` are written. The funnel's ``ran_this_time`` and ``wall_s``
-        count the tasks verdicted by this stream since the previous ``result``."""
+        filters run again over it, tasks not in the ledger yet are dispatched and waited for (only those: tasks
+        added for later inputs run on), and ``verdicts.parquet`` / ``funnel.json`` are written. ``meanwhile``
+        is called after each result received while waiting (e.g. to add the next input's rows as they are
+        composed). The funnel's ``ran_this_time`` and ``wall_s`` count the tasks verdicted by this stream since
+        the previous ``result``.
+
+        Raises:
+            RuntimeError: a task of the input has no verdict and nothing is left to wait for.
+        """
         tasks = read_tasks(input_path)
         corpus, corpus_stats = _corpus_verdicts(tasks, self.settings, False)
         live = tasks[~tasks["row"].isin(corpus)]
         self._dispatch(live)
-        self.drain()
         unique = live.drop_duplicates("task_id")
+        self._waiting_for = {t for t in unique["task_id"] if t not in self.ledger.done}
+        while self._waiting_for:
+            if not self.step():
+                raise RuntimeError(f"filter stream: {len(self._waiting_for)} task(s) of {input_path} have no "
+                                   f"verdict and none is running, e.g. {sorted(self._waiting_for)[0]}")
+            if meanwhile is not None:
+                meanwhile()
         ran = self._round_ran
         wall = time.perf_counter() - self._round_t0 if self._round_t0 is not None else 0.0
         self._round_ran, self._round_t0 = 0, None

@@ -18,7 +18,11 @@ Run directory::
 The stages overlap: a round is composed in shards as Dask tasks on the cluster's CPU workers
 (``pipeline.compose_tasks``), each shard goes to the filter as soon as it is composed
 (``filter_run.FilterStream``), and the next round is composed while the filter works when the yield so far
-projects fewer accepted tasks than the target needs. A round is still the unit of every decision: its
+projects fewer accepted tasks than the target needs, or the last selection fell short of it. While a round's
+last verdicts come in and its selection is made, the next round's composed shards already go to the filter
+(behind every task of the round), so the workers do not idle at a round's end; candidates that round's
+decisions then skip are taken back out of the queue, and verdicts of a round the run never reaches stay in
+the ledger only. A round is still the unit of every decision: its
 skipped signatures come from the verdicts of the rounds before it, its verdicts are computed over the whole
 ``candidates.parquet`` once all are in, and the run stops after the round that reaches the target (or, while
 the selection's heavy-op cap ``max_heavy_share`` is not held, up to ``cap_rounds`` rounds later; those rounds
@@ -240,6 +244,13 @@ class _StreamedJob:
         self.warm_up = None
         self.handle = self.stream = self.feed = self.variants = None
         self.rows_by_task: dict[str, dict[str, Any]] = {}
+        # rounds added to the filter ahead of the round loop (``prefeed``): the shards taken per round, in order,
+        # and the rows taken from a round file already on disk; ``prefed``: tasks dispatched ahead in all
+        self.early_shards: dict[int, list] = {}
+        self.early_rows: dict[int, int] = {}
+        self._early_file: tuple[int, pd.DataFrame] | None = None  # (round, rows) of the round file read ahead
+        self.prefed = 0
+        self.short = False  # the last selection fell short of the target (``compose_ahead`` composes on)
         timeline.begin("cluster_start")
         workers = cfg.compose_workers or default_compose_workers(cfg.device)
         self.handle = open_cluster(cfg.device, cfg.workers, cfg.scheduler,
@@ -263,34 +274,74 @@ class _StreamedJob:
         timeline.end("cluster_start")
 
     def pieces(self, k: int):
-        """Round ``k``'s candidates in index order: the round file when it exists, else each shard as it is
-        composed (the round file is written once all are). Keeps the filter loop turning while it waits."""
+        """Round ``k``'s candidates in index order, as (rows, added): the round file when it exists, else each
+        shard as it is composed (the round file is written once all are); ``added`` is True for rows
+        ``prefeed`` already gave the filter. Keeps the filter loop turning while it waits."""
         from opforge.compose.composer import rows_frame
         from opforge.pipeline.compose_tasks import shards_of_round
 
         path = _round_path(self.run_dir, k)
         if path.exists():
             self.timeline.mark("first_candidates")
-            yield self._known(pd.read_parquet(path))
+            frame, ahead = self._known(pd.read_parquet(path)), self.early_rows.pop(k, 0)
+            if ahead:
+                yield frame.iloc[:ahead], True
+            if ahead < len(frame):
+                yield frame.iloc[ahead:], False
             return
         self.timeline.begin("compose")
         self.feed.submit(k)
         rows: list = []
+        early = self.early_shards.pop(k, [])
         for j in range(len(shards_of_round(k, self.cfg.round_size))):
-            while (got := self.feed.take(k, j)) is None:
-                if not self.stream.step():
-                    raise RuntimeError(f"round {k} shard {j}: its compose task is lost")
+            added = j < len(early)
+            if added:
+                got = early[j]
+            else:
+                while (got := self.feed.take(k, j)) is None:
+                    if not self.stream.step():
+                        raise RuntimeError(f"round {k} shard {j}: its compose task is lost")
             self.timeline.mark("first_candidates")
             rows += got
             piece = rows_frame(got)
             if len(piece):
-                yield self._known(piece)
+                yield self._known(piece), added
         missing = sum(r is None for r in rows)
         if missing:
             warnings.warn(f"{missing} of {len(rows)} candidate indices found no graph that fits (left out)",
                           stacklevel=2)
         _write_round(path, rows_frame(rows))
         self.timeline.end("compose", at=self.feed.last_done, busy_s=self.feed.busy_s)
+
+    def prefeed(self, k: int) -> None:
+        """Give the filter the next rows of round ``k`` ahead of the round loop, when there are any: the next
+        shard of the round file on disk, or the next composed shard of a round sent to the composers (one
+        shard per call, in index order; the loop's ``pieces(k)`` yields them again marked as added)."""
+        from opforge.compose.composer import rows_frame
+        from opforge.pipeline.compose_tasks import SHARD_SIZE, shards_of_round
+
+        path = _round_path(self.run_dir, k)
+        if k not in self.early_shards and path.exists():
+            if self._early_file is None or self._early_file[0] != k:
+                self._early_file = (k, pd.read_parquet(path))
+            start = self.early_rows.get(k, 0)
+            piece = self._early_file[1].iloc[start:start + SHARD_SIZE]
+            if not len(piece):
+                return
+            self.early_rows[k] = start + len(piece)
+        elif k in self.feed.submitted:
+            early = self.early_shards.setdefault(k, [])
+            if len(early) >= len(shards_of_round(k, self.cfg.round_size)):
+                return
+            got = self.feed.take(k, len(early))
+            if got is None:
+                return
+            early.append(got)
+            piece = rows_frame(got)
+        else:
+            return
+        if len(piece):
+            self.prefed += self.stream.add(self._known(piece))
 
     def _known(self, piece: pd.DataFrame) -> pd.DataFrame:
         """Keep what a published row's variants are keyed by (``compose.variants``) for ``piece``'s tasks."""
@@ -317,7 +368,9 @@ class _StreamedJob:
 
     def compose_ahead(self, k: int, composed: int) -> None:
         """Send round ``k + 1``'s shards now when it fits the candidate budget (``composed``: candidates of the
-        rounds before ``k``) and the accepted tasks projected from the yield so far fall short of the target.
+        rounds before ``k``) and the last selection fell short of the target (``short``: its signature cap and
+        quotas can need more than the accepted count says) or the accepted tasks projected from the yield so far
+        fall short of it.
         Composing more never changes the result (a round is used only when the one before falls short)."""
         nxt = k + 1
         if nxt in self.feed.submitted or _round_path(self.run_dir, nxt).exists():
@@ -325,10 +378,12 @@ class _StreamedJob:
         if composed + 2 * self.cfg.round_size > self.cfg.candidate_budget:
             return
         s = self.stream
+        if self.short:
+            self.feed.submit(nxt)
+            return
         if s.verdicted < 20:
             return  # no yield to project from yet
-        projected = s.accepted + s.pending * s.accepted / s.verdicted
-        if projected < AHEAD_MARGIN * self.cfg.target:
+        if s.accepted + s.pending * s.accepted / s.verdicted < AHEAD_MARGIN * self.cfg.target:
             self.feed.submit(nxt)
 
     def filter_round_done(self) -> None:
@@ -467,7 +522,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
             # the earlier rounds only, so a resumed run skips the same ones)
             job.round_starts(k, sum(len(r) for r in rounds))
             skip_heavy = cap_round(selection)
-            for piece in job.pieces(k):
+            for piece, added in job.pieces(k):
                 if cfg.skip_full_signatures and pool is not None:
                     not_filtered |= capped_out(piece, pool, cfg.max_per_signature)
                 if cfg.skip_full_signatures and skip_heavy:
@@ -475,13 +530,18 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
                     new = set(piece["task_id"][heavy_flags(piece)]) - not_filtered
                     n_heavy_skipped += len(new)
                     not_filtered |= new
-                job.stream.add(piece[~piece["task_id"].isin(not_filtered)])
+                skipped = piece["task_id"].isin(not_filtered)
+                if added:  # given to the filter ahead of this decision (prefeed): take the skipped ones back
+                    job.stream.discard(piece["task_id"][skipped])
+                else:
+                    job.stream.add(piece[~skipped])
             rounds.append(pd.read_parquet(_round_path(run_dir, k)))
             candidates = pd.concat(rounds, ignore_index=True)
             candidates[~candidates["task_id"].isin(not_filtered)].to_parquet(run_dir / "candidates.parquet",
                                                                              index=False)
             # every verdict of the round (the corpus filters again over the whole input: as one filter pass)
-            res = job.stream.result(run_dir / "candidates.parquet")
+            # while the round's last verdicts come in, the next round's composed rows keep the workers busy
+            res = job.stream.result(run_dir / "candidates.parquet", meanwhile=lambda k=k: job.prefeed(k + 1))
             job.filter_round_done()
             pool = accepted_pool(candidates, res.verdicts)
             if cfg.op_mix == "models":
@@ -490,6 +550,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
                                      max_heavy_share=cfg.max_heavy_share,
                                      soft_min_fusion_gain=cfg.soft_min_fusion_gain,
                                      max_random_share=random_cap(cfg), max_op_share=cfg.max_op_share)
+            job.short = bool(selection.shortfall or selection.light_short)
             k += 1
             stop_reason = target_stop(selection, cfg, len(candidates), extra_rounds)
             if stop_reason:
@@ -535,7 +596,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
         "selected": result.selected, "accepted": result.accepted, "candidates": result.candidates,
         "rounds": len(rounds), "stop_reason": stop_reason, "seconds": result.seconds, "sandbox_warm_up": warm_up,
         "not_filtered_full_signature": len(not_filtered) - n_heavy_skipped,
-        "not_filtered_heavy_cap": n_heavy_skipped, "yield": round(funnel["yield"], 4),
+        "not_filtered_heavy_cap": n_heavy_skipped, "tasks_sent_ahead": job.prefed, "yield": round(funnel["yield"], 4),
         "timeline": timeline.record(job.gpu_spans())}, indent=2))
     return result
 

@@ -1,6 +1,7 @@
 """The streamed main job on CPU: composer shards as Dask tasks (the same rows on 1 and 4 workers), the filter
 fed shard by shard (the verdicts of a one-shot filter over the same candidates), a run killed in the middle
-of a streamed round resumes to the same verdicts, and the stage timeline in run.json."""
+of a streamed round resumes to the same verdicts, the next round fed to the filter while a round ends gives
+the run of rounds filtered one after the other, and the stage timeline in run.json."""
 
 import json
 
@@ -8,10 +9,16 @@ import pandas as pd
 import pytest
 from opforge.compose.composer import ComposeConfig, compose, rows_frame
 from opforge.engine.cluster import open_cluster
-from opforge.pipeline import compose_tasks
+from opforge.pipeline import compose_tasks, filter_run
 from opforge.pipeline.compose_tasks import PLUGIN_NAME, compose_shard, composer_files, shards_of_round
 from opforge.pipeline.filter_run import FilterStream, run_filter
-from opforge.pipeline.run import _compose_options, _filter_settings, compose_rounds, run_pipeline
+from opforge.pipeline.run import (
+    _compose_options,
+    _filter_settings,
+    _StreamedJob,
+    compose_rounds,
+    run_pipeline,
+)
 from opforge.pipeline.run_config import ConfigError, RunConfig
 from opforge.pipeline.status import format_status, run_status
 from opforge.seeds.catalog import read_catalog
@@ -152,3 +159,50 @@ def test_gpu_busy_share_is_the_union_of_lock_holds_per_gpu():
     rec = t.record([("gpu0", 100.0, 110.0, {"compute_shared": 4.0})])
     assert rec["stages"]["filter"] == {"start": 100.0, "end": 110.0, "wall_s": 10.0, "busy_s": 30.0}
     assert rec["gpu_busy"]["share_after_first_candidates"] == 0.5
+
+
+def test_next_round_sent_ahead_gives_the_run_of_rounds_filtered_one_after_another(cluster, catalog_path, tmp_path,
+                                                                                 monkeypatch):
+    """While a round's last verdicts come in, the next round's shards go to the filter (``prefeed``), and the
+    ones that round's decisions skip are taken back out of the queue: the candidates, verdicts and selection
+    are those of a run that adds each round only after the round before is decided."""
+    monkeypatch.setattr(compose_tasks, "SHARD_SIZE", 3)  # two shards per round
+    taken_back: list[int] = []
+    original = FilterStream.discard
+
+    def counted(self, task_ids):
+        taken_back.append(original(self, task_ids))
+        return taken_back[-1]
+
+    monkeypatch.setattr(FilterStream, "discard", counted)
+
+    class OneInFlight(filter_run.Dispatcher):  # rows sent ahead wait in the queue until the round is decided
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **{**kw, "window": 1})
+
+    monkeypatch.setattr(filter_run, "Dispatcher", OneInFlight)
+    # a heavy-op cap the first rounds cannot hold: later rounds skip their heavy-op candidates
+    update = {"target": 8, "round_size": 6, "motif_share": 0.9, "max_heavy_share": 0.2, "cap_rounds": 2,
+              "scheduler": cluster.client.scheduler.address}
+
+    def run(name):
+        cfg = _cfg(tmp_path / name, catalog_path).model_copy(update=update)
+        # rounds composed before the run (as on a CPU machine): round k + 1 is there while round k ends
+        compose_rounds(cfg, 4, workers=1, progress=False)
+        return run_pipeline(cfg, progress=False), tmp_path / name
+
+    _, ahead = run("ahead")
+    monkeypatch.setattr(_StreamedJob, "prefeed", lambda self, k: None)  # each round only after the one before
+    _, serial = run("serial")
+    record = json.loads((ahead / "run.json").read_text())
+    assert record["rounds"] >= 2 and record["tasks_sent_ahead"] > 0
+    assert record["not_filtered_heavy_cap"] > 0 and sum(taken_back) > 0
+    assert json.loads((serial / "run.json").read_text())["tasks_sent_ahead"] == 0
+    pd.testing.assert_frame_equal(pd.read_parquet(ahead / "candidates.parquet"),
+                                  pd.read_parquet(serial / "candidates.parquet"))
+    a, s = (pd.read_parquet(d / "filter" / "verdicts.parquet")[VERDICT] for d in (ahead, serial))
+    pd.testing.assert_frame_equal(a, s)
+    assert (json.loads((ahead / "selection.json").read_text())
+            == json.loads((serial / "selection.json").read_text()))
+    lines = [json.loads(x)["task_id"] for x in (ahead / "filter" / "ledger.jsonl").read_text().splitlines()]
+    assert len(lines) == len(set(lines))  # nothing verdicted twice
