@@ -297,6 +297,12 @@ class FilterStream:
         """Tasks dispatched and not yet verdicted."""
         return len(self.dispatcher.queue) + self.dispatcher.in_flight + len(self.dispatcher.retries)
 
+    @property
+    def deferred(self) -> int:
+        """Tasks that ran out of GPU memory next to others and wait to run alone (they start once nothing
+        else is queued or in flight)."""
+        return len(self.dispatcher.retries)
+
     # -- the whole input -------------------------------------------------------------------------------
     def result(self, input_path: str | Path, meanwhile: Callable[[], None] | None = None) -> FilterRunResult:
         """The verdicts of the input at ``input_path`` (all rows, as ``run_filter`` reads them): the corpus

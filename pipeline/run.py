@@ -316,10 +316,13 @@ class _StreamedJob:
     def prefeed(self, k: int) -> None:
         """Give the filter the next rows of round ``k`` ahead of the round loop, when there are any: the next
         shard of the round file on disk, or the next composed shard of a round sent to the composers (one
-        shard per call, in index order; the loop's ``pieces(k)`` yields them again marked as added)."""
+        shard per call, in index order; the loop's ``pieces(k)`` yields them again marked as added). Adds
+        nothing while a task waits to run alone (it starts only once the queue is empty)."""
         from opforge.compose.composer import rows_frame
         from opforge.pipeline.compose_tasks import SHARD_SIZE, shards_of_round
 
+        if self.stream.deferred:
+            return
         path = _round_path(self.run_dir, k)
         if k not in self.early_shards and path.exists():
             if self._early_file is None or self._early_file[0] != k:
