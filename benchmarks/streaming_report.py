@@ -54,10 +54,10 @@ def occupancy(recs: list[dict], bin_s: float = 10.0) -> dict:
     for _, step in edges:
         running += step
         most = max(most, running)
-    bins = np.zeros(int((t1 - t0) // bin_s) + 1)
+    bins = np.zeros(max(1, int(np.ceil((t1 - t0) / bin_s))))
     for r in recs:
         a, b = r["started_at"] - t0, r["ended_at"] - t0
-        for i in range(int(a // bin_s), int(b // bin_s) + 1):
+        for i in range(int(a // bin_s), min(len(bins) - 1, int(b // bin_s)) + 1):
             bins[i] += max(0.0, min(b, (i + 1) * bin_s) - max(a, i * bin_s)) / bin_s
     low, stretches = bins < most / 2, []
     i = 0
