@@ -163,9 +163,10 @@ def test_gpu_busy_share_is_the_union_of_lock_holds_per_gpu():
 
 def test_next_round_sent_ahead_gives_the_run_of_rounds_filtered_one_after_another(cluster, catalog_path, tmp_path,
                                                                                  monkeypatch):
-    """While a round's last verdicts come in, the next round's shards go to the filter (``prefeed``), and the
-    ones that round's decisions skip are taken back out of the queue: the candidates, verdicts and selection
-    are those of a run that adds each round only after the round before is decided."""
+    """While a round's last verdicts come in, the next round's rows go to the filter (``prefeed``: from round
+    files composed before the run, or from the composers' shards), and the ones that round's decisions skip
+    are taken back out of the queue: the candidates, verdicts and selection are those of a run that adds each
+    round only after the round before is decided."""
     monkeypatch.setattr(compose_tasks, "SHARD_SIZE", 3)  # two shards per round
     taken_back: list[int] = []
     original = FilterStream.discard
@@ -185,24 +186,41 @@ def test_next_round_sent_ahead_gives_the_run_of_rounds_filtered_one_after_anothe
     update = {"target": 8, "round_size": 6, "motif_share": 0.9, "max_heavy_share": 0.2, "cap_rounds": 2,
               "scheduler": cluster.client.scheduler.address}
 
-    def run(name):
+    def run(name, composed_first=True):
         cfg = _cfg(tmp_path / name, catalog_path).model_copy(update=update)
-        # rounds composed before the run (as on a CPU machine): round k + 1 is there while round k ends
-        compose_rounds(cfg, 4, workers=1, progress=False)
+        if composed_first:  # rounds composed before the run (as on a CPU machine): round k + 1 is there
+            compose_rounds(cfg, 4, workers=1, progress=False)
         return run_pipeline(cfg, progress=False), tmp_path / name
 
     _, ahead = run("ahead")
+    prefeed, compose_ahead = _StreamedJob.prefeed, _StreamedJob.compose_ahead
+
+    def from_composed_shards(self, k):  # the next round's shards all composed before the first is taken
+        while any(key[0] == k for key in self.feed.futures) and self.stream.step():
+            pass
+        prefeed(self, k)
+
+    def always_ahead(self, k, composed):
+        self.short = True
+        compose_ahead(self, k, composed)
+
+    monkeypatch.setattr(_StreamedJob, "prefeed", from_composed_shards)
+    monkeypatch.setattr(_StreamedJob, "compose_ahead", always_ahead)
+    _, shards = run("shards", composed_first=False)  # rows sent ahead from the composers' shards
     monkeypatch.setattr(_StreamedJob, "prefeed", lambda self, k: None)  # each round only after the one before
     _, serial = run("serial")
     record = json.loads((ahead / "run.json").read_text())
     assert record["rounds"] >= 2 and record["tasks_sent_ahead"] > 0
     assert record["not_filtered_heavy_cap"] > 0 and sum(taken_back) > 0
+    assert json.loads((shards / "run.json").read_text())["tasks_sent_ahead"] > 0
     assert json.loads((serial / "run.json").read_text())["tasks_sent_ahead"] == 0
-    pd.testing.assert_frame_equal(pd.read_parquet(ahead / "candidates.parquet"),
-                                  pd.read_parquet(serial / "candidates.parquet"))
-    a, s = (pd.read_parquet(d / "filter" / "verdicts.parquet")[VERDICT] for d in (ahead, serial))
-    pd.testing.assert_frame_equal(a, s)
-    assert (json.loads((ahead / "selection.json").read_text())
-            == json.loads((serial / "selection.json").read_text()))
-    lines = [json.loads(x)["task_id"] for x in (ahead / "filter" / "ledger.jsonl").read_text().splitlines()]
-    assert len(lines) == len(set(lines))  # nothing verdicted twice
+    for other in (ahead, shards):
+        pd.testing.assert_frame_equal(pd.read_parquet(other / "candidates.parquet"),
+                                      pd.read_parquet(serial / "candidates.parquet"))
+        a, s = (pd.read_parquet(d / "filter" / "verdicts.parquet")[VERDICT] for d in (other, serial))
+        pd.testing.assert_frame_equal(a, s)
+        assert (json.loads((other / "selection.json").read_text())
+                == json.loads((serial / "selection.json").read_text()))
+    for other in (ahead, shards):
+        lines = [json.loads(x)["task_id"] for x in (other / "filter" / "ledger.jsonl").read_text().splitlines()]
+        assert len(lines) == len(set(lines))  # nothing verdicted twice
