@@ -8,10 +8,10 @@ of the same size and eps and back (Llama-style models replaced the one with the 
 probability ``composer.NATIVE_DTYPE_SHARE``, else the run's dtype mix; a motif whose code casts every input
 to one dtype itself has that dtype (``fixed_dtype``). Batch and sequence length come from
 the shape vocabulary (``compose.motif_sizing.choose_sizes``: a random pair among those predicted inside the
-window shrunk by its margin, so candidates of one motif differ in size; at least ``min_batch``), the sequence never
-past the family's
-``max_positions``; a motif whose predicted time cannot reach the window at those sizes stays as fast as it is
-(the runtime filter rejects it as too fast; sizes are never inflated past the family's vocabulary).
+window shrunk by its margin, so candidates of one motif differ in size; at least ``min_batch``), the sequence
+never past the family's ``max_positions``; a motif whose predicted time cannot reach the window at those sizes
+stays as fast as it is (the runtime filter rejects it as too fast; sizes are never inflated past the family's
+vocabulary).
 
 The ``ops`` labels are those the rendered code calls, recovered by tracing it on ``meta``
 (``compose.labels``), so they are exact by construction.

@@ -192,8 +192,8 @@ class FilterStream:
 
     ``add`` takes rows in input order (``task_id``, ``code``), scans them with the corpus filters and
     dispatches the tasks neither rejected there nor in the ledger (``engine.dispatch.Dispatcher``; tasks run
-    on ``handle.filter_workers``); ``step`` / ``drain`` keep the loop going (also for futures the caller
-    ``watch``-es); ``result`` gives the verdicts of a whole input. The ledger is appended as verdicts arrive,
+    on ``handle.filter_workers``); ``step`` keeps the loop going (also for futures the caller ``watch``-es);
+    ``result`` gives the verdicts of a whole input. The ledger is appended as verdicts arrive,
     so a stream killed at any point resumes like ``run_filter``.
 
     Attributes:
@@ -287,10 +287,6 @@ class FilterStream:
     def step(self) -> bool:
         """Handle the next done future; False when nothing is pending."""
         return self.dispatcher.step()
-
-    def drain(self) -> None:
-        """Wait until every dispatched task has its verdict."""
-        self.dispatcher.drain()
 
     @property
     def pending(self) -> int:

@@ -283,7 +283,9 @@ class _StreamedJob:
         path = _round_path(self.run_dir, k)
         if path.exists():
             self.timeline.mark("first_candidates")
-            frame, ahead = self._known(pd.read_parquet(path)), self.early_rows.pop(k, 0)
+            read, self._early_file = self._early_file, None  # the frame ``prefeed`` read, when it read this one
+            frame = read[1] if read is not None and read[0] == k else pd.read_parquet(path)
+            frame, ahead = self._known(frame), self.early_rows.pop(k, 0)
             if ahead:
                 yield frame.iloc[:ahead], True
             if ahead < len(frame):
