@@ -85,6 +85,9 @@ class GpuLock:
         waited_s: seconds this process has spent waiting to acquire it (shared or exclusive).
         waited_exclusive_s: the part of ``waited_s`` spent waiting for exclusive holds.
         held_s: seconds this process has held it, per mode ("shared", "exclusive").
+        spans: (start, end) Unix seconds of each hold since ``take_spans`` last emptied it, a hold that
+            begins within ``SPAN_JOIN_S`` of the previous one's end extending it (at most ``MAX_SPANS`` kept;
+            beyond that the last one is extended).
         mode: None, "shared" or "exclusive" - what this process holds now.
         kind: what the current shared hold is for (``shared(kind=...)``, e.g. "forward"), or None.
     """
@@ -97,6 +100,9 @@ class GpuLock:
     # POLL_MAX_S: fifteen evaluations polling the gate every 0.5 ms while one times its rounds would wake the
     # host 30,000 times a second next to the timed calls; at POLL_MAX_S, under 2,000
     POLL_MAX_S = 0.008
+    # hold spans closer than this are recorded as one (a task's back-to-back forward calls); kept per process
+    # until ``take_spans``, at most MAX_SPANS of them
+    SPAN_JOIN_S, MAX_SPANS = 0.001, 4096
 
     def __init__(self, gpu: str, name: str, before_release: Callable[[], None] | None = None, slots: int = 0):
         base = os.path.join(tempfile.gettempdir(), f"opforge-gpu-{gpu}.{name}")
@@ -111,6 +117,19 @@ class GpuLock:
         self._slots: list = []
         self._slot = None
         self._since = 0.0
+        self._since_wall = 0.0
+        self.spans: list[list[float]] = []
+
+    def take_spans(self) -> list[list[float]]:
+        """The hold spans recorded since the last call ([start, end] Unix seconds, in order), emptied."""
+        out, self.spans = self.spans, []
+        return out
+
+    def _record_span(self, start: float, end: float) -> None:
+        if self.spans and (start - self.spans[-1][1] < self.SPAN_JOIN_S or len(self.spans) >= self.MAX_SPANS):
+            self.spans[-1][1] = max(self.spans[-1][1], end)
+        else:
+            self.spans.append([start, end])
 
     # -- raw operations ----------------------------------------------------------------------------
     def _open(self) -> None:
@@ -145,6 +164,7 @@ class GpuLock:
             fcntl.flock(self._turn, fcntl.LOCK_UN)
             self._flock(self._fh, fcntl.LOCK_SH)
         self._since = time.perf_counter()
+        self._since_wall = time.time()
         self.waited_s += self._since - t0
         if exclusive:
             self.waited_exclusive_s += self._since - t0
@@ -258,6 +278,7 @@ class GpuLock:
                 self._slot = None
             if self.mode is not None:
                 self.held_s[self.mode] += time.perf_counter() - self._since
+                self._record_span(self._since_wall, time.time())
             self.mode = self.kind = None
             if on_hold is not None:
                 on_hold(False, self)
@@ -360,6 +381,19 @@ def lock_holds() -> dict[str, float]:
     for (_, name), lock in _LOCKS.items():
         for mode, held in lock.held_s.items():
             out[f"{name}_{mode}"] = out.get(f"{name}_{mode}", 0.0) + held
+    return out
+
+
+def take_hold_spans(name: str = "compute") -> list[list[float]]:
+    """The hold spans of this process's ``name`` locks since the last call ([start, end] Unix seconds, merged
+    where they overlap or touch, in order; ``GpuLock.take_spans``), emptied."""
+    spans = sorted(s for (_, n), lock in _LOCKS.items() if n == name for s in lock.take_spans())
+    out: list[list[float]] = []
+    for start, end in spans:
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
     return out
 
 

@@ -202,7 +202,8 @@ class FilterStream:
         verdicted: tasks verdicted by this stream; ``accepted``: of them, accepted.
         first_submit / last_result: Unix seconds of the first dispatched task and of the latest verdict
             (None before); ``busy_s``: the sandbox seconds of the verdicts received.
-        spans: (worker, started_at, ended_at, lock_hold_s) of each verdict received, for the stage timeline.
+        spans: (worker, started_at, ended_at, lock_hold_s, gpu_hold_spans) of each verdict received, for the
+            stage timeline.
         after_result: called with (task_id, record) after each verdict is recorded (None: nothing), e.g. to
             compose more.
     """
@@ -244,7 +245,7 @@ class FilterStream:
         self.last_result = time.time()
         if result.get("ended_at"):
             self.spans.append((result.get("worker"), result.get("started_at"), result["ended_at"],
-                               result.get("lock_hold_s") or {}))
+                               result.get("lock_hold_s") or {}, result.get("gpu_hold_spans")))
         self._counts["accepted" if result["accepted"] else result["reason"].split(":")[0]] += 1
         if self.after_result is not None:
             self.after_result(task_id, result)

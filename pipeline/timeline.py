@@ -6,10 +6,13 @@ Per stage: ``start`` / ``end`` (Unix seconds, the client's clock; the workers of
 the shards, sandbox seconds of the verdicts; a stage on several workers can be busier than its wall).
 
 GPU busy share: per GPU worker, the union of the intervals in which one of its sandboxes held the GPU's
-compute lock (``engine.gpu_locks``: every GPU step of a task runs under it), each task's held seconds
-(``lock_hold_s``) taken as one interval ending when the task ended; divided by the time from the first
-candidates to the last verdict, and by the whole run. An approximation from the sandboxes' own records, not
-a reading of the GPU: a task's steps are not contiguous, and a held lock is not a busy SM. None on CPU runs.
+compute lock (``engine.gpu_locks``: every GPU step of a task runs under it), divided by the time from the
+first candidates to the last verdict, and by the whole run. The intervals are each task's recorded hold spans
+(``gpu_hold_spans``, method ``compute-lock hold spans``); a verdict without them (a ledger written before
+they were recorded) counts its held seconds (``lock_hold_s``) as one interval ending when the task ended
+(method ``... (approximate)``: spans of tasks ending close together then overlap, so the share is low). A
+reading from the sandboxes' own records, not of the GPU: a held lock is not a busy SM (``nvidia-smi``'s
+utilization counts only the time a kernel runs). None on CPU runs.
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ class Timeline:
 
     def record(self, gpu_spans: list[tuple] | None = None) -> dict[str, Any]:
         """The JSON record: stages (with ``wall_s``), marks, the run's start, end and wall, and the GPU busy
-        share from ``gpu_spans`` ((worker, started_at, ended_at, lock_hold_s) of each verdict)."""
+        share from ``gpu_spans`` ((worker, started_at, ended_at, lock_hold_s[, gpu_hold_spans]) of each
+        verdict)."""
         stages = {}
         for name, rec in self.stages.items():
             wall = rec["end"] - rec["start"] if rec["start"] is not None and rec["end"] is not None else None
@@ -69,10 +73,15 @@ def gpu_busy(spans: list[tuple], after: float, until: float, run_start: float, r
     """Busy share per GPU worker and overall (see the module docstring): ``share_after_first_candidates``
     over [``after``, ``until``], ``share_of_run`` over the run. None when no span held a GPU lock."""
     per: dict[str, list[tuple[float, float]]] = {}
-    for worker, started, ended, holds in spans:
+    approximate = False
+    for worker, started, ended, holds, *exact in spans:
+        if exact and exact[0]:
+            per.setdefault(str(worker), []).extend((float(a), float(b)) for a, b in exact[0])
+            continue
         held = sum(v for k, v in (holds or {}).items() if k.startswith("compute"))
         if not held or ended is None:
             continue
+        approximate = True
         lo = max(ended - held, started if started is not None else ended - held)
         per.setdefault(str(worker), []).append((lo, ended))
     if not per:
@@ -84,7 +93,9 @@ def gpu_busy(spans: list[tuple], after: float, until: float, run_start: float, r
                            "share_of_run": round(_covered(intervals, run_start, run_end) /
                                                  max(run_end - run_start, 1e-9), 4)}
     n = len(workers)
-    return {"method": "compute-lock hold intervals of the sandboxes (approximate)", "gpus": n,
+    method = ("compute-lock hold intervals of the sandboxes (approximate)" if approximate
+              else "compute-lock hold spans of the sandboxes")
+    return {"method": method, "gpus": n,
             "share_after_first_candidates": round(sum(w["share_after_first_candidates"] for w in workers.values())
                                                   / n, 4),
             "share_of_run": round(sum(w["share_of_run"] for w in workers.values()) / n, 4), "per_gpu": workers}

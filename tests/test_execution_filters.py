@@ -525,6 +525,40 @@ def test_gpu_lock_modes_nest_and_show_across_processes(tmp_path, monkeypatch):
     lock.close()
 
 
+def test_gpu_lock_records_each_hold_span_until_taken(tmp_path, monkeypatch):
+    """Every hold is a [start, end] span in Unix seconds; holds back to back become one, separate ones stay
+    apart; ``take_spans`` empties the record; ``take_hold_spans`` merges the spans of the process's locks."""
+    import tempfile
+    import time
+
+    from opforge.engine import gpu_locks
+    from opforge.engine.gpu_locks import GpuLock
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    lock = GpuLock("g", "compute")
+    t0 = time.time()
+    with lock.shared():
+        time.sleep(0.05)
+    time.sleep(0.05)
+    with lock.exclusive():
+        time.sleep(0.02)
+    lock._record_span(lock.spans[-1][1] + lock.SPAN_JOIN_S / 4, lock.spans[-1][1] + 0.01)  # back to back
+    spans = lock.take_spans()
+    assert len(spans) == 2 and lock.spans == [] and lock.take_spans() == []
+    (a0, a1), (b0, b1) = spans
+    assert t0 <= a0 < a1 < b0 < b1 <= time.time() + 0.02
+    assert 0.05 <= a1 - a0 < 0.2 and b0 - a1 >= 0.05 and 0.03 <= b1 - b0 < 0.2
+    assert abs(lock.held_s["shared"] - (a1 - a0)) < 0.01
+
+    other = GpuLock("h", "compute")
+    monkeypatch.setattr(gpu_locks, "_LOCKS", {("g", "compute"): lock, ("h", "compute"): other})
+    lock.spans, other.spans = [[1.0, 2.0], [5.0, 6.0]], [[1.5, 3.0], [7.0, 8.0]]
+    assert gpu_locks.take_hold_spans() == [[1.0, 3.0], [5.0, 6.0], [7.0, 8.0]]
+    assert gpu_locks.take_hold_spans() == []
+    lock.close()
+    other.close()
+
+
 def test_unregistered_tensor_attributes_are_listed():
     from opforge.filters.eager import unregistered_tensors
 
