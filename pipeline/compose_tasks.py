@@ -155,6 +155,10 @@ class ShardFeed:
             self.futures[(k, j)] = future
             self.watch(future, lambda f, kj=(k, j): self._arrived(kj, f))
 
+    def composing(self, k: int) -> bool:
+        """Whether a shard of round ``k`` is still being composed."""
+        return any(key[0] == k for key in self.futures)
+
     def shards(self, k: int) -> int:
         return len(shards_of_round(k, self.round_size))
 

@@ -17,8 +17,9 @@ Run directory::
 
 The stages overlap: a round is composed in shards as Dask tasks on the cluster's CPU workers
 (``pipeline.compose_tasks``), each shard goes to the filter as soon as it is composed
-(``filter_run.FilterStream``), and the next round is composed while the filter works when the yield so far
-projects fewer accepted tasks than the target needs, or the last selection fell short of it. While a round's
+(``filter_run.FilterStream``), and the next rounds (up to ``AHEAD_ROUNDS``, one composing at a time) are
+composed while the filter works when the yield so far projects fewer accepted tasks than the target needs, or
+the last selection fell short of it. While a round's
 last verdicts come in and its selection is made, the next round's composed shards already go to the filter
 (behind every task of the round), so the workers do not idle at a round's end; candidates that round's
 decisions then skip are taken back out of the queue, and verdicts of a round the run never reaches stay in
@@ -227,6 +228,10 @@ def default_compose_workers(device: str) -> int:
 # Compose the next round ahead while the accepted tasks projected from the yield so far stay below this many
 # times the target (selection's quotas and signature cap leave part of the accepted pool unused).
 AHEAD_MARGIN = 1.5
+# Rounds composed ahead of the one filtered, at most: late in a large run duplicates and full signatures skip
+# most of a round, so one round ahead may leave the filter waiting for candidates (4 x H200, continuing to
+# --target 6000: 1,149 verdicts/min over a call against 1,928 at --target 2000; not yet measured with two).
+AHEAD_ROUNDS = 2
 
 
 class _StreamedJob:
@@ -259,8 +264,9 @@ class _StreamedJob:
             plugin = composer_files(catalog, _vocabulary_path(cfg, catalog), cfg.motif_library)
             self.handle.client.register_plugin(plugin, name=PLUGIN_NAME)
             settings = prepare_settings(settings, run_dir / "filter", self.handle, progress)
-            if not _round_path(run_dir, 0).exists():  # new candidates: the sandboxes start while composing
-                self.warming = warm_sandboxes(self.handle, settings, run_dir / "filter")
+            # the sandboxes start while the run composes its first round, or reads back the rounds it filtered
+            # before (a resumed run's first new task waited 30 s for them after two minutes of that)
+            self.warming = warm_sandboxes(self.handle, settings, run_dir / "filter")
             self.stream = FilterStream(run_dir / "filter", settings, self.handle, progress)
             self.feed = ShardFeed(self.handle.client, _compose_options(cfg), cfg.round_size,
                                   self.handle.cpu_workers or None, self.stream.watch, plugin.digest + f"-{cfg.seed}")
@@ -372,24 +378,25 @@ class _StreamedJob:
         self.stream.after_result = after
 
     def compose_ahead(self, k: int, composed: int) -> None:
-        """Send round ``k + 1``'s shards now when it fits the candidate budget (``composed``: candidates of the
-        rounds before ``k``) and the last selection fell short of the target (``short``: its signature cap and
-        quotas can need more than the accepted count says) or the accepted tasks projected from the yield so far
-        fall short of it.
-        Composing more never changes the result (a round is used only when the one before falls short)."""
-        nxt = k + 1
-        if nxt in self.feed.submitted or _round_path(self.run_dir, nxt).exists():
-            return
-        if composed + 2 * self.cfg.round_size > self.cfg.candidate_budget:
-            return
+        """Send the shards of the next round not composed yet, up to ``AHEAD_ROUNDS`` rounds past ``k``, one
+        round composing at a time, when it fits the candidate budget (``composed``: candidates of the rounds
+        before ``k``) and the last selection fell short of the target (``short``: its signature cap and quotas
+        can need more than the accepted count says) or the accepted tasks projected from the yield so far fall
+        short of it. Composing more never changes the result (a round is used only when the one before falls
+        short)."""
         s = self.stream
-        if self.short:
-            self.feed.submit(nxt)
+        for ahead in range(1, AHEAD_ROUNDS + 1):
+            nxt = k + ahead
+            if nxt in self.feed.submitted or _round_path(self.run_dir, nxt).exists():
+                if self.feed.composing(nxt):
+                    return  # its shards first: a later round would only slow them down
+                continue
+            if composed + (ahead + 1) * self.cfg.round_size > self.cfg.candidate_budget:
+                return
+            if self.short or (s.verdicted >= 20  # else no yield to project from yet
+                              and s.accepted + s.pending * s.accepted / s.verdicted < AHEAD_MARGIN * self.cfg.target):
+                self.feed.submit(nxt)
             return
-        if s.verdicted < 20:
-            return  # no yield to project from yet
-        if s.accepted + s.pending * s.accepted / s.verdicted < AHEAD_MARGIN * self.cfg.target:
-            self.feed.submit(nxt)
 
     def filter_round_done(self) -> None:
         """A round's verdicts are all in: the filter stage's record so far."""

@@ -140,6 +140,32 @@ def test_killed_stream_resumes_to_the_verdicts_of_a_one_shot_filter(cluster, cat
 
 
 
+def test_large_batches_are_fingerprinted_on_the_cpu_workers_as_on_the_client(cluster, monkeypatch):
+    """``prefill_fingerprints``: a batch with enough uncached sources is fingerprinted in chunks on the CPU
+    workers and cached; each cached fingerprint equals the client's own; small batches, cached sources and a
+    cluster without CPU workers leave the work to the client."""
+    from opforge.filters.duplicate import fingerprint
+    from opforge.pipeline import filter_run
+
+    src = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+           "        return torch.{op}(x) * {c}\n\n\ndef get_inputs():\n    return [torch.randn(8, {n})]\n\n\n"
+           "def get_init_inputs():\n    return []\n")
+    codes = [src.format(op=op, c=c, n=n) for op in ("relu", "sigmoid", "tanh") for c in (2, 3) for n in range(5)]
+    monkeypatch.setattr(filter_run, "_FINGERPRINTS", {})
+    monkeypatch.setattr(filter_run, "PARALLEL_FINGERPRINT_ROWS", 10)
+    monkeypatch.setattr(filter_run, "FINGERPRINT_CHUNK", 7)
+    assert filter_run.prefill_fingerprints(cluster.client, cluster.cpu_workers, codes[:9]) == 0  # too few
+    assert filter_run.prefill_fingerprints(cluster.client, [], codes) == 0  # no CPU workers
+    assert filter_run._FINGERPRINTS == {}
+    assert filter_run.prefill_fingerprints(cluster.client, cluster.cpu_workers, codes + codes[:3] + [None]) == 30
+    assert len(filter_run._FINGERPRINTS) == 30
+    for code, got in zip(codes, filter_run._fingerprints(codes), strict=True):
+        want = fingerprint(code)
+        assert got.exact_key == want.exact_key and got.signature == want.signature
+        assert list(got.minhash.hashvalues) == list(want.minhash.hashvalues)
+    assert filter_run.prefill_fingerprints(cluster.client, cluster.cpu_workers, codes) == 0  # all cached
+
+
 def test_gpu_busy_share_is_the_union_of_lock_holds_per_gpu():
     from opforge.pipeline.timeline import Timeline, gpu_busy
 
@@ -169,6 +195,61 @@ def test_gpu_busy_share_is_the_union_of_lock_holds_per_gpu():
     rec = t.record([("gpu0", 100.0, 110.0, {"compute_shared": 4.0})])
     assert rec["stages"]["filter"] == {"start": 100.0, "end": 110.0, "wall_s": 10.0, "busy_s": 30.0}
     assert rec["gpu_busy"]["share_after_first_candidates"] == 0.5
+
+
+def test_rounds_are_composed_ahead_one_at_a_time_up_to_the_lookahead_and_the_budget(tmp_path):
+    """``compose_ahead`` sends the next round not composed yet, up to ``AHEAD_ROUNDS`` past the filtered one,
+    only once the nearer rounds are composed, only while the run is short of its target, and never past the
+    candidate budget."""
+    from types import SimpleNamespace
+
+    from opforge.pipeline import run as run_mod
+
+    class Feed:
+        def __init__(self):
+            self.submitted, self.pending = set(), set()
+
+        def submit(self, k):
+            self.submitted.add(k)
+            self.pending.add(k)
+
+        def composing(self, k):
+            return k in self.pending
+
+    def job(budget=100, short=True, accepted=0):
+        stream = SimpleNamespace(verdicted=100, accepted=accepted, pending=0)
+        return SimpleNamespace(feed=Feed(), run_dir=tmp_path, short=short, stream=stream,
+                               cfg=SimpleNamespace(round_size=10, candidate_budget=budget, target=50))
+
+    ahead = _StreamedJob.compose_ahead
+    j = job()
+    ahead(j, 3, 30)
+    ahead(j, 3, 30)
+    assert j.feed.submitted == {4}  # round 5 waits while round 4 is composing
+    j.feed.pending.clear()
+    ahead(j, 3, 30)
+    assert j.feed.submitted == {4, 5}
+    j.feed.pending.clear()
+    ahead(j, 3, 30)
+    assert j.feed.submitted == {4, 5} and run_mod.AHEAD_ROUNDS == 2  # no further than the lookahead
+    (tmp_path / "candidates").mkdir()
+    (tmp_path / "candidates" / "round-0004.parquet").write_bytes(b"")  # a round composed before the run
+    j = job()
+    ahead(j, 3, 30)
+    assert j.feed.submitted == {5}
+    # rounds 0-2 (30 candidates) + round 3 + round 4 on disk + round 5 = 60 candidates
+    j = job(budget=59)
+    ahead(j, 3, 30)
+    assert j.feed.submitted == set()
+    j = job(budget=60)
+    ahead(j, 3, 30)
+    assert j.feed.submitted == {5}
+    j = job(short=False, accepted=90)  # projected 90 accepted >= 1.5 x 50: nothing composed ahead
+    ahead(j, 0, 0)
+    assert j.feed.submitted == set()
+    j = job(short=False, accepted=10)
+    ahead(j, 0, 0)
+    assert j.feed.submitted == {1}
 
 
 def test_next_round_sent_ahead_gives_the_run_of_rounds_filtered_one_after_another(cluster, catalog_path, tmp_path,
