@@ -397,6 +397,23 @@ def take_hold_spans(name: str = "compute") -> list[list[float]]:
     return out
 
 
+def encode_spans(spans: list[list[float]]) -> tuple[float | None, list[list[int]]]:
+    """``spans`` ([start, end] Unix seconds) as (t0, [[start_ms, end_ms], ...]): t0 the first start in Unix
+    seconds rounded to the millisecond, each span in whole milliseconds after it (a ledger line a third as
+    long as the seconds written out). (None, []) for no spans."""
+    if not spans:
+        return None, []
+    t0 = round(spans[0][0], 3)
+    return t0, [[round((a - t0) * 1000), round((b - t0) * 1000)] for a, b in spans]
+
+
+def decode_spans(t0: float | None, ms) -> list[list[float]]:
+    """The [start, end] Unix-second spans ``encode_spans`` gave (t0, ms); [] when either is missing."""
+    if t0 is None or not ms:
+        return []
+    return [[t0 + a / 1000, t0 + b / 1000] for a, b in ms]
+
+
 def lock_waits() -> dict[str, float]:
     """Seconds waited so far in this process, per lock name (summed over GPUs; ``memory`` is the
     ``MemoryBudget``'s admission), and per lock the part spent waiting for exclusive holds

@@ -199,8 +199,8 @@ def _run_on_gpu(job, task_id: str, code: str, stage, alone: bool, settings: dict
     the start reservation, and the dispatcher runs the task again at once reserving that much; an ``oom``
     of that re-run comes back with ``retry_alone: True`` and the task runs a last time ``alone`` once the
     others are done (``retried_alone: True``). ``lock_wait_s`` says how long the task waited for each
-    lock (``memory``: admission), ``gpu_hold_spans`` when it held the GPU's ``compute`` lock ([start, end]
-    Unix seconds, ms resolution; ``engine.gpu_locks.take_hold_spans``), ``gpu_peak_gib`` the most GPU memory its tensors held at once,
+    lock (``memory``: admission), ``gpu_hold_t0`` / ``gpu_hold_ms`` when it held the GPU's ``compute`` lock
+    (``engine.gpu_locks.encode_spans`` of ``take_hold_spans``), ``gpu_peak_gib`` the most GPU memory its tensors held at once,
     ``gpu_reserved_gib`` the most the allocator held, ``admit_gib`` its start reservation (None when no
     device filter ran) and ``predicted_peak_gib`` the prediction (GiB, None when not predicted), and
     ``release_s`` the seconds
@@ -211,6 +211,7 @@ def _run_on_gpu(job, task_id: str, code: str, stage, alone: bool, settings: dict
     from opforge.engine.gpu_locks import (
         ADMIT_MIN_GIB,
         admitted_on_gpu,
+        encode_spans,
         grow_to_peak,
         lock_holds,
         lock_waits,
@@ -274,7 +275,7 @@ def _run_on_gpu(job, task_id: str, code: str, stage, alone: bool, settings: dict
         result["retry_alone"] = True
     result["lock_wait_s"] = {k: round(v - before.get(k, 0.0), 4) for k, v in lock_waits().items()}
     result["lock_hold_s"] = {k: round(v - held_before.get(k, 0.0), 4) for k, v in lock_holds().items()}
-    result["gpu_hold_spans"] = [[round(a, 3), round(b, 3)] for a, b in take_hold_spans()]
+    result["gpu_hold_t0"], result["gpu_hold_ms"] = encode_spans(take_hold_spans())
     result["admit_gib"] = None if start_gib is None else round(start_gib, 3)
     result["predicted_peak_gib"] = None if predicted is None else round(predicted / 2**30, 3)
     return result

@@ -29,6 +29,7 @@ import pandas as pd
 from distributed import get_worker
 from opforge.engine.cluster import ClusterHandle, open_cluster, usable_cores
 from opforge.engine.dispatch import Dispatcher, dispatch
+from opforge.engine.gpu_locks import decode_spans
 from opforge.engine.ledger import Ledger, environment, fingerprint
 from opforge.engine.pool import SandboxPool, fetch_logs, pool_of_worker, register
 from opforge.filters.chain import (
@@ -202,8 +203,8 @@ class FilterStream:
         verdicted: tasks verdicted by this stream; ``accepted``: of them, accepted.
         first_submit / last_result: Unix seconds of the first dispatched task and of the latest verdict
             (None before); ``busy_s``: the sandbox seconds of the verdicts received.
-        spans: (worker, started_at, ended_at, lock_hold_s, gpu_hold_spans) of each verdict received, for the
-            stage timeline.
+        spans: (worker, started_at, ended_at, lock_hold_s, compute-lock hold spans) of each verdict received,
+            for the stage timeline (``engine.gpu_locks.decode_spans`` of its ``gpu_hold_t0`` / ``gpu_hold_ms``).
         after_result: called with (task_id, record) after each verdict is recorded (None: nothing), e.g. to
             compose more.
     """
@@ -245,7 +246,8 @@ class FilterStream:
         self.last_result = time.time()
         if result.get("ended_at"):
             self.spans.append((result.get("worker"), result.get("started_at"), result["ended_at"],
-                               result.get("lock_hold_s") or {}, result.get("gpu_hold_spans")))
+                               result.get("lock_hold_s") or {},
+                               decode_spans(result.get("gpu_hold_t0"), result.get("gpu_hold_ms"))))
         self._counts["accepted" if result["accepted"] else result["reason"].split(":")[0]] += 1
         if self.after_result is not None:
             self.after_result(task_id, result)

@@ -8,7 +8,7 @@ the shards, sandbox seconds of the verdicts; a stage on several workers can be b
 GPU busy share: per GPU worker, the union of the intervals in which one of its sandboxes held the GPU's
 compute lock (``engine.gpu_locks``: every GPU step of a task runs under it), divided by the time from the
 first candidates to the last verdict, and by the whole run. The intervals are each task's recorded hold spans
-(``gpu_hold_spans``, method ``compute-lock hold spans``); a verdict without them (a ledger written before
+(the ledger's ``gpu_hold_t0`` / ``gpu_hold_ms``, method ``compute-lock hold spans``); a verdict without them (a ledger written before
 they were recorded) counts its held seconds (``lock_hold_s``) as one interval ending when the task ended
 (method ``... (approximate)``: spans of tasks ending close together then overlap, so the share is low). A
 reading from the sandboxes' own records, not of the GPU: a held lock is not a busy SM (``nvidia-smi``'s
@@ -48,8 +48,8 @@ class Timeline:
 
     def record(self, gpu_spans: list[tuple] | None = None) -> dict[str, Any]:
         """The JSON record: stages (with ``wall_s``), marks, the run's start, end and wall, and the GPU busy
-        share from ``gpu_spans`` ((worker, started_at, ended_at, lock_hold_s[, gpu_hold_spans]) of each
-        verdict)."""
+        share from ``gpu_spans`` ((worker, started_at, ended_at, lock_hold_s[, hold spans]) of each verdict;
+        hold spans as [start, end] Unix seconds)."""
         stages = {}
         for name, rec in self.stages.items():
             wall = rec["end"] - rec["start"] if rec["start"] is not None and rec["end"] is not None else None

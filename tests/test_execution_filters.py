@@ -555,6 +555,13 @@ def test_gpu_lock_records_each_hold_span_until_taken(tmp_path, monkeypatch):
     lock.spans, other.spans = [[1.0, 2.0], [5.0, 6.0]], [[1.5, 3.0], [7.0, 8.0]]
     assert gpu_locks.take_hold_spans() == [[1.0, 3.0], [5.0, 6.0], [7.0, 8.0]]
     assert gpu_locks.take_hold_spans() == []
+    # the ledger's form: t0 (ms) and whole milliseconds after it, read back to the millisecond
+    exact = [[1795802066.12345, 1795802066.2501], [1795802067.5, 1795802069.0]]
+    t0, ms = gpu_locks.encode_spans(exact)
+    assert t0 == 1795802066.123 and ms == [[0, 127], [1377, 2877]]
+    back = gpu_locks.decode_spans(t0, ms)
+    assert all(abs(x - y) <= 0.001 for a, b in zip(back, exact, strict=True) for x, y in zip(a, b, strict=True))
+    assert gpu_locks.encode_spans([]) == (None, []) and gpu_locks.decode_spans(None, []) == []
     lock.close()
     other.close()
 
