@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import json
 import math
 import random
@@ -339,31 +341,49 @@ def rows_frame(rows: list[dict | None]) -> pd.DataFrame:
     return pd.DataFrame([r for r in rows if r is not None], columns=COLUMNS)
 
 
-def compose(catalog: list[SeedOp], cfg: ComposeConfig, workers: int = 1, progress: bool = True) -> pd.DataFrame:
+@contextlib.contextmanager
+def composer_pool(catalog: list[SeedOp], cfg: ComposeConfig, workers: int):
+    """A process pool of ``workers`` spawned processes composing for ``catalog`` and ``cfg`` (whatever its ``n``
+    and ``start_index``), to pass to several ``compose`` calls (``pool=``) so its processes start (import torch,
+    build the composer's state) once, not once per call; None when ``workers`` <= 1 (``compose`` then runs in
+    this process)."""
+    if workers <= 1:
+        yield None
+        return
+    import multiprocessing as mp
+
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_worker_init,
+                             initargs=(catalog, cfg)) as ex:
+        ex.opforge_state_key = _state_key(catalog, cfg)
+        yield ex
+
+
+def compose(catalog: list[SeedOp], cfg: ComposeConfig, workers: int = 1, progress: bool = True,
+            pool: ProcessPoolExecutor | None = None) -> pd.DataFrame:
     """``cfg.n`` candidates (candidate indices ``start_index .. start_index + n - 1``), in index order.
 
     The output depends only on the catalog and ``cfg`` (each candidate draws from its own seeded RNG),
-    not on ``workers`` (processes; 1 = this process). Raises ValueError for a bad op mix or device profile.
+    not on ``workers`` (processes; 1 = this process) or ``pool`` (a ``composer_pool`` for this catalog and
+    config, used instead of starting ``workers`` processes). Raises ValueError for a bad op mix or device
+    profile, or a ``pool`` made for another catalog or config.
     """
     parse_op_mix(cfg.op_mix)
     parse_dtype_mix(cfg.dtype_mix)
     profile_for(cfg)
+    if pool is not None and getattr(pool, "opforge_state_key", None) != _state_key(catalog, cfg):
+        raise ValueError("compose: the process pool was made for another catalog or composer config "
+                         "(composer_pool(catalog, cfg, workers) with this call's catalog and cfg)")
     indices = list(range(cfg.start_index, cfg.start_index + cfg.n))
     rows: list[dict | None] = []
     bar = tqdm(total=len(indices), desc="compose", unit="task", disable=not progress)
-    if workers <= 1:
-        for j in range(0, len(indices), CHUNK):
-            rows.extend(compose_rows(catalog, cfg, indices[j:j + CHUNK]))
-            bar.update(len(indices[j:j + CHUNK]))
-    else:
-        import multiprocessing as mp
-
-        chunks = [indices[j:j + CHUNK] for j in range(0, len(indices), CHUNK)]
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_worker_init,
-                                 initargs=(catalog, cfg)) as ex:
-            for part in ex.map(_chunk, chunks):
-                rows.extend(part)
-                bar.update(len(part))
+    chunks = [indices[j:j + CHUNK] for j in range(0, len(indices), CHUNK)]
+    with contextlib.ExitStack() as stack:
+        if pool is None and workers > 1:
+            pool = stack.enter_context(composer_pool(catalog, cfg, workers))
+        parts = map(functools.partial(compose_rows, catalog, cfg), chunks) if pool is None else pool.map(_chunk, chunks)
+        for part in parts:
+            rows.extend(part)
+            bar.update(len(part))
     bar.close()
     missing = sum(r is None for r in rows)
     if missing:

@@ -127,6 +127,7 @@ class ShardFeed:
 
     Attributes:
         busy_s: compose seconds of the shards received; ``first_submit`` / ``last_done``: Unix seconds.
+        spans: (worker, started_at, ended_at, round, shard) of each shard received (Unix seconds).
     """
 
     client: Client
@@ -168,7 +169,7 @@ class ShardFeed:
         self.done[kj] = out["rows"]
         self.busy_s += out["busy_s"]
         self.last_done = time.time()
-        self.spans.append((out["worker"], out["started_at"], out["ended_at"]))
+        self.spans.append((out["worker"], out["started_at"], out["ended_at"], *kj))
 
     def take(self, k: int, j: int) -> list | None:
         """Rows of shard ``j`` of round ``k`` when composed (then forgotten here), else None."""

@@ -46,10 +46,12 @@ class Timeline:
         """A point in time (first call counts), e.g. ``first_candidates``."""
         self.marks.setdefault(name, time.time() if at is None else at)
 
-    def record(self, gpu_spans: list[tuple] | None = None) -> dict[str, Any]:
-        """The JSON record: stages (with ``wall_s``), marks, the run's start, end and wall, and the GPU busy
+    def record(self, gpu_spans: list[tuple] | None = None, compose_spans: list[tuple] | None = None
+               ) -> dict[str, Any]:
+        """The JSON record: stages (with ``wall_s``), marks, the run's start, end and wall, the GPU busy
         share from ``gpu_spans`` ((worker, started_at, ended_at, lock_hold_s[, hold spans]) of each verdict;
-        hold spans as [start, end] Unix seconds)."""
+        hold spans as [start, end] Unix seconds), and the composer shards from ``compose_spans`` ((worker,
+        started_at, ended_at, round, shard) of each shard; ``compose_shards``)."""
         stages = {}
         for name, rec in self.stages.items():
             wall = rec["end"] - rec["start"] if rec["start"] is not None and rec["end"] is not None else None
@@ -65,6 +67,8 @@ class Timeline:
         if gpu_spans and run and filt and filt["end"] is not None:
             after = self.marks.get("first_candidates", filt["start"])
             out["gpu_busy"] = gpu_busy(gpu_spans, after, filt["end"], run[0], run[1])
+        if compose_spans and run:
+            out["compose_shards"] = compose_shards(compose_spans, run[0])
         return out
 
 
@@ -101,6 +105,19 @@ def gpu_busy(spans: list[tuple], after: float, until: float, run_start: float, r
             "share_of_run": round(sum(w["share_of_run"] for w in workers.values()) / n, 4), "per_gpu": workers}
 
 
+def compose_shards(spans: list[tuple], run_start: float) -> dict[str, Any]:
+    """The composer shards of a run: how many, their seconds (p50, max), and per round when its first shard
+    started and its last one ended (seconds from ``run_start``), to set beside the filter's occupancy."""
+    secs = sorted(e - s for _, s, e, *_ in spans)
+    rounds: dict[int, list[float]] = {}
+    for _, s, e, k, *_ in spans:
+        lo, hi = rounds.setdefault(int(k), [s, e])
+        rounds[int(k)] = [min(lo, s), max(hi, e)]
+    return {"shards": len(spans), "seconds_p50": round(secs[len(secs) // 2], 3), "seconds_max": round(secs[-1], 3),
+            "rounds_s": {str(k): [round(lo - run_start, 1), round(hi - run_start, 1)]
+                         for k, (lo, hi) in sorted(rounds.items())}}
+
+
 def _covered(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
     """Seconds of [lo, hi] covered by the union of ``intervals``."""
     total, cur_s, cur_e = 0.0, None, None
@@ -133,6 +150,9 @@ def format_timeline(t: dict[str, Any]) -> list[str]:
         end = "-" if s["end"] is None else f"{s['end'] - t0:7.1f}"
         busy = "" if s.get("busy_s") is None else f", busy {s['busy_s']} s"
         lines.append(f"  {name:<20}{start} -> {end}  ({s.get('wall_s')} s{busy})")
+    c = t.get("compose_shards")
+    if c:
+        lines.append(f"  composer shards: {c['shards']} (p50 {c['seconds_p50']} s, max {c['seconds_max']} s)")
     g = t.get("gpu_busy")
     if g:
         lines.append(f"  GPU busy: {g['share_after_first_candidates']:.1%} after the first candidates, "

@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 import pytest
-from opforge.compose.composer import ComposeConfig, compose, rows_frame
+from opforge.compose.composer import ComposeConfig, compose, composer_pool, rows_frame
 from opforge.engine.cluster import open_cluster
 from opforge.pipeline import compose_tasks, filter_run
 from opforge.pipeline.compose_tasks import PLUGIN_NAME, compose_shard, composer_files, shards_of_round
@@ -57,9 +57,15 @@ def test_shards_are_the_same_rows_on_one_and_four_workers(cluster, catalog_path,
     one, used_one = rows(cluster.cpu_workers[:1])
     assert len(used_one) == 1 and len(cluster.cpu_workers) == 4
     assert four == one
-    # the one-shot composition in a fresh process, as the shards' workers compose
-    whole = compose(harvested.ops, ComposeConfig(**options, n=12, start_index=12), workers=2, progress=False)
+    # the one-shot composition in fresh processes, as the shards' workers compose; one pool serves several
+    # index ranges (`opforge run --compose-rounds`), and only its own catalog and config
+    with composer_pool(harvested.ops, ComposeConfig(**options), 2) as pool:
+        whole = compose(harvested.ops, ComposeConfig(**options, n=12, start_index=12), progress=False, pool=pool)
+        first = compose(harvested.ops, ComposeConfig(**options, n=12, start_index=0), progress=False, pool=pool)
+        with pytest.raises(ValueError, match="another catalog or composer config"):
+            compose(harvested.ops, ComposeConfig(**{**options, "seed": options["seed"] + 1}, n=4), pool=pool)
     assert pd.DataFrame([r for r in four if r]).equals(whole)
+    assert first.equals(compose(harvested.ops, ComposeConfig(**options, n=12, start_index=0), progress=False))
 
 
 def test_rounds_composed_ahead_are_the_rounds_a_run_streams(cluster, catalog_path, tmp_path):
@@ -167,7 +173,7 @@ def test_large_batches_are_fingerprinted_on_the_cpu_workers_as_on_the_client(clu
 
 
 def test_gpu_busy_share_is_the_union_of_lock_holds_per_gpu():
-    from opforge.pipeline.timeline import Timeline, gpu_busy
+    from opforge.pipeline.timeline import Timeline, format_timeline, gpu_busy
 
     spans = [("gpu0", 0.0, 10.0, {"compute_shared": 4.0}),      # held 6..10
              ("gpu0", 5.0, 12.0, {"compute_shared": 4.0, "compute_exclusive": 1.0}),  # 7..12: union 6..12
@@ -194,7 +200,11 @@ def test_gpu_busy_share_is_the_union_of_lock_holds_per_gpu():
     t.mark("first_candidates", at=102.0)
     rec = t.record([("gpu0", 100.0, 110.0, {"compute_shared": 4.0})])
     assert rec["stages"]["filter"] == {"start": 100.0, "end": 110.0, "wall_s": 10.0, "busy_s": 30.0}
-    assert rec["gpu_busy"]["share_after_first_candidates"] == 0.5
+    assert rec["gpu_busy"]["share_after_first_candidates"] == 0.5 and "compose_shards" not in rec
+    rec = t.record(None, [("c0", 101.0, 103.0, 0, 0), ("c1", 101.5, 102.0, 0, 1), ("c0", 104.0, 106.5, 1, 0)])
+    assert rec["compose_shards"] == {"shards": 3, "seconds_p50": 2.0, "seconds_max": 2.5,
+                                     "rounds_s": {"0": [1.0, 3.0], "1": [4.0, 6.5]}}
+    assert any("composer shards: 3" in line for line in format_timeline(rec))
 
 
 def test_rounds_are_composed_ahead_one_at_a_time_up_to_the_lookahead_and_the_budget(tmp_path):
