@@ -59,7 +59,7 @@ def test_shards_are_the_same_rows_on_one_and_four_workers(cluster, catalog_path,
     assert four == one
     # the one-shot composition in fresh processes, as the shards' workers compose; one pool serves several
     # index ranges (`opforge run --compose-rounds`), and only its own catalog and config
-    with composer_pool(harvested.ops, ComposeConfig(**options), 2) as pool:
+    with composer_pool(harvested.ops, ComposeConfig(**options, n=12), 2) as pool:
         whole = compose(harvested.ops, ComposeConfig(**options, n=12, start_index=12), progress=False, pool=pool)
         first = compose(harvested.ops, ComposeConfig(**options, n=12, start_index=0), progress=False, pool=pool)
         with pytest.raises(ValueError, match="another catalog or composer config"):
