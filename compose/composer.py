@@ -380,7 +380,10 @@ def compose(catalog: list[SeedOp], cfg: ComposeConfig, workers: int = 1, progres
     with contextlib.ExitStack() as stack:
         if pool is None and workers > 1:
             pool = stack.enter_context(composer_pool(catalog, cfg, workers))
-        parts = map(functools.partial(compose_rows, catalog, cfg), chunks) if pool is None else pool.map(_chunk, chunks)
+        if pool is None:
+            parts = map(functools.partial(compose_rows, catalog, cfg), chunks)
+        else:
+            parts = pool.map(_chunk, chunks)
         for part in parts:
             rows.extend(part)
             bar.update(len(part))

@@ -396,8 +396,9 @@ FINGERPRINT_CACHE_ROWS = 200_000
 
 # A batch holding at least this many sources not fingerprinted yet is fingerprinted on the cluster's CPU workers,
 # FINGERPRINT_CHUNK sources per Dask task, instead of on the client (about 1.7 ms a source on cpu-2core): a
-# resumed run reads each finished round (thousands of rows) at once, and fingerprinting 33,000 candidates took
-# the client two minutes before the filter got its first new task (4 x H200, 2026-11-27).
+# resumed run reads each finished round (thousands of rows) at once. Reading back 11 rounds (33,000 candidates)
+# took 114 s on cpu-2core, half of it fingerprints, and 141 s on a 4 x H200 host before the filter got its
+# first new task (2026-11-27).
 PARALLEL_FINGERPRINT_ROWS, FINGERPRINT_CHUNK = 600, 250
 
 

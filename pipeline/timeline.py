@@ -7,12 +7,12 @@ the shards, sandbox seconds of the verdicts; a stage on several workers can be b
 
 GPU busy share: per GPU worker, the union of the intervals in which one of its sandboxes held the GPU's
 compute lock (``engine.gpu_locks``: every GPU step of a task runs under it), divided by the time from the
-first candidates to the last verdict, and by the whole run. The intervals are each task's recorded hold spans
-(the ledger's ``gpu_hold_t0`` / ``gpu_hold_ms``, method ``compute-lock hold spans``); a verdict without them (a ledger written before
-they were recorded) counts its held seconds (``lock_hold_s``) as one interval ending when the task ended
-(method ``... (approximate)``: spans of tasks ending close together then overlap, so the share is low). A
-reading from the sandboxes' own records, not of the GPU: a held lock is not a busy SM (``nvidia-smi``'s
-utilization counts only the time a kernel runs). None on CPU runs.
+first candidates to the last verdict, and by the whole run. The intervals are each task's recorded hold
+spans (the ledger's ``gpu_hold_t0`` / ``gpu_hold_ms``; method ``compute-lock hold spans``); a verdict without
+them counts its held seconds (``lock_hold_s``) as one interval ending when the task ended (method ``...
+(approximate)``: that interval is not where the holds were, so the union can be off either way). A reading
+from the sandboxes' own records, not of the GPU: a held lock is not a busy SM (``nvidia-smi``'s utilization
+counts only the time a kernel runs). None on CPU runs.
 """
 
 from __future__ import annotations
