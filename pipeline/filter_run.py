@@ -229,6 +229,7 @@ class FilterStream:
         self._counts: Counter = Counter()
         self._round_ran, self._round_t0 = 0, None
         self._waiting_for: set[str] = set()  # the tasks ``result`` waits for
+        self._table_rows: dict[str, dict] = {}  # task id -> verdict-table fields of its ledger record
         self.after_result: Callable[[str, dict[str, Any]], None] | None = None
         register(handle.client, sandbox_pool(self.settings))
         self.dispatcher = Dispatcher(handle.client, verdict_task, self._on_result, self._on_error,
@@ -332,7 +333,7 @@ class FilterStream:
         wall = time.perf_counter() - self._round_t0 if self._round_t0 is not None else 0.0
         self._round_ran, self._round_t0 = 0, None
         return _finish(tasks, self.ledger, corpus, corpus_stats, wall, ran, max(0, len(unique) - ran),
-                       self.settings, self.env, self.fp, self.run_dir, list(self.failures))
+                       self.settings, self.env, self.fp, self.run_dir, list(self.failures), self._table_rows)
 
     def close(self) -> None:
         """Close the ledger and fetch the sandbox logs into ``RUN_DIR/logs``."""
@@ -341,10 +342,11 @@ class FilterStream:
         fetch_logs(self.handle.client, self.run_dir / "logs")
 
 
-def _finish(tasks, ledger, corpus, corpus_stats, wall, ran, skipped, settings, env, fp, run_dir, failures
-            ) -> FilterRunResult:
-    """The verdict table and funnel of ``tasks`` (written to ``verdicts.parquet`` and ``funnel.json``)."""
-    verdicts = _verdict_table(tasks, ledger, corpus)
+def _finish(tasks, ledger, corpus, corpus_stats, wall, ran, skipped, settings, env, fp, run_dir, failures,
+            table_rows: dict | None = None) -> FilterRunResult:
+    """The verdict table and funnel of ``tasks`` (written to ``verdicts.parquet`` and ``funnel.json``);
+    ``table_rows`` as for ``_verdict_table``."""
+    verdicts = _verdict_table(tasks, ledger, corpus, table_rows)
     funnel = _funnel(tasks, verdicts, ledger, corpus, corpus_stats, wall, ran, skipped, settings, env, fp)
     verdicts.to_parquet(run_dir / "verdicts.parquet", index=False)
     (run_dir / "funnel.json").write_text(json.dumps(funnel, indent=2, sort_keys=True))
@@ -506,17 +508,37 @@ class CorpusScan:
         return new
 
 
-def _verdict_table(tasks: pd.DataFrame, ledger: Ledger, corpus: dict[int, dict]) -> pd.DataFrame:
+def _verdict_table(tasks: pd.DataFrame, ledger: Ledger, corpus: dict[int, dict],
+                   table_rows: dict[str, dict] | None = None) -> pd.DataFrame:
+    """One row per input row with a verdict: its corpus record, else its ledger record. ``table_rows`` (task id
+    -> the table fields of its ledger record), when given, keeps what is derived from ledger records between
+    calls (a stream builds the table of a growing input once a round; a ledger record never changes)."""
     recs = []
     for row, task_id in zip(tasks["row"], tasks["task_id"], strict=True):
-        rec = corpus.get(int(row)) or ledger.done.get(task_id)
-        if rec is None:
+        rec = corpus.get(int(row))
+        if rec is not None:
+            recs.append({"row": int(row), "task_id": task_id, **_table_fields(rec)})
             continue
-        metrics = rec.get("metrics", {})
-        kb = metrics.get("contamination", {})
-        recs.append({
-            "row": int(row), "task_id": task_id, "accepted": bool(rec["accepted"]), "reason": rec["reason"],
-            "filter": rec["filter"], "metrics": json.dumps(metrics, sort_keys=True),
+        fields = table_rows.get(task_id) if table_rows is not None else None
+        if fields is None:
+            rec = ledger.done.get(task_id)
+            if rec is None:
+                continue
+            fields = _table_fields(rec)
+            if table_rows is not None:
+                table_rows[task_id] = fields
+        recs.append({"row": int(row), "task_id": task_id, **fields})
+    return pd.DataFrame(recs, columns=["row", "task_id", "accepted", "reason", "filter", "metrics", "eager_ms",
+                                       "compile_s", "compile_ms", "roofline_ms", "fusion_gain",
+                                       "kernelbench_nearest", "kernelbench_similarity", "seconds", "worker"])
+
+
+def _table_fields(rec: dict[str, Any]) -> dict[str, Any]:
+    """The verdict table's fields of one ledger or corpus record (less ``row`` and ``task_id``)."""
+    metrics = rec.get("metrics", {})
+    kb = metrics.get("contamination", {})
+    return {"accepted": bool(rec["accepted"]), "reason": rec["reason"], "filter": rec["filter"],
+            "metrics": json.dumps(metrics, sort_keys=True),
             "eager_ms": _num(metrics.get("runtime", {}).get("eager_ms")),
             "compile_s": _num(metrics.get("compile", {}).get("compile_s")),
             "compile_ms": _num(metrics.get("runtime", {}).get("compile_ms")),
@@ -524,11 +546,7 @@ def _verdict_table(tasks: pd.DataFrame, ledger: Ledger, corpus: dict[int, dict])
             "fusion_gain": _num(metrics.get("roofline", {}).get("fusion_gain")),
             "kernelbench_nearest": kb.get("kernelbench_nearest"),
             "kernelbench_similarity": _num(kb.get("kernelbench_similarity")),
-            "seconds": float(sum(rec.get("seconds", {}).values())), "worker": rec.get("worker"),
-        })
-    return pd.DataFrame(recs, columns=["row", "task_id", "accepted", "reason", "filter", "metrics", "eager_ms",
-                                       "compile_s", "compile_ms", "roofline_ms", "fusion_gain",
-                                       "kernelbench_nearest", "kernelbench_similarity", "seconds", "worker"])
+            "seconds": float(sum(rec.get("seconds", {}).values())), "worker": rec.get("worker")}
 
 
 def _num(v) -> float | None:

@@ -145,6 +145,32 @@ def test_ledger_ignores_a_line_cut_by_a_kill(tmp_path):
     assert Ledger(path, "other-fingerprint").done == {}
 
 
+def test_verdict_table_rows_kept_between_calls_equal_the_table_built_afresh(tmp_path):
+    """A stream keeps the table fields of ledger records between rounds: the table is the one built afresh;
+    a corpus record takes its row's place, a task without a verdict has no row."""
+    import pandas as pd
+    from opforge.pipeline.filter_run import _verdict_table
+
+    led = Ledger(tmp_path / "ledger.jsonl", "fp")
+    led.append({"task_id": "a", "accepted": True, "reason": None, "filter": None, "worker": "w0",
+                "metrics": {"runtime": {"eager_ms": 1.5}}, "seconds": {"eager": 0.2, "compile": 0.5}})
+    led.append({"task_id": "b", "accepted": False, "reason": "non_finite", "filter": "eager", "worker": "w1",
+                "metrics": {}, "seconds": {"eager": 0.1}})
+    tasks = pd.DataFrame({"row": [0, 1, 2, 3], "task_id": ["a", "b", "a", "c"]})
+    corpus = {2: {"accepted": False, "reason": "duplicate:exact", "filter": "duplicate", "worker": "client",
+                  "metrics": {"duplicate": {"duplicate_of": 0}}, "seconds": {"duplicate": 0.001}}}
+    kept: dict = {}
+    first, again = _verdict_table(tasks, led, corpus, kept), _verdict_table(tasks, led, corpus, kept)
+    fresh = _verdict_table(tasks, led, corpus)
+    assert set(kept) == {"a", "b"}
+    pd.testing.assert_frame_equal(first, fresh)
+    pd.testing.assert_frame_equal(again, fresh)
+    assert list(fresh["row"]) == [0, 1, 2] and list(fresh["reason"])[1:] == ["non_finite", "duplicate:exact"]
+    assert pd.isna(fresh.loc[0, "reason"]) and list(fresh["accepted"]) == [True, False, False]
+    assert fresh.loc[0, "eager_ms"] == 1.5 and fresh.loc[0, "seconds"] == 0.7
+    led.close()
+
+
 @pytest.mark.parametrize(("content", "suffix", "message"), [
     ('{"code": "x"}\nnot json\n', ".jsonl", r"tasks.jsonl:2: not a JSON object"),
     ('{"source": "x"}\n', ".jsonl", "no 'code' column"),
