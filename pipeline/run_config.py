@@ -46,7 +46,8 @@ class RunConfig(_EngineOptions):
         no_window: record runtimes only, on any device.
         round_size: candidates composed per round (default: 1.5 x target, at least 16).
         candidate_budget: most candidates composed in all (default: 20 x target).
-        max_per_signature: selection cap on tasks sharing one op-label set.
+        max_per_signature: selection cap on tasks sharing one (op set, dtype) signature (default
+            ``default_max_per_signature`` of the target: 3 up to 4,500 tasks, 4 at 6,000).
         max_heavy_share: the selection's soft cap on tasks that call a GEMM, convolution, attention or recurrent
             op (``pipeline.select``, rule 4; None = off). Default 0.75, the top of the 40-75 % band of the
             worthwhile-tasks issue: such tasks beyond it are published only where other tasks cannot fill a quota.
@@ -113,7 +114,7 @@ class RunConfig(_EngineOptions):
     no_window: bool = False
     round_size: int | None = Field(None, ge=1)
     candidate_budget: int | None = Field(None, ge=1)
-    max_per_signature: int = Field(3, ge=1)
+    max_per_signature: int | None = Field(None, ge=1)
     max_heavy_share: float | None = Field(0.75, ge=0, le=1)
     cap_rounds: int = Field(2, ge=0)
     soft_min_fusion_gain: float | None = Field(1.1, ge=1)
@@ -142,7 +143,17 @@ class RunConfig(_EngineOptions):
             "runtime_window_ms": window,
             "round_size": round_size,
             "candidate_budget": self.candidate_budget or max(20 * self.target, round_size),
+            "max_per_signature": self.max_per_signature or default_max_per_signature(self.target),
         })
+
+
+def default_max_per_signature(target: int) -> int:
+    """The selection's cap on tasks of one (op set, dtype) signature when none is given: 3, plus one for each
+    1,500 tasks of ``target`` above 4,500 (4 at 6,000). A larger selection needs more signatures than the
+    composer's motifs give at 3: on the accepted pool of the opforge-Ops-6K v2.0 release run (6,374 tasks,
+    3,808 signatures) a 6,000-row selection takes 5,642 rows at 3 and all 6,000 at 4 or 5, and 2,000 or 4,000
+    rows at 3 (benchmarks/README.md, measurements behind the defaults)."""
+    return max(3, -(-int(target) // 1500))
 
 
 def default_device_profile(device: str, gpu_name: str | None = None) -> str:

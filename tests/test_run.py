@@ -304,6 +304,10 @@ def test_selection_quota_cap_and_coverage():
     assert select_tasks(pool, 10, shares, seed=1).rows["task_id"].tolist() == \
         select_tasks(pool, 10, shares, seed=1).rows["task_id"].tolist()
     assert RunConfig(target=10).resolved().candidate_budget == 200
+    # the signature cap grows with large targets (3 up to 4,500 tasks, one more per 1,500 above); a given one wins
+    caps = {n: RunConfig(target=n).resolved().max_per_signature for n in (10, 4500, 4501, 6000, 7501)}
+    assert caps == {10: 3, 4500: 3, 4501: 4, 6000: 4, 7501: 6}
+    assert RunConfig(target=6000, max_per_signature=2).resolved().max_per_signature == 2
 
 
 def test_selection_cap_counts_each_dtype_of_a_fusion_apart():
