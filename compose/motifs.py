@@ -45,8 +45,8 @@ TIMM_MODELS = ("resnet50d", "efficientnet_b0", "convnext_nano", "mobilevitv2_050
                "poolformer_s12", "mixer_b16_224", "resmlp_12_224", "cait_xxs24_224", "edgenext_x_small")
 # Share of each category among drawn motifs (categories of ``motif_cut.CATEGORY_RULES``); a category the
 # library lacks is left out and the others scaled up. sampling_head is drawn little: its motifs have four op
-# signatures, and the selection publishes at most max_per_signature (3 by default) rows of one signature and dtype, so more
-# draws only add candidates the run skips (not_filtered_full_signature).
+# signatures, and the selection publishes at most max_per_signature (3 by default) rows of one signature and
+# dtype, so more draws only add candidates the run skips (not_filtered_full_signature).
 # conv_norm_act has the largest share: with motif share 0.9 it is the main source of convolutions, and a 1,000-task
 # run on 2 x H200 at 0.12 published 13.5 % of rows with a convolution (the realistic-tasks issue asks >= 15 %).
 CATEGORY_SHARES = {"attention": 0.12, "norm_residual": 0.12, "norm": 0.1, "conv_norm_act": 0.24, "softmax": 0.1,
