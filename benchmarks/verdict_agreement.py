@@ -6,8 +6,8 @@ streamed run against the same run with its stages one after the other, same seed
 Each directory's ``filter/verdicts.parquet`` (or ``verdicts.parquet`` at its top) is read; tasks are matched by
 ``task_id``. A task agrees when both runs accepted it, or both rejected it for the same reason. A disagreement
 is ``timed`` when either reason is decided from a measured time (``runtime_out_of_window``, ``trivial:
-no_headroom``, ``trivial:dominated``: one op's share of the profiled kernel time, ``timeout``): on a GPU two runs of one task measure different times, so such tasks near a
-threshold may fall either way; the report gives both runs' eager time (ms) and room (the headroom filter's
+no_headroom``, ``trivial:dominated``: one op's share of the profiled kernel time, ``timeout``): on a GPU two
+runs of one task measure different times, so such tasks near a threshold may fall either way; the report gives both runs' eager time (ms) and room (the headroom filter's
 ``room``, or ``room_bound`` where the screen decided) for each. Any other disagreement is listed as
 ``untimed``: it is a difference in what the filters decide, not in what they measured.
 """

@@ -149,10 +149,10 @@ class RunConfig(_EngineOptions):
 
 def default_max_per_signature(target: int) -> int:
     """The selection's cap on tasks of one (op set, dtype) signature when none is given: 3, plus one for each
-    1,500 tasks of ``target`` above 4,500 (4 at 6,000). A larger selection needs more signatures than the
-    composer's motifs give at 3: on the accepted pool of the opforge-Ops-6K v2.0 release run (6,374 tasks,
-    3,808 signatures) a 6,000-row selection takes 5,642 rows at 3 and all 6,000 at 4 or 5, and 2,000 or 4,000
-    rows at 3 (benchmarks/README.md, measurements behind the defaults)."""
+    1,500 tasks (or part of them) of ``target`` above 4,500: 4 at 6,000. At 3 a large selection runs out of
+    signatures: on the accepted pool of the opforge-Ops-6K v2.0 release run (6,374 tasks, 3,808 signatures) a
+    6,000-row selection takes 5,642 rows at 3 and all 6,000 at 4 or 5, and 2,000 or 4,000 rows at 3
+    (benchmarks/README.md, measurements behind the defaults)."""
     return max(3, -(-int(target) // 1500))
 
 
