@@ -201,11 +201,10 @@ def _run_on_gpu(job, task_id: str, code: str, stage, alone: bool, settings: dict
     others are done (``retried_alone: True``). ``lock_wait_s`` says how long the task waited for each
     lock (``memory``: admission), ``gpu_hold_t0`` / ``gpu_hold_ms`` when it held the GPU's ``compute`` lock
     (``engine.gpu_locks.encode_spans`` of ``take_hold_spans``), ``gpu_peak_gib`` the most GPU memory its
-    tensors held at once, ``gpu_reserved_gib`` the most the allocator held, ``admit_gib`` its start reservation (None when no
-    device filter ran) and ``predicted_peak_gib`` the prediction (GiB, None when not predicted), and
-    ``release_s`` the seconds
-    spent handing the task's memory back afterwards (garbage collection, ``empty_cache``), while it still
-    held its reservation.
+    tensors held at once, ``gpu_reserved_gib`` the most the allocator held, ``admit_gib`` its start
+    reservation (None when no device filter ran) and ``predicted_peak_gib`` the prediction (GiB, None when not
+    predicted), and ``release_s`` the seconds spent handing the task's memory back afterwards (garbage
+    collection, ``empty_cache``), while it still held its reservation.
     """
     import torch
     from opforge.engine.gpu_locks import (

@@ -418,7 +418,7 @@ def prefill_fingerprints(client, workers: list[str], codes) -> int:
     todo: dict[bytes, str] = {}
     for code in codes:
         if isinstance(code, str):
-            key = hashlib.sha1(code.encode()).digest()
+            key = _fingerprint_key(code)
             if key not in _FINGERPRINTS:
                 todo.setdefault(key, code)
     if len(todo) < PARALLEL_FINGERPRINT_ROWS or not workers:
@@ -433,12 +433,22 @@ def prefill_fingerprints(client, workers: list[str], codes) -> int:
             fps = future.result()
         except Exception:  # noqa: BLE001 - a lost worker: the client fingerprints these itself
             continue
-        if len(_FINGERPRINTS) + len(fps) > FINGERPRINT_CACHE_ROWS:
-            _FINGERPRINTS.clear()
         for key, fp in zip(keys[i:i + FINGERPRINT_CHUNK], fps, strict=True):
-            _FINGERPRINTS[key] = fp
+            _cache_fingerprint(key, fp)
         cached += len(fps)
     return cached
+
+
+def _fingerprint_key(code: str) -> bytes:
+    """The key of ``code``'s fingerprint in ``_FINGERPRINTS`` (the SHA-1 of the source)."""
+    return hashlib.sha1(code.encode()).digest()
+
+
+def _cache_fingerprint(key: bytes, fp) -> None:
+    """Keep ``fp`` under ``key``, emptying the cache first when it holds ``FINGERPRINT_CACHE_ROWS``."""
+    if len(_FINGERPRINTS) >= FINGERPRINT_CACHE_ROWS:
+        _FINGERPRINTS.clear()
+    _FINGERPRINTS[key] = fp
 
 
 def _fingerprints(codes: list) -> list:
@@ -449,12 +459,11 @@ def _fingerprints(codes: list) -> list:
         if not isinstance(code, str):
             out.append(None)
             continue
-        key = hashlib.sha1(code.encode()).digest()
+        key = _fingerprint_key(code)
         fp = _FINGERPRINTS.get(key)
         if fp is None:
-            if len(_FINGERPRINTS) >= FINGERPRINT_CACHE_ROWS:
-                _FINGERPRINTS.clear()
-            fp = _FINGERPRINTS[key] = fingerprint(code)
+            fp = fingerprint(code)
+            _cache_fingerprint(key, fp)
         out.append(fp)
     return out
 
