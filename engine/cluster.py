@@ -1,7 +1,7 @@
 """The Dask cluster a run executes on; the client process never touches CUDA.
 
-* ``device="cpu"``: an embedded ``LocalCluster`` of ``workers`` single-thread worker processes.
-* ``device="cuda"``: a ``SpecCluster`` with one worker process per GPU, each started by a ``Nanny`` with
+* ``device="cpu"``: an embedded ``SpecCluster`` of ``workers`` single-thread worker processes.
+* ``device="cuda"``: an embedded ``SpecCluster`` with one worker process per GPU, each started by a ``Nanny`` with
   ``CUDA_VISIBLE_DEVICES`` set to its GPU and ``workers`` threads (= sandbox children sharing that GPU).
   The GPUs are the entries of ``CUDA_VISIBLE_DEVICES`` when it is set (``CUDA_VISIBLE_DEVICES=0 opforge
   ...`` uses one GPU of several), else all that ``nvidia-smi`` lists; never counted through torch.
@@ -12,6 +12,9 @@
   started with ``--resources cpu_work=1``); the sandbox work is then kept off them
   (``ClusterHandle.filter_workers``).
 
+An embedded cluster's scheduler runs in a process of its own (``engine.scheduler_process``), so that the
+client's own Python work does not slow down the assignment of tasks to the workers.
+
 Dask's own memory management is off (``memory_limit=0``): the sandbox's memory guard is per task.
 """
 
@@ -21,9 +24,10 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from distributed import Client, LocalCluster, Nanny, Scheduler, SpecCluster
+from distributed import Client, Nanny, SpecCluster
 from opforge.engine.gpu_locks import visible_gpu_ids
 from opforge.engine.ledger import gpu_names
+from opforge.engine.scheduler_process import SchedulerProcess
 
 CPU_RESOURCE = "cpu_work"  # the Dask resource of the CPU-only workers (``cpu_workers``)
 
@@ -79,7 +83,6 @@ def open_cluster(device: str, workers: int | None = None, scheduler: str | None 
     Raises:
         RuntimeError: ``device="cuda"`` without a visible GPU (per ``nvidia-smi``), or no workers.
     """
-    quiet = {"silence_logs": logging.ERROR, "dashboard_address": None}
     if scheduler:
         client = Client(scheduler, timeout="60s")
         info = client.scheduler_info()["workers"]
@@ -98,12 +101,8 @@ def open_cluster(device: str, workers: int | None = None, scheduler: str | None 
              for i in range(cpu_workers)}
     if device == "cpu":
         workers = workers or default_workers(device)
-        if not extra:
-            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, memory_limit=0,
-                                   **quiet)
-            return ClusterHandle(Client(cluster), cluster, f"LocalCluster cpu x{workers}", workers)
         specs = {i: {"cls": Nanny, "options": dict(one)} for i in range(workers)}
-        description = f"cpu x{workers} + {cpu_workers} CPU worker(s)"
+        description = f"cpu x{workers}" + (f" + {cpu_workers} CPU worker(s)" if cpu_workers else "")
     else:
         gpus = gpu_names()
         if not gpus:
@@ -117,8 +116,7 @@ def open_cluster(device: str, workers: int | None = None, scheduler: str | None 
                  for g in ids}
         description = f"{len(ids)} x {gpus[0]}, {workers} sandbox(es) each" + (
             f" + {cpu_workers} CPU worker(s)" if cpu_workers else "")
-    cluster = SpecCluster(workers={**specs, **extra},
-                          scheduler={"cls": Scheduler, "options": {"dashboard_address": None}},
+    cluster = SpecCluster(workers={**specs, **extra}, scheduler={"cls": SchedulerProcess, "options": {}},
                           silence_logs=logging.ERROR)
     client = Client(cluster)
     return _handle(client, cluster, description, set(specs))

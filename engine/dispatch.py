@@ -102,17 +102,24 @@ class Dispatcher:
 
     # -- the loop --------------------------------------------------------------------------------------
     def step(self) -> bool:
-        """Handle the next done future (an item's or a watched one), waiting for it. Returns False when
-        nothing is pending."""
+        """Handle the next done future (an item's or a watched one), waiting for it, and every other future
+        already done. Returns False when nothing is pending.
+
+        A done future keeps its place in the window until it is handled, so handling the done ones together
+        lets the window refill at once when the caller does slow work between steps."""
         if self.pending.is_empty():
             return False
-        future = next(self.pending)
+        self._handle(next(self.pending))
+        while self.pending.has_ready():
+            self._handle(next(self.pending))
+        return True
+
+    def _handle(self, future: Future) -> None:
         callback = self.watched.pop(future.key, None)
         if callback is not None:
             callback(future)
         elif future.key in self.item_of:
             self._done(future)
-        return True
 
     def drain(self) -> None:
         """Step until no item is queued, in flight or deferred (watched futures are handled meanwhile)."""

@@ -202,7 +202,8 @@ class FilterStream:
         rows: rows added so far (the next row's input number).
         verdicted: tasks verdicted by this stream; ``accepted``: of them, accepted.
         first_submit / last_result: Unix seconds of the first dispatched task and of the latest verdict
-            (None before); ``busy_s``: the sandbox seconds of the verdicts received.
+            (None before); ``busy_s``: the sandbox seconds of the verdicts received; ``waited_s``: seconds the
+            last ``result`` spent waiting for verdicts (the ``meanwhile`` calls included).
         spans: (worker, started_at, ended_at, lock_hold_s, compute-lock hold spans) of each verdict received,
             for the stage timeline (``engine.gpu_locks.decode_spans`` of its ``gpu_hold_t0`` / ``gpu_hold_ms``).
         after_result: called with (task_id, record) after each verdict is recorded (None: nothing), e.g. to
@@ -221,7 +222,7 @@ class FilterStream:
         self.corpus = CorpusScan(self.settings)
         self.rows = 0
         self.verdicted = self.accepted = 0
-        self.busy_s = 0.0
+        self.busy_s = self.waited_s = 0.0
         self.first_submit: float | None = None
         self.last_result: float | None = None
         self.spans: list[tuple] = []
@@ -323,12 +324,14 @@ class FilterStream:
         self._dispatch(live)
         unique = live.drop_duplicates("task_id")
         self._waiting_for = {t for t in unique["task_id"] if t not in self.ledger.done}
+        t_wait = time.perf_counter()
         while self._waiting_for:
             if not self.step():
                 raise RuntimeError(f"filter stream: {len(self._waiting_for)} task(s) of {input_path} have no "
                                    f"verdict and none is running, e.g. {sorted(self._waiting_for)[0]}")
             if meanwhile is not None:
                 meanwhile()
+        self.waited_s = time.perf_counter() - t_wait
         ran = self._round_ran
         wall = time.perf_counter() - self._round_t0 if self._round_t0 is not None else 0.0
         self._round_ran, self._round_t0 = 0, None
@@ -437,6 +440,14 @@ def prefill_fingerprints(client, workers: list[str], codes) -> int:
             _cache_fingerprint(key, fp)
         cached += len(fps)
     return cached
+
+
+def cache_fingerprints(codes: list[str], fps: list) -> None:
+    """Keep the duplicate filter's fingerprints ``fps`` (``filters.duplicate.fingerprint``, computed elsewhere,
+    e.g. by the composer shards) of the sources ``codes``, so the client's corpus scan does not compute them."""
+    for code, fp in zip(codes, fps, strict=True):
+        if isinstance(code, str) and fp is not None:
+            _cache_fingerprint(_fingerprint_key(code), fp)
 
 
 def _fingerprint_key(code: str) -> bytes:

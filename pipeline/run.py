@@ -272,7 +272,8 @@ class _StreamedJob:
             self.warming = warm_sandboxes(self.handle, settings, run_dir / "filter")
             self.stream = FilterStream(run_dir / "filter", settings, self.handle, progress)
             self.feed = ShardFeed(self.handle.client, _compose_options(cfg), cfg.round_size,
-                                  self.handle.cpu_workers or None, self.stream.watch, plugin.digest + f"-{cfg.seed}")
+                                  self.handle.cpu_workers or None, self.stream.watch, plugin.digest + f"-{cfg.seed}",
+                                  fingerprints="duplicate" in settings.names())
             from opforge.compose.variants import VariantPool, VariantSettings
 
             # the settings `opforge variants` uses, as the publication below
@@ -503,7 +504,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     """
     from opforge.compose.sampler import parse_op_mix
     from opforge.filters.chain import check_thresholds
-    from opforge.pipeline.select import bucket_shares, capped_out, heavy_flags, select_tasks
+    from opforge.pipeline.select import bucket_shares, heavy_flags, select_tasks, signature_cap
     from opforge.pipeline.timeline import Timeline
 
     cfg = cfg.resolved()
@@ -535,11 +536,14 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
         while True:
             # the round's candidates stream into the filter shard by shard (skips decided from the verdicts of
             # the earlier rounds only, so a resumed run skips the same ones)
+            t_round = time.perf_counter()
             job.round_starts(k, sum(len(r) for r in rounds))
             skip_heavy = cap_round(selection)
+            capped = (signature_cap(pool, cfg.max_per_signature) if cfg.skip_full_signatures and pool is not None
+                      else None)
             for piece, added in job.pieces(k):
-                if cfg.skip_full_signatures and pool is not None:
-                    not_filtered |= capped_out(piece, pool, cfg.max_per_signature)
+                if capped is not None:
+                    not_filtered |= capped(piece)
                 if cfg.skip_full_signatures and skip_heavy:
                     # the target is met: a heavy-op candidate cannot bring the selection closer to its cap
                     new = set(piece["task_id"][heavy_flags(piece)]) - not_filtered
@@ -550,6 +554,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
                     job.stream.discard(piece["task_id"][skipped])
                 else:
                     job.stream.add(piece[~skipped])
+            t_pieces = time.perf_counter()
             rounds.append(pd.read_parquet(_round_path(run_dir, k)))
             candidates = pd.concat(rounds, ignore_index=True)
             candidates[~candidates["task_id"].isin(not_filtered)].to_parquet(run_dir / "candidates.parquet",
@@ -557,6 +562,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
             # every verdict of the round (the corpus filters again over the whole input: as one filter pass)
             # while the round's last verdicts come in, the next round's composed rows keep the workers busy
             res = job.stream.result(run_dir / "candidates.parquet", meanwhile=lambda k=k: job.prefeed(k + 1))
+            t_result = time.perf_counter()
             job.filter_round_done()
             pool = accepted_pool(candidates, res.verdicts)
             if cfg.op_mix == "models":
@@ -566,6 +572,8 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
                                      soft_min_fusion_gain=cfg.soft_min_fusion_gain,
                                      max_random_share=random_cap(cfg), max_op_share=cfg.max_op_share)
             job.short = bool(selection.shortfall or selection.light_short)
+            timeline.round_seconds(k, pieces_s=t_pieces - t_round, result_s=t_result - t_pieces,
+                                   waiting_s=job.stream.waited_s, select_s=time.perf_counter() - t_result)
             k += 1
             stop_reason = target_stop(selection, cfg, len(candidates), extra_rounds)
             if stop_reason:

@@ -49,6 +49,7 @@ import json
 import math
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -145,8 +146,6 @@ def signature_keys(rows: pd.DataFrame) -> list[tuple[str, str]]:
 def full_signatures(pool: pd.DataFrame, max_per_signature: int) -> set[tuple[str, str]]:
     """The ``signature_keys`` of ``pool`` (accepted rows) held by at least ``max_per_signature`` distinct tasks:
     selection takes no more of them, so a candidate with such a key need not be filtered."""
-    from collections import Counter
-
     counts = Counter(signature_keys(pool.drop_duplicates("task_id")))
     return {k for k, n in counts.items() if n >= max_per_signature}
 
@@ -154,10 +153,20 @@ def full_signatures(pool: pd.DataFrame, max_per_signature: int) -> set[tuple[str
 def capped_out(candidates: pd.DataFrame, accepted: pd.DataFrame, max_per_signature: int) -> set[str]:
     """Task ids of ``candidates`` (not themselves in ``accepted``) whose ``signature_keys`` already hold
     ``max_per_signature`` tasks of ``accepted``: filtering them cannot add a selected task."""
+    return signature_cap(accepted, max_per_signature)(candidates)
+
+
+def signature_cap(accepted: pd.DataFrame, max_per_signature: int) -> Callable[[pd.DataFrame], set[str]]:
+    """``capped_out`` against one ``accepted`` pool for many candidate frames: its full signatures are found
+    once (a round's shards are checked one by one against the pool of the rounds before it)."""
     full = full_signatures(accepted, max_per_signature)
     seen = set(accepted["task_id"])
-    return {t for t, key in zip(candidates["task_id"], signature_keys(candidates), strict=True)
-            if key in full and t not in seen}
+
+    def out(candidates: pd.DataFrame) -> set[str]:
+        return {t for t, key in zip(candidates["task_id"], signature_keys(candidates), strict=True)
+                if key in full and t not in seen}
+
+    return out
 
 
 # op_base names that differ from the traced names opforge.task.realism classifies

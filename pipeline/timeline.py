@@ -27,6 +27,12 @@ class Timeline:
     def __init__(self):
         self.stages: dict[str, dict[str, Any]] = {}
         self.marks: dict[str, float] = {}
+        self.rounds: dict[int, dict[str, float]] = {}
+
+    def round_seconds(self, k: int, **seconds: float) -> None:
+        """Seconds the client spent on round ``k``, by phase (e.g. ``pieces_s``, ``result_s``, ``waiting_s``,
+        ``select_s``; ``run.json``'s ``client_rounds``)."""
+        self.rounds.setdefault(k, {}).update({name: round(v, 2) for name, v in seconds.items()})
 
     def begin(self, stage: str, at: float | None = None) -> None:
         """Stage ``stage`` starts (the first call counts)."""
@@ -50,8 +56,9 @@ class Timeline:
                ) -> dict[str, Any]:
         """The JSON record: stages (with ``wall_s``), marks, the run's start, end and wall, the GPU busy
         share from ``gpu_spans`` ((worker, started_at, ended_at, lock_hold_s[, hold spans]) of each verdict;
-        hold spans as [start, end] Unix seconds), and the composer shards from ``compose_spans`` ((worker,
-        started_at, ended_at, round, shard) of each shard; ``compose_shards``)."""
+        hold spans as [start, end] Unix seconds), the client's seconds per round (``round_seconds``), and the
+        composer shards from ``compose_spans`` ((worker, started_at, ended_at, round, shard) of each shard;
+        ``compose_shards``)."""
         stages = {}
         for name, rec in self.stages.items():
             wall = rec["end"] - rec["start"] if rec["start"] is not None and rec["end"] is not None else None
@@ -62,7 +69,8 @@ class Timeline:
         run = (min(starts), max(ends)) if starts and ends else None
         out: dict[str, Any] = {"stages": stages, "marks": {k: _r(v) for k, v in self.marks.items()},
                                "start": _r(run[0]) if run else None, "end": _r(run[1]) if run else None,
-                               "wall_s": round(run[1] - run[0], 2) if run else None, "gpu_busy": None}
+                               "wall_s": round(run[1] - run[0], 2) if run else None, "gpu_busy": None,
+                               "client_rounds": {str(k): v for k, v in sorted(self.rounds.items())}}
         filt = self.stages.get("filter")
         if gpu_spans and run and filt and filt["end"] is not None:
             after = self.marks.get("first_candidates", filt["start"])
