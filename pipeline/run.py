@@ -242,9 +242,8 @@ class _StreamedJob:
     (``compose_tasks.ShardFeed``): the shards of a round go to the filter as they are composed, the next round
     is composed ahead while the projected yield falls short of the target, and the timeline is recorded."""
 
-    def __init__(self, cfg: RunConfig, catalog: Path, run_dir: Path, settings, timeline, progress: bool):
+    def __init__(self, cfg: RunConfig, run_dir: Path, settings, timeline, progress: bool):
         from opforge.engine.cluster import open_cluster
-        from opforge.pipeline.compose_tasks import PLUGIN_NAME, ShardFeed, composer_files
         from opforge.pipeline.filter_run import FilterStream, prepare_settings, warm_sandboxes
 
         self.cfg, self.run_dir, self.timeline, self.progress = cfg, run_dir, timeline, progress
@@ -264,16 +263,12 @@ class _StreamedJob:
         self.handle = open_cluster(cfg.device, cfg.workers, cfg.scheduler,
                                    cpu_workers=0 if cfg.scheduler else workers)
         try:
-            plugin = composer_files(catalog, _vocabulary_path(cfg, catalog), cfg.motif_library)
-            self.handle.client.register_plugin(plugin, name=PLUGIN_NAME)
             settings = prepare_settings(settings, run_dir / "filter", self.handle, progress)
-            # the sandboxes start while the run composes its first round, or reads back the rounds it filtered
-            # before (started only at the first new task, they took 30 s on a 4 x H200 host, 2026-11-27)
+            # the sandboxes start while the run harvests and composes its first round, or reads back the rounds
+            # it filtered before (started only at the first new task, they took 30 s on a 4 x H200 host; started
+            # after the harvest, 27-37 s, the last of them after the first candidates)
             self.warming = warm_sandboxes(self.handle, settings, run_dir / "filter")
             self.stream = FilterStream(run_dir / "filter", settings, self.handle, progress)
-            self.feed = ShardFeed(self.handle.client, _compose_options(cfg), cfg.round_size,
-                                  self.handle.cpu_workers or None, self.stream.watch, plugin.digest + f"-{cfg.seed}",
-                                  fingerprints="duplicate" in settings.names())
             from opforge.compose.variants import VariantPool, VariantSettings
 
             # the settings `opforge variants` uses, as the publication below
@@ -282,6 +277,18 @@ class _StreamedJob:
             self.close()
             raise
         timeline.end("cluster_start")
+
+    def compose_from(self, catalog: Path) -> None:
+        """Compose from the seed catalog ``catalog`` on the cluster's CPU workers (the ``ComposerFiles``
+        plugin; ``ShardFeed``)."""
+        from opforge.pipeline.compose_tasks import PLUGIN_NAME, ShardFeed, composer_files
+
+        cfg = self.cfg
+        plugin = composer_files(catalog, _vocabulary_path(cfg, catalog), cfg.motif_library)
+        self.handle.client.register_plugin(plugin, name=PLUGIN_NAME)
+        self.feed = ShardFeed(self.handle.client, _compose_options(cfg), cfg.round_size,
+                              self.handle.cpu_workers or None, self.stream.watch, plugin.digest + f"-{cfg.seed}",
+                              fingerprints="duplicate" in self.stream.settings.names())
 
     def pieces(self, k: int):
         """Round ``k``'s candidates in index order, as (rows, added): the round file when it exists, else each
@@ -519,11 +526,8 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     shares = bucket_shares(parse_op_mix(cfg.op_mix), cfg.transformers_share)
     timeline = Timeline()
 
-    timeline.begin("harvest")
-    catalog = _harvest(cfg, run_dir, progress)
-    timeline.end("harvest")
-
-    job = _StreamedJob(cfg, catalog, run_dir, settings, timeline, progress)
+    # the cluster starts (and its sandboxes warm up) while the seed catalog is harvested
+    job = _StreamedJob(cfg, run_dir, settings, timeline, progress)
     rounds: list[pd.DataFrame] = []  # each round's candidates, read once
     not_filtered: set[str] = set()  # task ids of candidates not filtered (skip_full_signatures)
     n_heavy_skipped = 0  # of them, heavy-op candidates of the rounds composed to hold max_heavy_share
@@ -532,6 +536,10 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     stop_reason = ""
     finished = False
     try:
+        timeline.begin("harvest")
+        catalog = _harvest(cfg, run_dir, progress)
+        timeline.end("harvest")
+        job.compose_from(catalog)
         k = 0
         while True:
             # the round's candidates stream into the filter shard by shard (skips decided from the verdicts of
