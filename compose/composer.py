@@ -168,7 +168,7 @@ def _motif_pool(cfg: ComposeConfig, profile):
     from opforge.compose.motif_candidates import small_enough
     from opforge.compose.motifs import LIGHT_SHARE, MotifPool, load_motifs
 
-    motifs = load_motifs(cfg.motif_library)
+    motifs = load_motifs(cfg.motif_library, shared=True)  # read-only here: MotifPool draws, mutants are copies
     if not profile.realistic:
         motifs = [m for m in motifs if small_enough(m, SMALL_PROFILE_BLOCK_PARAMS)]
     return MotifPool(motifs, light_share=LIGHT_SHARE)

@@ -177,13 +177,18 @@ def compose_rounds(cfg: RunConfig, rounds: int, workers: int | None = None, prog
     return paths
 
 
-def _warm_up_summary(futures: list) -> dict[str, Any] | None:
+def _warm_up_summary(futures: list, composers: list | None = None) -> dict[str, Any] | None:
     """What the sandboxes started before composing (``warm_sandbox`` futures) reported: how many started,
-    the slowest start (s) and the first errors."""
+    the slowest start (s) and the first errors; with ``composers`` (``warm_composer`` futures), the slowest
+    composer warm-up (s; None when none finished)."""
     done = [f.result() for f in futures if f.done() and f.status == "finished"]
-    return {"started": sum(1 for r in done if r["error"] is None), "of": len(futures),
-            "slowest_start_s": round(max((r["start_s"] for r in done), default=0.0), 2),
-            "errors": [r["error"] for r in done if r["error"]][:3]}
+    out = {"started": sum(1 for r in done if r["error"] is None), "of": len(futures),
+           "slowest_start_s": round(max((r["start_s"] for r in done), default=0.0), 2),
+           "errors": [r["error"] for r in done if r["error"]][:3]}
+    if composers:
+        secs = [f.result() for f in composers if f.done() and f.status == "finished"]
+        out["composers_warm_s"] = round(max(secs), 2) if secs else None
+    return out
 
 
 def _round_path(run_dir: Path, k: int) -> Path:
@@ -247,7 +252,8 @@ class _StreamedJob:
         from opforge.pipeline.filter_run import FilterStream, prepare_settings, warm_sandboxes
 
         self.cfg, self.run_dir, self.timeline, self.progress = cfg, run_dir, timeline, progress
-        self.warming: list = []
+        self.warming: list = []  # the sandboxes' warm-up futures (``warm_sandbox``), kept until the filter starts
+        self.composers_warming: list = []  # the composer workers' (``warm_composer``)
         self.warm_up = None
         self.handle = self.stream = self.feed = self.variants = None
         self.rows_by_task: dict[str, dict[str, Any]] = {}
@@ -263,6 +269,12 @@ class _StreamedJob:
         self.handle = open_cluster(cfg.device, cfg.workers, cfg.scheduler,
                                    cpu_workers=0 if cfg.scheduler else workers)
         try:
+            from opforge.pipeline.compose_tasks import warm_composer
+
+            # the composer workers import the composer and read the packaged motif library meanwhile too
+            self.composers_warming = [self.handle.client.submit(warm_composer, cfg.motif_library is None,
+                                                                workers=[a], key=f"warm-composer-{a}", pure=False)
+                                      for a in self.handle.cpu_workers]
             settings = prepare_settings(settings, run_dir / "filter", self.handle, progress)
             # the sandboxes start while the run harvests and composes its first round, or reads back the rounds
             # it filtered before (started only at the first new task, they took 30 s on a 4 x H200 host; started
@@ -416,7 +428,7 @@ class _StreamedJob:
             self.timeline.begin("filter", at=s.first_submit)
             self.timeline.end("filter", at=s.last_result or s.first_submit, busy_s=s.busy_s)
         if self.warming:
-            self.warm_up, self.warming = _warm_up_summary(self.warming), []
+            self.warm_up, self.warming = _warm_up_summary(self.warming, self.composers_warming), []
 
     def gpu_spans(self) -> list[tuple] | None:
         return self.stream.spans if self.stream is not None and self.cfg.device == "cuda" else None
