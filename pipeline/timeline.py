@@ -158,6 +158,11 @@ def format_timeline(t: dict[str, Any]) -> list[str]:
         end = "-" if s["end"] is None else f"{s['end'] - t0:7.1f}"
         busy = "" if s.get("busy_s") is None else f", busy {s['busy_s']} s"
         lines.append(f"  {name:<20}{start} -> {end}  ({s.get('wall_s')} s{busy})")
+    rounds = t.get("client_rounds") or {}
+    if rounds:
+        own = [round(r.get("pieces_s", 0) + r.get("result_s", 0) - r.get("waiting_s", 0) + r.get("select_s", 0), 1)
+               for _, r in sorted(rounds.items(), key=lambda kv: int(kv[0]))]
+        lines.append(f"  client seconds per round outside the wait for verdicts (shards, rescan, selection): {own}")
     c = t.get("compose_shards")
     if c:
         lines.append(f"  composer shards: {c['shards']} (p50 {c['seconds_p50']} s, max {c['seconds_max']} s)")

@@ -131,6 +131,26 @@ def test_library_round_trip_and_errors(llama, tmp_path):
         read_library(bad)
 
 
+def test_shared_library_is_read_once_per_file_and_version(llama, tmp_path):
+    """``load_motifs(path, shared=True)`` keeps the objects it read for the same unchanged file; a rewritten
+    file is read again; without ``shared`` every call reads fresh objects; a missing file still raises."""
+    import os
+
+    from opforge.compose.motifs import load_motifs
+
+    path = write_library(llama, tmp_path / "m.json.gz", {})
+    first = load_motifs(path, shared=True)
+    assert load_motifs(path, shared=True) is first
+    fresh = load_motifs(path)
+    assert fresh is not first and fresh[0] is not first[0] and [m.motif_id for m in fresh] == [m.motif_id for m in first]
+    write_library(llama[:2], path, {})
+    os.utime(path, ns=(1, 1))  # a new version of the file, whatever the clock's resolution
+    again = load_motifs(path, shared=True)
+    assert again is not first and [m.motif_id for m in again] == [m.motif_id for m in llama[:2]]
+    with pytest.raises(MotifLibraryError, match="no such motif library"):
+        load_motifs(tmp_path / "missing.json.gz", shared=True)
+
+
 def test_mutations_swap_the_activation_and_add_a_residual(llama):
     from opforge.compose.motif_candidates import mutate
 

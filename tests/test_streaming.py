@@ -143,6 +143,12 @@ def test_killed_stream_resumes_to_the_verdicts_of_a_one_shot_filter(cluster, cat
     assert {"harvest", "cluster_start", "compose", "filter", "select_and_publish"} <= set(stages)
     assert stages["filter"]["start"] <= stages["filter"]["end"] and stages["filter"]["busy_s"] > 0
     assert "timeline" in format_status(run_status(out))
+    # the client's seconds per round: every round of the run, its wait for verdicts inside its result phase
+    rounds = run["timeline"]["client_rounds"]
+    assert sorted(rounds) == [str(k) for k in range(run["rounds"])]
+    for r in rounds.values():
+        assert set(r) == {"pieces_s", "result_s", "waiting_s", "select_s"}
+        assert 0 <= r["waiting_s"] <= r["result_s"] + 0.01 and min(r.values()) >= 0
 
 
 
@@ -170,6 +176,106 @@ def test_large_batches_are_fingerprinted_on_the_cpu_workers_as_on_the_client(clu
         assert got.exact_key == want.exact_key and got.signature == want.signature
         assert list(got.minhash.hashvalues) == list(want.minhash.hashvalues)
     assert filter_run.prefill_fingerprints(cluster.client, cluster.cpu_workers, codes) == 0  # all cached
+
+
+def test_composer_shards_fingerprint_their_sources_for_the_client(cluster, catalog_path, monkeypatch):
+    """``compose_shard(..., fingerprints=True)`` returns each row's duplicate-filter fingerprint (the client's
+    own), and a ``ShardFeed`` with ``fingerprints`` puts them in the client's cache as each shard arrives."""
+    from opforge.filters.duplicate import fingerprint
+    from opforge.pipeline.compose_tasks import ShardFeed
+    from opforge.pipeline.filter_run import _fingerprint_key
+
+    cfg = _cfg("unused", catalog_path).resolved()
+    cluster.client.register_plugin(composer_files(catalog_path, None, None), name=PLUGIN_NAME)
+    options = _compose_options(cfg)
+    plain = cluster.client.submit(compose_shard, options, 0, 4, pure=False).result()
+    out = cluster.client.submit(compose_shard, options, 0, 4, True, pure=False).result()
+    assert "fingerprints" not in plain and out["rows"] == plain["rows"]
+    codes = [r["code"] for r in out["rows"] if r is not None]
+    assert codes and len(out["fingerprints"]) == len(out["rows"])
+    for row, got in zip(out["rows"], out["fingerprints"], strict=True):
+        if row is None:
+            assert got is None
+            continue
+        want = fingerprint(row["code"])
+        assert got.exact_key == want.exact_key and got.signature == want.signature
+        assert list(got.minhash.hashvalues) == list(want.minhash.hashvalues)
+
+    monkeypatch.setattr(filter_run, "_FINGERPRINTS", {})
+    watched = []
+    feed = ShardFeed(cluster.client, options, 4, None, lambda f, cb: watched.append((f, cb)), "fp-test",
+                     fingerprints=True)
+    feed.submit(0)
+    for future, callback in watched:
+        future.result()
+        callback(future)
+    rows = feed.take(0, 0)
+    assert rows is not None and [r["code"] for r in rows if r is not None] == codes
+    assert all(_fingerprint_key(c) in filter_run._FINGERPRINTS for c in codes)
+
+
+def test_dispatcher_step_handles_every_done_future_and_refills_the_window(cluster):
+    """A done future holds its place in the window until handled: one ``step`` handles every done one, so the
+    window refills at once however slowly the caller steps."""
+    import time
+
+    from distributed import Future, wait
+    from opforge.engine.dispatch import Dispatcher
+
+    got: list[str] = []
+    d = Dispatcher(cluster.client, lambda x, alone, reserve_gib: {"x": x}, lambda k, r: got.append(k),
+                   lambda k, e: {"error": str(e)}, window=3, key_prefix="dispatch-step-test", progress=False)
+    d.add((f"i{i}", (i,)) for i in range(7))
+    assert d.in_flight == 3 and len(d.queue) == 4
+    wait([Future(key, cluster.client) for key in d.item_of])
+    deadline = time.monotonic() + 30
+    while len(d.pending.queue.queue) < 3 and time.monotonic() < deadline:  # as_completed has seen them
+        time.sleep(0.01)
+    assert d.step()
+    assert {"i0", "i1", "i2"} <= set(got)  # (and any refill that finished meanwhile)
+    assert d.in_flight == min(3, 7 - len(got)) and len(d.queue) == 7 - len(got) - d.in_flight  # refilled
+    d.drain()
+    assert sorted(got) == [f"i{i}" for i in range(7)] and not d.busy
+
+
+def test_embedded_scheduler_runs_apart_and_dies_with_its_client(tmp_path):
+    """The embedded cluster's scheduler is a process of its own (``engine.scheduler_process``), and a client
+    killed outright leaves no scheduler behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    handle = open_cluster("cpu", workers=1)
+    try:
+        pid = handle.client.run_on_scheduler(os.getpid)
+        assert pid != os.getpid() and handle.client.submit(sum, [1, 2], pure=False).result() == 3
+    finally:
+        handle.close()
+    script = ("import os, time\nfrom opforge.engine.cluster import open_cluster\n"
+              "h = open_cluster('cpu', workers=1)\nprint(h.client.run_on_scheduler(os.getpid), flush=True)\n"
+              "time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        scheduler = int(proc.stdout.readline())
+        os.kill(scheduler, 0)  # alive while its client is
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if psutil.Process(scheduler).status() == psutil.STATUS_ZOMBIE:  # exited, not reaped yet
+                    break
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"scheduler process {scheduler} outlived its killed client")
+    finally:
+        proc.kill()
 
 
 def test_gpu_busy_share_is_the_union_of_lock_holds_per_gpu():
