@@ -5,8 +5,9 @@ A scheduler started inside the client's process (``LocalCluster``, or ``SpecClus
 round's selection and signature checks, the duplicate filter's corpus scan, the ledger), the scheduler
 assigns tasks slowly. Measured with 8 worker threads running 0.05-s tasks while the client's main thread
 computed for 4 s (2-core machine): 256 tasks started in those 4 s with the scheduler in the client's process,
-613 (of at most 640) with it in its own. On a 4 x H200 host the sandboxes of ``opforge run`` idled 14-24 s at
-each round's end while the client worked.
+613 (of at most 640) with it in its own. On a 4 x H200 host, with the scheduler in the client's process, the
+sandboxes of ``opforge run`` idled 14-24 s at two round ends while the client fingerprinted the next round's
+rows (``benchmarks/results/h200/streaming_runs.json``).
 
 ``SchedulerProcess`` is the ``SpecCluster`` scheduler spec that runs ``python -m
 opforge.engine.scheduler_process ADDRESS_FILE PARENT_PID``: a ``distributed.Scheduler`` on 127.0.0.1 (a

@@ -538,6 +538,9 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     shares = bucket_shares(parse_op_mix(cfg.op_mix), cfg.transformers_share)
     timeline = Timeline()
 
+    if (cfg.seeds_catalog is not None and not (run_dir / "seeds" / "catalog.parquet").exists()
+            and not Path(cfg.seeds_catalog).is_file()):  # before the cluster starts
+        raise ConfigError(f"seeds_catalog: {cfg.seeds_catalog}: no such file")
     # the cluster starts (and its sandboxes warm up) while the seed catalog is harvested
     job = _StreamedJob(cfg, run_dir, settings, timeline, progress)
     rounds: list[pd.DataFrame] = []  # each round's candidates, read once

@@ -238,6 +238,17 @@ def test_dispatcher_step_handles_every_done_future_and_refills_the_window(cluste
     assert sorted(got) == [f"i{i}" for i in range(7)] and not d.busy
 
 
+def test_a_missing_seed_catalog_fails_before_the_cluster_starts(tmp_path, monkeypatch):
+    from opforge.pipeline import run as run_module
+
+    def no_cluster(*args, **kwargs):
+        pytest.fail("the cluster started for a run that cannot harvest")
+
+    monkeypatch.setattr(run_module, "_StreamedJob", no_cluster)
+    with pytest.raises(ConfigError, match="seeds_catalog: .*missing.parquet: no such file"):
+        run_pipeline(_cfg(tmp_path / "run", tmp_path / "missing.parquet"), progress=False)
+
+
 def test_embedded_scheduler_runs_apart_and_dies_with_its_client(tmp_path):
     """The embedded cluster's scheduler is a process of its own (``engine.scheduler_process``), and a client
     killed outright leaves no scheduler behind."""
