@@ -249,7 +249,7 @@ def test_a_missing_seed_catalog_fails_before_the_cluster_starts(tmp_path, monkey
         run_pipeline(_cfg(tmp_path / "run", tmp_path / "missing.parquet"), progress=False)
 
 
-def test_embedded_scheduler_runs_apart_and_dies_with_its_client(tmp_path):
+def test_embedded_scheduler_runs_apart_and_dies_with_its_client():
     """The embedded cluster's scheduler is a process of its own (``engine.scheduler_process``), and a client
     killed outright leaves no scheduler behind."""
     import os
