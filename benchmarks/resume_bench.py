@@ -29,6 +29,7 @@ from pathlib import Path
 import record
 from opforge.pipeline.run import run_pipeline
 from opforge.pipeline.run_config import RunConfig
+from opforge.pipeline.timeline import outside_wait_s
 
 # Filters left out: those that compile, time or need the KernelBench reference, so that building the run costs
 # minutes on two cores; the read-back does the same work whichever filters decided the verdicts.
@@ -70,9 +71,7 @@ def main(argv=None) -> None:
     rounds = run["timeline"]["client_rounds"]
     out["resumed_run"] = {"wall_s": round(wall, 1), "candidates": res.candidates, "accepted": res.accepted,
                           "seconds": run["seconds"], "client_rounds": rounds,
-                          "outside_wait_s_per_round": [round(r["pieces_s"] + r["result_s"] - r["waiting_s"]
-                                                             + r["select_s"], 2)
-                                                       for _, r in sorted(rounds.items(), key=lambda kv: int(kv[0]))]}
+                          "outside_wait_s_per_round": outside_wait_s(rounds)}
     path = record.write("resume", out)
     print(json.dumps(out["resumed_run"], indent=1))
     print(f"written to {path}")

@@ -201,8 +201,7 @@ class ShardFeed:
         if out.get("fingerprints"):
             from opforge.pipeline.filter_run import cache_fingerprints
 
-            cache_fingerprints([r["code"] for r in out["rows"] if r is not None],
-                               [fp for r, fp in zip(out["rows"], out["fingerprints"], strict=True) if r is not None])
+            cache_fingerprints([r["code"] if r is not None else None for r in out["rows"]], out["fingerprints"])
         self.busy_s += out["busy_s"]
         self.last_done = time.time()
         self.spans.append((out["worker"], out["started_at"], out["ended_at"], *kj))

@@ -442,9 +442,10 @@ def prefill_fingerprints(client, workers: list[str], codes) -> int:
     return cached
 
 
-def cache_fingerprints(codes: list[str], fps: list) -> None:
+def cache_fingerprints(codes: list[str | None], fps: list) -> None:
     """Keep the duplicate filter's fingerprints ``fps`` (``filters.duplicate.fingerprint``, computed elsewhere,
-    e.g. by the composer shards) of the sources ``codes``, so the client's corpus scan does not compute them."""
+    e.g. by the composer shards) of the sources ``codes``, so the client's corpus scan does not compute them;
+    pairs with no source or no fingerprint (a composer index no graph fits) are skipped."""
     for code, fp in zip(codes, fps, strict=True):
         if isinstance(code, str) and fp is not None:
             _cache_fingerprint(_fingerprint_key(code), fp)

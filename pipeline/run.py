@@ -95,14 +95,20 @@ def _check_rounds(run_dir: Path) -> None:
                               "again (the filter ledger is kept), or use another --out")
 
 
+def _check_seeds_catalog(cfg: RunConfig, run_dir: Path) -> None:
+    """Raises ConfigError when the run still has to copy ``cfg.seeds_catalog`` and that file does not exist."""
+    if (cfg.seeds_catalog is not None and not (run_dir / "seeds" / "catalog.parquet").exists()
+            and not Path(cfg.seeds_catalog).is_file()):
+        raise ConfigError(f"seeds_catalog: {cfg.seeds_catalog}: no such file")
+
+
 def _harvest(cfg: RunConfig, run_dir: Path, progress: bool = True) -> Path:
+    _check_seeds_catalog(cfg, run_dir)
     catalog = run_dir / "seeds" / "catalog.parquet"
     if catalog.exists():
         return catalog
     catalog.parent.mkdir(parents=True, exist_ok=True)
     if cfg.seeds_catalog is not None:
-        if not Path(cfg.seeds_catalog).is_file():
-            raise ConfigError(f"seeds_catalog: {cfg.seeds_catalog}: no such file")
         shutil.copyfile(cfg.seeds_catalog, catalog)
         vocab = Path(cfg.seeds_catalog).with_name("shape_vocabulary.json")
         if vocab.is_file():  # the shape vocabulary written beside it by `opforge seeds harvest`
@@ -538,9 +544,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     shares = bucket_shares(parse_op_mix(cfg.op_mix), cfg.transformers_share)
     timeline = Timeline()
 
-    if (cfg.seeds_catalog is not None and not (run_dir / "seeds" / "catalog.parquet").exists()
-            and not Path(cfg.seeds_catalog).is_file()):  # before the cluster starts
-        raise ConfigError(f"seeds_catalog: {cfg.seeds_catalog}: no such file")
+    _check_seeds_catalog(cfg, run_dir)  # before the cluster starts
     # the cluster starts (and its sandboxes warm up) while the seed catalog is harvested
     job = _StreamedJob(cfg, run_dir, settings, timeline, progress)
     rounds: list[pd.DataFrame] = []  # each round's candidates, read once

@@ -147,6 +147,13 @@ def _r(t: float | None) -> float | None:
     return None if t is None else round(t, 3)
 
 
+def outside_wait_s(client_rounds: dict[str, dict[str, float]]) -> list[float]:
+    """Per round, in round order, the client's seconds outside the wait for verdicts (``client_rounds`` of
+    ``Timeline.record``: feeding the round, its result phase less the wait, the selection)."""
+    return [round(r.get("pieces_s", 0) + r.get("result_s", 0) - r.get("waiting_s", 0) + r.get("select_s", 0), 2)
+            for _, r in sorted(client_rounds.items(), key=lambda kv: int(kv[0]))]
+
+
 def format_timeline(t: dict[str, Any]) -> list[str]:
     """``run.json``'s timeline as lines for the terminal."""
     if not t or not t.get("stages"):
@@ -158,10 +165,8 @@ def format_timeline(t: dict[str, Any]) -> list[str]:
         end = "-" if s["end"] is None else f"{s['end'] - t0:7.1f}"
         busy = "" if s.get("busy_s") is None else f", busy {s['busy_s']} s"
         lines.append(f"  {name:<20}{start} -> {end}  ({s.get('wall_s')} s{busy})")
-    rounds = t.get("client_rounds") or {}
-    if rounds:
-        own = [round(r.get("pieces_s", 0) + r.get("result_s", 0) - r.get("waiting_s", 0) + r.get("select_s", 0), 1)
-               for _, r in sorted(rounds.items(), key=lambda kv: int(kv[0]))]
+    own = outside_wait_s(t.get("client_rounds") or {})
+    if own:
         lines.append(f"  client seconds per round outside the wait for verdicts (shards, rescan, selection): {own}")
     c = t.get("compose_shards")
     if c:
