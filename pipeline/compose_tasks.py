@@ -210,6 +210,16 @@ class ShardFeed:
         """Rows of shard ``j`` of round ``k`` when composed (then forgotten here), else None."""
         return self.done.pop((k, j), None)
 
+    def take_any(self, k: int) -> tuple[int, list] | None:
+        """(``j``, rows) of a composed shard of round ``k`` not taken yet, the lowest index first (then forgotten
+        here), else None. Shards finish out of index order (each worker runs its own queue), so a caller that
+        needs only the rows, not their order, never waits behind a slow shard."""
+        ready = [j for (kk, j) in self.done if kk == k]
+        if not ready:
+            return None
+        j = min(ready)
+        return j, self.done.pop((k, j))
+
     def cancel(self) -> None:
         """Cancel the shards not composed yet (the run stopped)."""
         if self.futures:

@@ -263,9 +263,9 @@ class _StreamedJob:
         self.warm_up = None
         self.handle = self.stream = self.feed = self.variants = None
         self.rows_by_task: dict[str, dict[str, Any]] = {}
-        # rounds added to the filter ahead of the round loop (``prefeed``): the shards taken per round, in order,
-        # and the rows taken from a round file already on disk; ``prefed``: tasks dispatched ahead in all
-        self.early_shards: dict[int, list] = {}
+        # rounds added to the filter ahead of the round loop (``prefeed``): the shards taken per round (by shard
+        # index), and the rows taken from a round file already on disk; ``prefed``: tasks dispatched ahead in all
+        self.early_shards: dict[int, dict[int, list]] = {}
         self.early_rows: dict[int, int] = {}
         self._early_file: tuple[int, pd.DataFrame] | None = None  # (round, rows) of the round file read ahead
         self.prefed = 0
@@ -328,21 +328,27 @@ class _StreamedJob:
             return
         self.timeline.begin("compose")
         self.feed.submit(k)
-        rows: list = []
-        early = self.early_shards.pop(k, [])
-        for j in range(len(shards_of_round(k, self.cfg.round_size))):
-            added = j < len(early)
-            if added:
-                got = early[j]
+        n_shards = len(shards_of_round(k, self.cfg.round_size))
+        early = self.early_shards.pop(k, {})
+        by_shard: dict[int, list] = {}
+        # the shards go to the filter as they arrive, in any order (a verdict does not depend on it); the round
+        # file keeps index order
+        while len(by_shard) < n_shards:
+            if early:
+                j = min(early)
+                got, added = early.pop(j), True
             else:
-                while (got := self.feed.take(k, j)) is None:
+                while (taken := self.feed.take_any(k)) is None:
                     if not self.stream.step():
-                        raise RuntimeError(f"round {k} shard {j}: its compose task is lost")
+                        lost = sorted(set(range(n_shards)) - set(by_shard))
+                        raise RuntimeError(f"round {k} shards {lost}: their compose tasks are lost")
+                (j, got), added = taken, False
             self.timeline.mark("first_candidates")
-            rows += got
+            by_shard[j] = got
             piece = rows_frame(got)
             if len(piece):
                 yield self._known(piece), added
+        rows = [row for j in range(n_shards) for row in by_shard[j]]
         missing = sum(r is None for r in rows)
         if missing:
             warnings.warn(f"{missing} of {len(rows)} candidate indices found no graph that fits (left out)",
@@ -353,10 +359,10 @@ class _StreamedJob:
     def prefeed(self, k: int) -> None:
         """Give the filter the next rows of round ``k`` ahead of the round loop, when there are any: the next
         shard of the round file on disk, or the next composed shard of a round sent to the composers (one
-        shard per call, in index order; the loop's ``pieces(k)`` yields them again marked as added). Adds
+        shard per call, as the shards arrive; the loop's ``pieces(k)`` yields them again marked as added). Adds
         nothing while a task waits to run alone (it starts only once the queue is empty)."""
         from opforge.compose.composer import rows_frame
-        from opforge.pipeline.compose_tasks import SHARD_SIZE, shards_of_round
+        from opforge.pipeline.compose_tasks import SHARD_SIZE
 
         if self.stream.deferred:
             return
@@ -370,14 +376,11 @@ class _StreamedJob:
                 return
             self.early_rows[k] = start + len(piece)
         elif k in self.feed.submitted:
-            early = self.early_shards.setdefault(k, [])
-            if len(early) >= len(shards_of_round(k, self.cfg.round_size)):
+            taken = self.feed.take_any(k)
+            if taken is None:
                 return
-            got = self.feed.take(k, len(early))
-            if got is None:
-                return
-            early.append(got)
-            piece = rows_frame(got)
+            self.early_shards.setdefault(k, {})[taken[0]] = taken[1]
+            piece = rows_frame(taken[1])
         else:
             return
         if len(piece):

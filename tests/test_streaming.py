@@ -442,3 +442,44 @@ def test_next_round_sent_ahead_gives_the_run_of_rounds_filtered_one_after_anothe
     for other in (ahead, shards):
         lines = [json.loads(x)["task_id"] for x in (other / "filter" / "ledger.jsonl").read_text().splitlines()]
         assert len(lines) == len(set(lines))  # nothing verdicted twice
+
+
+def test_shards_go_to_the_filter_as_they_arrive_and_the_round_file_keeps_index_order(tmp_path, monkeypatch):
+    """A slow shard does not hold back the shards composed after it: ``pieces`` yields each shard as it arrives
+    (here 2, then 0, then 1; prefeed took shard 1 early), and the round file keeps the candidates in index
+    order."""
+    from types import SimpleNamespace
+
+    from opforge.compose import composer
+    from opforge.pipeline.compose_tasks import ShardFeed
+    from opforge.pipeline.timeline import Timeline
+
+    monkeypatch.setattr(composer, "rows_frame", lambda rows: pd.DataFrame([r for r in rows if r is not None]))
+    arrival = [2, 0, 1]
+    feed = ShardFeed(None, {}, 6, None, lambda f, cb: None, "order-test")
+    feed.submit = lambda k: feed.submitted.add(k)
+    rows = {j: [{"task_id": f"t{2 * j + i}", "code": f"c{2 * j + i}"} for i in range(2)] for j in range(3)}
+
+    def step():  # the next shard arrives with each turn of the filter loop
+        if not arrival:
+            return False
+        j = arrival.pop(0)
+        feed.done[(0, j)] = rows[j]
+        return True
+
+    job = object.__new__(_StreamedJob)
+    job.cfg = SimpleNamespace(round_size=6)
+    job.run_dir, job.timeline, job.feed = tmp_path, Timeline(), feed
+    job.stream = SimpleNamespace(step=step, deferred=0, add=lambda piece: len(piece))
+    job.early_shards, job.early_rows, job._early_file, job.rows_by_task, job.prefed = {}, {}, None, {}, 0
+    monkeypatch.setattr(compose_tasks, "SHARD_SIZE", 2)
+
+    feed.submitted.add(0)
+    step(), step()  # shards 2 and 0 composed; prefeed takes the lowest ready one (0) ahead of the round loop
+    job.prefeed(0)
+    assert list(job.early_shards[0]) == [0] and job.prefed == 2
+    got = [(list(piece["task_id"]), added) for piece, added in job.pieces(0)]
+    assert got == [(["t0", "t1"], True), (["t4", "t5"], False), (["t2", "t3"], False)]
+    written = pd.read_parquet(tmp_path / "candidates" / "round-0000.parquet")
+    assert list(written["task_id"]) == [f"t{i}" for i in range(6)]
+    assert feed.done == {} and job.early_shards == {}
