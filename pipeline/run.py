@@ -16,8 +16,8 @@ Run directory::
     run.json                     stages, timings, stop reason, the stage timeline (``pipeline.timeline``)
 
 The stages overlap: a round is composed in shards as Dask tasks on the cluster's CPU workers
-(``pipeline.compose_tasks``), each shard goes to the filter as soon as it is composed
-(``filter_run.FilterStream``), and the next rounds (up to ``AHEAD_ROUNDS``, one composing at a time) are
+(``pipeline.compose_tasks``), each shard goes to the filter as soon as it is composed, in whatever order the
+shards finish (``filter_run.FilterStream``; the round file keeps index order), and the next rounds (up to ``AHEAD_ROUNDS``, one composing at a time) are
 composed while the filter works when the yield so far projects fewer accepted tasks than the target needs, or
 the last selection fell short of it. While a round's last verdicts come in and its selection is made, the next
 round's composed shards already go to the filter (behind every task of the round), so the workers do not idle
