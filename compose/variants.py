@@ -365,13 +365,15 @@ def _cache_key(row: Mapping[str, Any], settings: VariantSettings) -> str:
 
 def variants_for_rows(rows: list[Mapping[str, Any]], settings: VariantSettings | None = None,
                       workers: int | None = None, timeout_s: float = 300.0, cache_path=None,
-                      progress: bool = True) -> list[VariantResult]:
+                      progress: bool = True, stats: dict[str, int] | None = None) -> list[VariantResult]:
     """``shape_variants`` of every row, in input order, in a pool of spawned workers (``workers``: processes,
     default the usable cores; 0 runs in this process, as does the default for at most ``IN_PROCESS_ROWS`` rows
     left to compute, where starting workers costs more than the rows). Rows go in chunks of up to 8; a chunk that runs past
     ``timeout_s`` or kills its worker is run again one row at a time, and a row that still fails gets no
     variants (``reason`` ``timeout`` or ``crash``). With ``cache_path`` (JSONL), results keyed by the row's
-    content and the settings are read from it and new ones appended, so a re-run costs nothing.
+    content and the settings are read from it and new ones appended, so a re-run costs nothing. ``stats``, when
+    given, receives ``cached`` (rows read from the cache), ``computed`` (rows computed now) and ``workers``
+    (processes started; 0: computed in this process).
 
     Raises:
         VariantError: a row without ``code`` or ``task_id``.
@@ -398,6 +400,10 @@ def variants_for_rows(rows: list[Mapping[str, Any]], settings: VariantSettings |
                 continue  # a line cut by a kill
     results: dict[int, VariantResult] = {i: cached[k] for i, k in enumerate(keys) if k in cached}
     todo = [i for i in range(len(rows)) if i not in results]
+    in_process = workers == 0 or (workers is None and len(todo) <= IN_PROCESS_ROWS)
+    if stats is not None:
+        stats.update(cached=len(results), computed=len(todo),
+                     workers=0 if in_process or not todo else workers or max(1, len(os.sched_getaffinity(0))))
     out = open(cache_path, "a") if cache_path is not None else None  # noqa: SIM115 - closed below
     bar = tqdm(total=len(todo), desc="variants", unit="task", disable=not progress)
 
@@ -409,7 +415,7 @@ def variants_for_rows(rows: list[Mapping[str, Any]], settings: VariantSettings |
             out.flush()
 
     try:
-        if workers == 0 or (workers is None and len(todo) <= IN_PROCESS_ROWS):
+        if in_process:
             from opforge.seeds.vocabulary import default_vocabulary
 
             vocab = default_vocabulary()

@@ -617,7 +617,10 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
                 break
         finished = True
     finally:
+        t_close = time.perf_counter()
         job.close(finished)
+    # seconds of each step between the last verdict and the Hub folder (run.json's ``publication_steps``)
+    steps: dict[str, Any] = {"close_s": round(time.perf_counter() - t_close, 2)}
     warm_up = job.warm_up
     seconds = {"harvest": _stage_s(timeline, "harvest"), "cluster_start": _stage_s(timeline, "cluster_start"),
                "compose": _stage_s(timeline, "compose"), "filter": _stage_s(timeline, "filter")}
@@ -626,20 +629,29 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     timeline.begin("select_and_publish")
     rows = _published_rows(selection.rows, res.funnel, cfg)
     # hidden shape variants (compose.variants), with the default settings `opforge variants` uses, so adding them
-    # to a published folder later gives the same column; cached in the run directory
+    # to a published folder later gives the same column; cached in the run directory (the variants of accepted
+    # tasks were computed there while the filter ran: ``variants_computed`` counts those computed only now)
     from opforge.compose.variants import VariantSettings, summary
     from opforge.pipeline.variants_column import variants_column
 
+    t_step, variant_stats = time.perf_counter(), {}
     rows["shape_variants"], variant_results = variants_column(rows, VariantSettings(), cfg.compose_workers,
-                                                              run_dir / "variants.jsonl", progress)
+                                                              run_dir / "variants.jsonl", progress,
+                                                              stats=variant_stats)
+    steps.update(variants_s=round(time.perf_counter() - t_step, 2),
+                 **{f"variants_{k}": v for k, v in variant_stats.items()})
+    t_step = time.perf_counter()
     funnel = _funnel_summary(candidates, res, len(rounds), stop_reason, settings, len(not_filtered))
     context = _card_context(cfg, rows, funnel, selection, res.funnel["environment"])
     context["variants"] = summary(variant_results)
     provenance = {"config": public_config(cfg, run_dir), "funnel": funnel, "environment": res.funnel["environment"],
                   "selection": _selection_json(selection)}
+    steps["card_s"] = round(time.perf_counter() - t_step, 2)
     from opforge.pipeline.hub_folder import build_hub_folder
 
+    t_step = time.perf_counter()
     hf_dir = build_hub_folder(rows, run_dir / "hf", context, provenance)
+    steps["hub_folder_s"] = round(time.perf_counter() - t_step, 2)
     (run_dir / "selection.json").write_text(json.dumps(_selection_json(selection), indent=2))
     seconds["select_and_publish"] = time.perf_counter() - t0
     timeline.end("select_and_publish", busy_s=seconds["select_and_publish"])
@@ -650,6 +662,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
         "rounds": len(rounds), "stop_reason": stop_reason, "seconds": result.seconds, "sandbox_warm_up": warm_up,
         "not_filtered_full_signature": len(not_filtered) - n_heavy_skipped,
         "not_filtered_heavy_cap": n_heavy_skipped, "tasks_sent_ahead": job.prefed, "yield": round(funnel["yield"], 4),
+        "publication_steps": steps,
         "timeline": timeline.record(job.gpu_spans(), job.feed.spans if job.feed is not None else None)}, indent=2))
     return result
 

@@ -161,6 +161,11 @@ def format_status(s: dict[str, Any]) -> str:
         from opforge.pipeline.timeline import format_timeline
 
         lines += format_timeline(r.get("timeline") or {})
+        p = r.get("publication_steps")
+        if p:
+            lines.append(f"  after the last verdict: cluster closed in {p.get('close_s')} s; variants {p.get('variants_s')} s "
+                         f"({p.get('variants_computed', 0)} computed now, {p.get('variants_cached', 0)} from the run's "
+                         f"cache), card {p.get('card_s')} s, Hub folder {p.get('hub_folder_s')} s")
     if s.get("hub_folder"):
         lines.append(f"Hub folder: {s['hub_folder']}")
     if s["last_failures"]:

@@ -25,12 +25,13 @@ SECTION_MARK = "## Hidden shape variants"
 
 
 def variants_column(rows: pd.DataFrame, settings: VariantSettings | None = None, workers: int | None = None,
-                    cache_path: str | Path | None = None, progress: bool = True
-                    ) -> tuple[list[str], list[VariantResult]]:
+                    cache_path: str | Path | None = None, progress: bool = True,
+                    stats: dict[str, int] | None = None) -> tuple[list[str], list[VariantResult]]:
     """The ``shape_variants`` values of ``rows`` (needs ``task_id`` and ``code``), in row order, and the
-    results behind them (see ``compose.variants.variants_for_rows``)."""
+    results behind them (see ``compose.variants.variants_for_rows``, which fills ``stats``)."""
     records = rows.to_dict("records")
-    results = variants_for_rows(records, settings, workers=workers, cache_path=cache_path, progress=progress)
+    results = variants_for_rows(records, settings, workers=workers, cache_path=cache_path, progress=progress,
+                                stats=stats)
     return [r.to_json() for r in results], results
 
 

@@ -178,9 +178,12 @@ def test_variants_for_rows_in_workers_matches_in_process(tmp_path):
     rows = [{"task_id": "a", "code": COMPOSED, "size_context": "llama"}, {"task_id": "b", "code": OPS6K_STYLE}]
     here = variants_for_rows(rows, workers=0, progress=False)
     cache = tmp_path / "cache.jsonl"
-    pooled = variants_for_rows(rows, workers=2, cache_path=cache, progress=False)
+    stats: dict = {}
+    pooled = variants_for_rows(rows, workers=2, cache_path=cache, progress=False, stats=stats)
     assert [r.variants for r in pooled] == [r.variants for r in here]
     assert len(cache.read_text().splitlines()) == 2
-    again = variants_for_rows(rows, workers=2, cache_path=cache, progress=False)  # served from the cache
+    assert stats == {"cached": 0, "computed": 2, "workers": 2}
+    again = variants_for_rows(rows, workers=2, cache_path=cache, progress=False, stats=stats)  # from the cache
     assert [r.variants for r in again] == [r.variants for r in here]
     assert len(cache.read_text().splitlines()) == 2
+    assert stats == {"cached": 2, "computed": 0, "workers": 0}

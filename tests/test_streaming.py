@@ -149,6 +149,11 @@ def test_killed_stream_resumes_to_the_verdicts_of_a_one_shot_filter(cluster, cat
     for r in rounds.values():
         assert set(r) == {"pieces_s", "result_s", "waiting_s", "select_s"}
         assert 0 <= r["waiting_s"] <= r["result_s"] + 0.01 and min(r.values()) >= 0
+    # the publication's steps: every published row's variants read from the cache or computed now
+    steps = run["publication_steps"]
+    assert steps["variants_cached"] + steps["variants_computed"] == res.selected
+    assert min(v for k, v in steps.items() if k.endswith("_s")) >= 0
+    assert "after the last verdict: cluster closed in" in format_status(run_status(out))
 
 
 
