@@ -1,0 +1,123 @@
+"""How far a dataset's rows let a selection spread its ops: the realistic-tasks issue's bound that no op outside
+``task.realism.COMMON_OPS`` (add, sub, mul, div, matmul, linear, conv2d) is in more than 8 % of the rows
+(``top_other_op_share``), measured on any KernelBench-format rows with an ``ops`` column.
+
+For each dataset (a Parquet file, a Hub folder's ``data/*.parquet``, or an ``opforge run`` directory, whose
+accepted pool - ``candidates.parquet`` joined with the accepted verdicts - is read):
+
+* the share of rows holding each op outside ``COMMON_OPS`` (``pipeline.select.other_ops``: the ``ops``
+  labels' op names, ``nn.LayerNorm`` -> ``layer_norm``), the top ``--top``;
+* the distribution of the number of such ops per row;
+* for each ``--targets`` N, the most rows a greedy pass takes with no such op in more than
+  ``floor(N * --cap)`` of them (rows with fewer such ops first, ties in seeded order; the best of 3 seeds): a
+  lower bound on the largest selection of the rows that holds the cap, and so whether N rows holding it exist;
+  the same with the layout ops (``LAYOUT``: reshape, view, transpose, permute and the like, which move or
+  re-label data and compute nothing) not counted.
+
+Rows of ``../shared/reference`` may be measured for comparison; nothing here is published.
+
+Usage:
+    python benchmarks/op_spread_bench.py ours=runs/release_v2 ops6k=../shared/reference/cuda_agent_ops_6k.parquet \
+        [--targets 1000 2000 6000] [--cap 0.08]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import record  # noqa: E402 - benchmarks/record.py, beside this script
+from opforge.pipeline.select import other_ops
+
+# Ops that only move or re-label data (no arithmetic): counted apart in the second bound.
+LAYOUT = frozenset({"reshape", "view", "flatten", "unflatten", "transpose", "permute", "contiguous", "squeeze",
+                    "unsqueeze", "expand", "expand_as", "movedim", "t"})
+
+
+def read_rows(path: Path) -> pd.DataFrame:
+    """The rows of ``path``: an ``opforge run`` directory's accepted pool, a Hub folder's shards, or one Parquet
+    file. Raises ``SystemExit`` naming the path when it holds none of them or has no ``ops`` column."""
+    if (path / "candidates.parquet").exists() and (path / "filter" / "verdicts.parquet").exists():
+        from opforge.pipeline.run import accepted_pool
+
+        rows = accepted_pool(pd.read_parquet(path / "candidates.parquet"),
+                             pd.read_parquet(path / "filter" / "verdicts.parquet"))
+    elif path.is_dir() and list((path / "data").glob("*.parquet")):
+        rows = pd.concat([pd.read_parquet(p) for p in sorted((path / "data").glob("*.parquet"))], ignore_index=True)
+    elif path.is_file():
+        rows = pd.read_parquet(path)
+    else:
+        raise SystemExit(f"{path}: not an opforge run directory, a Hub folder or a Parquet file")
+    if "ops" not in rows:
+        raise SystemExit(f"{path}: no 'ops' column")
+    return rows
+
+
+def greedy_bound(ops: list[frozenset[str]], n: int, cap: float, ignore: frozenset[str] = frozenset(),
+                 seeds: int = 3) -> int:
+    """The most of ``n`` rows a greedy pass takes with no op (less ``ignore``) in more than ``floor(n * cap)``
+    taken rows; rows with fewer ops first, ties in seeded order; the best over ``seeds`` seeds."""
+    limit = math.floor(n * cap)
+    best = 0
+    for seed in range(seeds):
+        order = list(range(len(ops)))
+        random.Random(seed).shuffle(order)
+        order.sort(key=lambda i: len(ops[i] - ignore))
+        used: Counter = Counter()
+        taken = 0
+        for i in order:
+            mine = ops[i] - ignore
+            if all(used[o] < limit for o in mine):
+                used.update(mine)
+                taken += 1
+                if taken == n:
+                    break
+        best = max(best, taken)
+    return best
+
+
+def measure(rows: pd.DataFrame, targets: list[int], cap: float, top: int) -> dict:
+    ops = other_ops(rows)
+    n = len(rows)
+    counts = Counter(o for s in ops for o in s)
+    per_row = Counter(min(len(s), 4) for s in ops)
+    return {
+        "rows": n,
+        "top_other_ops": [[o, round(c / n, 4)] for o, c in counts.most_common(top)],
+        "other_ops_per_row_share": {("4+" if k == 4 else str(k)): round(per_row[k] / n, 4) for k in sorted(per_row)},
+        "greedy_rows_under_cap": {str(t): greedy_bound(ops, t, cap) for t in targets},
+        "greedy_rows_under_cap_layout_not_counted": {str(t): greedy_bound(ops, t, cap, LAYOUT) for t in targets},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("datasets", nargs="+", help="LABEL=PATH (run directory, Hub folder or Parquet file)")
+    ap.add_argument("--targets", type=int, nargs="+", default=[1000, 2000, 6000])
+    ap.add_argument("--cap", type=float, default=0.08, help="share bound per op (default 0.08, the issue's)")
+    ap.add_argument("--top", type=int, default=10)
+    ap.add_argument("--name", default="op_spread", help="result file name (results/<machine>/NAME.json)")
+    args = ap.parse_args(argv)
+    out = {"benchmark": "op spread: shares of the ops outside realism.COMMON_OPS and the largest selection "
+                        "holding a per-op share bound (greedy lower bound)", "cap": args.cap, "layout_ops": sorted(LAYOUT),
+           "datasets": {}}
+    for item in args.datasets:
+        label, sep, path = item.partition("=")
+        if not sep:
+            raise SystemExit(f"{item!r}: expected LABEL=PATH")
+        out["datasets"][label] = {"path": path, **measure(read_rows(Path(path)), args.targets, args.cap, args.top)}
+        d = out["datasets"][label]
+        print(f"{label}: {d['rows']} rows; top other ops {d['top_other_ops'][:5]}; per row {d['other_ops_per_row_share']}; "
+              f"greedy under {args.cap:.0%}: {d['greedy_rows_under_cap']} (layout not counted: "
+              f"{d['greedy_rows_under_cap_layout_not_counted']})")
+    print("wrote", record.write(args.name, out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
