@@ -12,7 +12,9 @@ accepted pool - ``candidates.parquet`` joined with the accepted verdicts - is re
   ``floor(N * --cap)`` of them (rows with fewer such ops first, ties in seeded order; the best of 3 seeds): a
   lower bound on the largest selection of the rows that holds the cap, and so whether N rows holding it exist;
   the same with the layout ops (``LAYOUT``: reshape, view, transpose, permute and the like, which move or
-  re-label data and compute nothing) not counted.
+  re-label data and compute nothing) not counted; and the same holding the rows' own op-count mix (each
+  ``data_source`` bucket, ``torch#K``, gets ``round(N * its share)``, as ``opforge run``'s default ``op_mix``
+  ``models`` asks of the selection; buckets take turns, each the row whose most-used op is used least).
 
 Rows of ``../shared/reference`` may be measured for comparison; nothing here is published.
 
@@ -81,18 +83,61 @@ def greedy_bound(ops: list[frozenset[str]], n: int, cap: float, ignore: frozense
     return best
 
 
+def greedy_bound_with_mix(ops: list[frozenset[str]], buckets: list[str], n: int, cap: float, seed: int = 0
+                          ) -> tuple[int, dict[str, int]]:
+    """Rows taken under the bound with each bucket held to ``round(n * its share of the rows)``, and each short
+    bucket's shortfall: buckets take turns; each takes, of its rows within the bound, the one whose most-used op
+    is used least (the first such in seeded order)."""
+    limit = math.floor(n * cap)
+    shares = Counter(buckets)
+    quotas = {b: round(n * c / len(buckets)) for b, c in shares.items()}
+    order = list(range(len(ops)))
+    random.Random(seed).shuffle(order)
+    left: dict[str, list[int]] = {}
+    for i in order:
+        left.setdefault(buckets[i], []).append(i)
+    used: Counter = Counter()
+    got: Counter = Counter()
+    moved = True
+    while moved:
+        moved = False
+        for b, want in quotas.items():
+            if got[b] >= want:
+                continue
+            best, best_use = None, None
+            for i in left[b]:
+                if all(used[o] < limit for o in ops[i]):
+                    use = max((used[o] for o in ops[i]), default=0)
+                    if best is None or use < best_use:
+                        best, best_use = i, use
+                    if use == 0:
+                        break
+            if best is not None:
+                left[b].remove(best)
+                used.update(ops[best])
+                got[b] += 1
+                moved = True
+    return sum(got.values()), {b: want - got[b] for b, want in sorted(quotas.items()) if got[b] < want}
+
+
 def measure(rows: pd.DataFrame, targets: list[int], cap: float, top: int) -> dict:
     ops = other_ops(rows)
     n = len(rows)
     counts = Counter(o for s in ops for o in s)
     per_row = Counter(min(len(s), 4) for s in ops)
-    return {
+    out = {
         "rows": n,
         "top_other_ops": [[o, round(c / n, 4)] for o, c in counts.most_common(top)],
         "other_ops_per_row_share": {("4+" if k == 4 else str(k)): round(per_row[k] / n, 4) for k in sorted(per_row)},
         "greedy_rows_under_cap": {str(t): greedy_bound(ops, t, cap) for t in targets},
         "greedy_rows_under_cap_layout_not_counted": {str(t): greedy_bound(ops, t, cap, LAYOUT) for t in targets},
     }
+    if "data_source" in rows:
+        buckets = rows["data_source"].fillna("").astype(str).tolist()
+        with_mix = {str(t): greedy_bound_with_mix(ops, buckets, t, cap) for t in targets}
+        out["greedy_rows_under_cap_with_op_count_mix"] = {t: v[0] for t, v in with_mix.items()}
+        out["with_op_count_mix_short_per_bucket"] = {t: v[1] for t, v in with_mix.items()}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         d = out["datasets"][label]
         print(f"{label}: {d['rows']} rows; top other ops {d['top_other_ops'][:5]}; per row {d['other_ops_per_row_share']}; "
               f"greedy under {args.cap:.0%}: {d['greedy_rows_under_cap']} (layout not counted: "
-              f"{d['greedy_rows_under_cap_layout_not_counted']})")
+              f"{d['greedy_rows_under_cap_layout_not_counted']}; op-count mix held: "
+              f"{d.get('greedy_rows_under_cap_with_op_count_mix')})")
     print("wrote", record.write(args.name, out))
     return 0
 
