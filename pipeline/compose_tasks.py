@@ -150,8 +150,7 @@ class ShardFeed:
 
     ``submit(k)`` sends round ``k``'s shards (once); ``take(k, j)`` gives shard ``j``'s rows once its task is
     done, ``take_any(k)`` any composed shard of the round (the caller keeps the loop turning meanwhile, e.g.
-    ``FilterStream.step``). Tasks run on ``workers``
-    (the cluster's CPU workers; None: any worker).
+    ``FilterStream.step``). Tasks run on ``workers`` (the cluster's CPU workers; None: any worker).
 
     With ``fingerprints`` the shards also fingerprint their sources for the duplicate filter, and each arriving
     shard's fingerprints go into the client's cache (``filter_run.cache_fingerprints``).

@@ -619,7 +619,8 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     finally:
         t_close = time.perf_counter()
         job.close(finished)
-    # seconds of each step between the last verdict and the Hub folder (run.json's ``publication_steps``)
+    # seconds of each step between the last verdict and the Hub folder (run.json's ``publication_steps``; close:
+    # the composers, the sandboxes, the cluster and the variants pool, waited for when the run finished)
     steps: dict[str, Any] = {"close_s": round(time.perf_counter() - t_close, 2)}
     warm_up = job.warm_up
     seconds = {"harvest": _stage_s(timeline, "harvest"), "cluster_start": _stage_s(timeline, "cluster_start"),

@@ -153,7 +153,7 @@ def test_killed_stream_resumes_to_the_verdicts_of_a_one_shot_filter(cluster, cat
     steps = run["publication_steps"]
     assert steps["variants_cached"] + steps["variants_computed"] == res.selected
     assert min(v for k, v in steps.items() if k.endswith("_s")) >= 0
-    assert "after the last verdict: cluster closed in" in format_status(run_status(out))
+    assert "after the last verdict: cluster and variants pool closed in" in format_status(run_status(out))
 
 
 
@@ -450,9 +450,9 @@ def test_next_round_sent_ahead_gives_the_run_of_rounds_filtered_one_after_anothe
 
 
 def test_shards_go_to_the_filter_as_they_arrive_and_the_round_file_keeps_index_order(tmp_path, monkeypatch):
-    """A slow shard does not hold back the shards composed after it: ``pieces`` yields each shard as it arrives
-    (here 2, then 0, then 1; prefeed took shard 1 early), and the round file keeps the candidates in index
-    order."""
+    """A slow shard does not hold back the shards composed after it: the shards arrive 2, 0, 1; prefeed takes
+    shard 0 ahead of the round loop, ``pieces`` yields it (as added), then 2, then 1, and the round file keeps the
+    candidates in index order."""
     from types import SimpleNamespace
 
     from opforge.compose import composer
