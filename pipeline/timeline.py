@@ -7,7 +7,9 @@ the shards, sandbox seconds of the verdicts; a stage on several workers can be b
 
 GPU busy share: per GPU worker, the union of the intervals in which one of its sandboxes held the GPU's
 compute lock (``engine.gpu_locks``: every GPU step of a task runs under it), divided by the time from the
-first candidates to the last verdict, and by the whole run. The intervals are each task's recorded hold
+first candidates to the last verdict (``share_after_first_candidates``), from the first candidates to the end
+of the run (``share_after_first_candidates_to_run_end``: the closing of the cluster and the publication after
+the last verdict count as idle), and by the whole run (``share_of_run``). The intervals are each task's recorded hold
 spans (the ledger's ``gpu_hold_t0`` / ``gpu_hold_ms``; method ``compute-lock hold spans``); a verdict without
 them counts its held seconds (``lock_hold_s``) as one interval ending when the task ended (method ``...
 (approximate)``: that interval is not where the holds were, so the union can be off either way). A reading
@@ -83,7 +85,8 @@ class Timeline:
 def gpu_busy(spans: list[tuple], after: float, until: float, run_start: float, run_end: float
              ) -> dict[str, Any] | None:
     """Busy share per GPU worker and overall (see the module docstring): ``share_after_first_candidates``
-    over [``after``, ``until``], ``share_of_run`` over the run. None when no span held a GPU lock."""
+    over [``after``, ``until``], ``share_after_first_candidates_to_run_end`` over [``after``, ``run_end``],
+    ``share_of_run`` over the run. None when no span held a GPU lock."""
     per: dict[str, list[tuple[float, float]]] = {}
     approximate = False
     for worker, started, ended, holds, *exact in spans:
@@ -102,6 +105,8 @@ def gpu_busy(spans: list[tuple], after: float, until: float, run_start: float, r
     for worker, intervals in sorted(per.items()):
         workers[worker] = {"share_after_first_candidates": round(_covered(intervals, after, until) /
                                                                  max(until - after, 1e-9), 4),
+                           "share_after_first_candidates_to_run_end": round(
+                               _covered(intervals, after, run_end) / max(run_end - after, 1e-9), 4),
                            "share_of_run": round(_covered(intervals, run_start, run_end) /
                                                  max(run_end - run_start, 1e-9), 4)}
     n = len(workers)
@@ -110,6 +115,8 @@ def gpu_busy(spans: list[tuple], after: float, until: float, run_start: float, r
     return {"method": method, "gpus": n,
             "share_after_first_candidates": round(sum(w["share_after_first_candidates"] for w in workers.values())
                                                   / n, 4),
+            "share_after_first_candidates_to_run_end": round(
+                sum(w["share_after_first_candidates_to_run_end"] for w in workers.values()) / n, 4),
             "share_of_run": round(sum(w["share_of_run"] for w in workers.values()) / n, 4), "per_gpu": workers}
 
 
@@ -173,6 +180,8 @@ def format_timeline(t: dict[str, Any]) -> list[str]:
         lines.append(f"  composer shards: {c['shards']} (p50 {c['seconds_p50']} s, max {c['seconds_max']} s)")
     g = t.get("gpu_busy")
     if g:
-        lines.append(f"  GPU busy: {g['share_after_first_candidates']:.1%} after the first candidates, "
-                     f"{g['share_of_run']:.1%} of the run ({g['gpus']} GPU(s); {g['method']})")
+        to_end = g.get("share_after_first_candidates_to_run_end")
+        lines.append(f"  GPU busy: {g['share_after_first_candidates']:.1%} from the first candidates to the last "
+                     f"verdict" + (f", {to_end:.1%} to the end of the run" if to_end is not None else "")
+                     + f", {g['share_of_run']:.1%} of the run ({g['gpus']} GPU(s); {g['method']})")
     return lines

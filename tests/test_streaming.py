@@ -302,8 +302,11 @@ def test_gpu_busy_share_is_the_union_of_lock_holds_per_gpu():
              ("gpu1", 0.0, 20.0, {"compute_shared": 30.0}),     # clipped to its start: 0..20
              ("gpu1", 0.0, 3.0, {"memory": 3.0})]               # no compute lock held: not counted
     g = gpu_busy(spans, after=2.0, until=22.0, run_start=0.0, run_end=40.0)
-    assert g["per_gpu"]["gpu0"] == {"share_after_first_candidates": 0.3, "share_of_run": 0.15}
-    assert g["per_gpu"]["gpu1"] == {"share_after_first_candidates": 0.9, "share_of_run": 0.5}
+    assert g["per_gpu"]["gpu0"] == {"share_after_first_candidates": 0.3,
+                                    "share_after_first_candidates_to_run_end": round(6 / 38, 4), "share_of_run": 0.15}
+    assert g["per_gpu"]["gpu1"] == {"share_after_first_candidates": 0.9,
+                                    "share_after_first_candidates_to_run_end": round(18 / 38, 4), "share_of_run": 0.5}
+    assert g["share_after_first_candidates_to_run_end"] == round((6 / 38 + 18 / 38) / 2, 4)
     assert g["gpus"] == 2 and g["share_after_first_candidates"] == 0.6
     assert gpu_busy([("cpu0", 0.0, 1.0, {})], 0.0, 1.0, 0.0, 1.0) is None
     assert "approximate" in g["method"]
@@ -312,7 +315,8 @@ def test_gpu_busy_share_is_the_union_of_lock_holds_per_gpu():
              ("gpu0", 3.0, 12.0, {"compute_shared": 2.0}, [[3.0, 5.0]]),
              ("gpu1", 0.0, 20.0, {"compute_shared": 1.0}, [[10.0, 11.0]])]
     g = gpu_busy(exact, after=2.0, until=22.0, run_start=0.0, run_end=40.0)
-    assert g["per_gpu"]["gpu0"] == {"share_after_first_candidates": 0.25, "share_of_run": 0.125}
+    assert g["per_gpu"]["gpu0"]["share_after_first_candidates"] == 0.25
+    assert g["per_gpu"]["gpu0"]["share_of_run"] == 0.125
     assert g["per_gpu"]["gpu1"]["share_after_first_candidates"] == 0.05 and "approximate" not in g["method"]
     g = gpu_busy(exact + [("gpu1", 0.0, 20.0, {"compute_shared": 2.0}, None)], 2.0, 22.0, 0.0, 40.0)
     assert g["per_gpu"]["gpu1"]["share_after_first_candidates"] == 0.15 and "approximate" in g["method"]
