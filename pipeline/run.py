@@ -442,21 +442,27 @@ class _StreamedJob:
     def gpu_spans(self) -> list[tuple] | None:
         return self.stream.spans if self.stream is not None and self.cfg.device == "cuda" else None
 
-    def close(self, finished: bool = False) -> None:
+    def close(self, finished: bool = False) -> dict[str, float]:
         """Stop the composer shards, close the stream and the cluster; the variants of accepted tasks are
-        waited for when the run ``finished`` (publication reads them), else stopped."""
+        waited for when the run ``finished`` (publication reads them), else stopped. Returns the seconds of
+        each part (``cluster_close_s``, ``variants_wait_s``)."""
+        t0 = time.perf_counter()
         if self.feed is not None:
             self.feed.cancel()
         if self.stream is not None:
             self.stream.close()
         if self.handle is not None:
             self.handle.close()
+        t1 = time.perf_counter()
+        seconds = {"cluster_close_s": round(t1 - t0, 2)}
         if self.variants is not None:
             self.variants.close(wait=finished)
+            seconds["variants_wait_s"] = round(time.perf_counter() - t1, 2)
             if self.variants.first_submit is not None:
                 self.timeline.begin("publication_work", at=self.variants.first_submit)
                 self.timeline.end("publication_work", at=self.variants.last_done or self.variants.first_submit,
                                   busy_s=self.variants.busy_s)
+        return seconds
 
 
 def _stage_s(timeline, stage: str) -> float:
@@ -617,11 +623,9 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
                 break
         finished = True
     finally:
-        t_close = time.perf_counter()
-        job.close(finished)
-    # seconds of each step between the last verdict and the Hub folder (run.json's ``publication_steps``; close:
-    # the composers, the sandboxes, the cluster and the variants pool, waited for when the run finished)
-    steps: dict[str, Any] = {"close_s": round(time.perf_counter() - t_close, 2)}
+        # seconds of each step between the last verdict and the Hub folder (run.json's ``publication_steps``):
+        # closing the composers, the sandboxes and the cluster, then the wait for the variants pool
+        steps: dict[str, Any] = job.close(finished)
     warm_up = job.warm_up
     seconds = {"harvest": _stage_s(timeline, "harvest"), "cluster_start": _stage_s(timeline, "cluster_start"),
                "compose": _stage_s(timeline, "compose"), "filter": _stage_s(timeline, "filter")}
