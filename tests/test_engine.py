@@ -84,3 +84,29 @@ def test_engine_settings_are_declared_once_and_reach_cli_run_config_and_eval(tmp
     assert ok.exit_code == 0, ok.output
     funnel = json.loads((tmp_path / "r" / "funnel.json").read_text())
     assert funnel["settings"]["timeout_s"] == 30.0 and funnel["rejected_tasks"] == 1
+
+
+def test_a_worker_stops_its_sandboxes_all_at_once():
+    """``SandboxPool.teardown`` closes every sandbox of the worker concurrently (each close waits for its child
+    to exit; one after the other those waits add up): here three closes meet at a barrier, which closes run one
+    after the other would never reach."""
+    import threading
+
+    from opforge.engine.pool import SandboxPool
+
+    barrier = threading.Barrier(3, timeout=10)
+    closed: list[int] = []
+
+    class Box:
+        def __init__(self, i):
+            self.i = i
+
+        def close(self):
+            barrier.wait()  # BrokenBarrierError if the closes ran one after the other
+            closed.append(self.i)
+
+    pool = SandboxPool("opforge.engine.sandbox_child.SandboxJob", {})
+    pool._all = [Box(i) for i in range(3)]
+    pool._idle = list(pool._all[:1])
+    pool.teardown(None)
+    assert sorted(closed) == [0, 1, 2] and pool._all == [] and pool._idle == []
