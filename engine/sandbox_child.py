@@ -154,9 +154,9 @@ def main() -> None:
         try:
             msg = read_message(inp)
         except EOFError:
-            return
+            _exit_now()
         if msg[0] == "stop":
-            return
+            _exit_now()
         _, task_id, code, *rest = msg
         alone = bool(rest and rest[0])
         reserve_gib = rest[1] if len(rest) > 1 else None
@@ -326,6 +326,18 @@ def _release_gpu_memory() -> None:
     gc.freeze()
     torch.cuda.synchronize()  # raises when a kernel of the task broke the context
     torch.cuda.empty_cache()
+
+
+def _exit_now() -> None:
+    """End the child at once, skipping the interpreter's shutdown (exit handlers, freeing every object): every
+    result is sent already, and the worker closing its sandboxes waits for the exit (a warm CPU child took
+    0.17-0.22 s to exit on its own, 0.03-0.07 s this way, cpu-2core)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
 
 
 if __name__ == "__main__":
