@@ -149,15 +149,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default="op_spread", help="result file name (results/<machine>/NAME.json)")
     args = ap.parse_args(argv)
     out = {"benchmark": "op spread: shares of the ops outside realism.COMMON_OPS and the largest selection "
-                        "holding a per-op share bound (greedy lower bound)", "cap": args.cap, "layout_ops": sorted(LAYOUT),
-           "datasets": {}}
+                        "holding a per-op share bound (greedy lower bound)",
+           "cap": args.cap, "layout_ops": sorted(LAYOUT), "datasets": {}}
     for item in args.datasets:
         label, sep, path = item.partition("=")
         if not sep:
             raise SystemExit(f"{item!r}: expected LABEL=PATH")
         out["datasets"][label] = {"path": path, **measure(read_rows(Path(path)), args.targets, args.cap, args.top)}
         d = out["datasets"][label]
-        print(f"{label}: {d['rows']} rows; top other ops {d['top_other_ops'][:5]}; per row {d['other_ops_per_row_share']}; "
+        print(f"{label}: {d['rows']} rows; top other ops {d['top_other_ops'][:5]}; "
+              f"per row {d['other_ops_per_row_share']}; "
               f"greedy under {args.cap:.0%}: {d['greedy_rows_under_cap']} (layout not counted: "
               f"{d['greedy_rows_under_cap_layout_not_counted']}; op-count mix held: "
               f"{d.get('greedy_rows_under_cap_with_op_count_mix')})")

@@ -148,9 +148,9 @@ def shards_of_round(k: int, round_size: int, shard_size: int | None = None) -> l
 class ShardFeed:
     """Shards composed on the cluster for the client's round loop.
 
-    ``submit(k)`` sends round ``k``'s shards (once); ``take(k, j)`` gives shard ``j``'s rows once its task is
-    done, ``take_any(k)`` any composed shard of the round (the caller keeps the loop turning meanwhile, e.g.
-    ``FilterStream.step``). Tasks run on ``workers`` (the cluster's CPU workers; None: any worker).
+    ``submit(k)`` sends round ``k``'s shards (once); ``take_any(k)`` gives a shard's rows once its task is done
+    (the caller keeps the loop turning meanwhile, e.g. ``FilterStream.step``). Tasks run on ``workers`` (the
+    cluster's CPU workers; None: any worker).
 
     With ``fingerprints`` the shards also fingerprint their sources for the duplicate filter, and each arriving
     shard's fingerprints go into the client's cache (``filter_run.cache_fingerprints``).
@@ -205,10 +205,6 @@ class ShardFeed:
         self.busy_s += out["busy_s"]
         self.last_done = time.time()
         self.spans.append((out["worker"], out["started_at"], out["ended_at"], *kj))
-
-    def take(self, k: int, j: int) -> list | None:
-        """Rows of shard ``j`` of round ``k`` when composed (then forgotten here), else None."""
-        return self.done.pop((k, j), None)
 
     def take_any(self, k: int) -> tuple[int, list] | None:
         """(``j``, rows) of a composed shard of round ``k`` not taken yet, the lowest index first (then forgotten

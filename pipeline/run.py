@@ -17,9 +17,9 @@ Run directory::
 
 The stages overlap: a round is composed in shards as Dask tasks on the cluster's CPU workers
 (``pipeline.compose_tasks``), each shard goes to the filter as soon as it is composed, in whatever order the
-shards finish (``filter_run.FilterStream``; the round file keeps index order), and the next rounds (up to ``AHEAD_ROUNDS``, one composing at a time) are
-composed while the filter works when the yield so far projects fewer accepted tasks than the target needs, or
-the last selection fell short of it. While a round's last verdicts come in and its selection is made, the next
+shards finish (``filter_run.FilterStream``; the round file keeps index order), and the next rounds (up to
+``AHEAD_ROUNDS``, one composing at a time) are composed while the filter works when the yield so far projects
+fewer accepted tasks than the target needs, or the last selection fell short of it. While a round's last verdicts come in and its selection is made, the next
 round's composed shards already go to the filter (behind every task of the round), so the workers do not idle
 at a round's end; candidates that round's decisions then skip are taken back out of the queue, and verdicts
 of a round the run never reaches stay in the ledger only. A round is still the unit of every decision: its

@@ -7,10 +7,10 @@ the shards, sandbox seconds of the verdicts; a stage on several workers can be b
 
 GPU busy share: per GPU worker, the union of the intervals in which one of its sandboxes held the GPU's
 compute lock (``engine.gpu_locks``: every GPU step of a task runs under it), divided by the time from the
-first candidates to the last verdict (``share_after_first_candidates``), from the first candidates to the end
-of the run (``share_after_first_candidates_to_run_end``: the closing of the cluster and the publication after
-the last verdict count as idle), and by the whole run (``share_of_run``). The intervals are each task's recorded hold
-spans (the ledger's ``gpu_hold_t0`` / ``gpu_hold_ms``; method ``compute-lock hold spans``); a verdict without
+first candidates to the last verdict (``share_after_first_candidates``), from the first candidates to the
+end of the run (``share_after_first_candidates_to_run_end``: the closing of the cluster and the publication
+after the last verdict count as idle), and by the whole run (``share_of_run``). The intervals are each task's
+recorded hold spans (the ledger's ``gpu_hold_t0`` / ``gpu_hold_ms``; method ``compute-lock hold spans``); a verdict without
 them counts its held seconds (``lock_hold_s``) as one interval ending when the task ended (method ``...
 (approximate)``: that interval is not where the holds were, so the union can be off either way). A reading
 from the sandboxes' own records, not of the GPU: a held lock is not a busy SM (``nvidia-smi``'s utilization
@@ -101,23 +101,17 @@ def gpu_busy(spans: list[tuple], after: float, until: float, run_start: float, r
         per.setdefault(str(worker), []).append((lo, ended))
     if not per:
         return None
-    workers = {}
-    for worker, intervals in sorted(per.items()):
-        workers[worker] = {"share_after_first_candidates": round(_covered(intervals, after, until) /
-                                                                 max(until - after, 1e-9), 4),
-                           "share_after_first_candidates_to_run_end": round(
-                               _covered(intervals, after, run_end) / max(run_end - after, 1e-9), 4),
-                           "share_of_run": round(_covered(intervals, run_start, run_end) /
-                                                 max(run_end - run_start, 1e-9), 4)}
+    windows = {"share_after_first_candidates": (after, until),
+               "share_after_first_candidates_to_run_end": (after, run_end), "share_of_run": (run_start, run_end)}
+    workers = {worker: {name: round(_covered(intervals, lo, hi) / max(hi - lo, 1e-9), 4)
+                        for name, (lo, hi) in windows.items()}
+               for worker, intervals in sorted(per.items())}
     n = len(workers)
     method = ("compute-lock hold intervals of the sandboxes (approximate)" if approximate
               else "compute-lock hold spans of the sandboxes")
     return {"method": method, "gpus": n,
-            "share_after_first_candidates": round(sum(w["share_after_first_candidates"] for w in workers.values())
-                                                  / n, 4),
-            "share_after_first_candidates_to_run_end": round(
-                sum(w["share_after_first_candidates_to_run_end"] for w in workers.values()) / n, 4),
-            "share_of_run": round(sum(w["share_of_run"] for w in workers.values()) / n, 4), "per_gpu": workers}
+            **{name: round(sum(w[name] for w in workers.values()) / n, 4) for name in windows},
+            "per_gpu": workers}
 
 
 def compose_shards(spans: list[tuple], run_start: float) -> dict[str, Any]:
