@@ -25,6 +25,7 @@ categories the filters keep most.
 
 from __future__ import annotations
 
+import gc
 import random
 import warnings
 from collections import Counter, defaultdict
@@ -168,7 +169,10 @@ def load_motifs(path: Path | None = None, shared: bool = False) -> list[Motif]:
 
     ``shared``: the objects this process read before from the same file, unchanged since (read once, kept),
     for a caller that never changes them (the composer deep-copies a motif before mutating it); else fresh
-    objects."""
+    objects. A shared library is moved to the garbage collector's permanent generation (``gc.freeze``), with
+    every other object the process holds then: the packaged library is about 1.75 M objects, which each full
+    collection would otherwise traverse, and whose collections at interpreter exit took about 6 s on
+    cpu-2core (0.2 s frozen). Frozen objects are still freed by reference counting."""
     path = Path(path) if path else DEFAULT_LIBRARY
     if not shared:
         return read_library(path)[0]
@@ -181,6 +185,7 @@ def load_motifs(path: Path | None = None, shared: bool = False) -> list[Motif]:
         motifs = read_library(path)[0]
         _LIBRARIES.clear()
         _LIBRARIES[key] = motifs
+        gc.freeze()
     return _LIBRARIES[key]
 
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -442,27 +443,67 @@ class _StreamedJob:
     def gpu_spans(self) -> list[tuple] | None:
         return self.stream.spans if self.stream is not None and self.cfg.device == "cuda" else None
 
-    def close(self, finished: bool = False) -> dict[str, float]:
-        """Stop the composer shards, close the stream and the cluster; the variants of accepted tasks are
-        waited for when the run ``finished`` (publication reads them), else stopped. Returns the seconds of
-        each part (``cluster_close_s``, ``variants_wait_s``)."""
-        t0 = time.perf_counter()
-        if self.feed is not None:
-            self.feed.cancel()
-        if self.stream is not None:
-            self.stream.close()
-        if self.handle is not None:
-            self.handle.close()
+    def close(self, finished: bool = False) -> _Closing:
+        """Stop the composer shards, close the filter stream (ledger, sandbox logs) and the cluster; the
+        variants of accepted tasks are waited for when the run ``finished`` (publication reads them), else
+        stopped. A finished run closes the cluster on a thread of its own, beside the wait and the
+        publication (``_Closing.join`` waits for it); otherwise everything is closed before this returns.
+        The seconds of each part are in ``_Closing.steps`` (``cluster_close_s``, ``variants_wait_s``)."""
+        closing = _Closing(self)
+        self.timeline.begin("cluster_close")
+        if finished:
+            closing.thread = threading.Thread(target=closing.shut_down, name="opforge-cluster-close")
+            closing.thread.start()
+        else:
+            closing.shut_down()
         t1 = time.perf_counter()
-        seconds = {"cluster_close_s": round(t1 - t0, 2)}
         if self.variants is not None:
             self.variants.close(wait=finished)
-            seconds["variants_wait_s"] = round(time.perf_counter() - t1, 2)
+            closing.steps["variants_wait_s"] = round(time.perf_counter() - t1, 2)
             if self.variants.first_submit is not None:
                 self.timeline.begin("publication_work", at=self.variants.first_submit)
                 self.timeline.end("publication_work", at=self.variants.last_done or self.variants.first_submit,
                                   busy_s=self.variants.busy_s)
-        return seconds
+        return closing
+
+
+class _Closing:
+    """The closing of a run's composer shards, filter stream and cluster (``_StreamedJob.close``): ``steps``
+    holds the seconds of each part; the cluster close is the timeline's ``cluster_close`` stage."""
+
+    def __init__(self, job: _StreamedJob):
+        self.job, self.thread, self.error = job, None, None
+        self.steps: dict[str, Any] = {}
+
+    def shut_down(self) -> None:
+        job, t0 = self.job, time.perf_counter()
+        try:
+            if job.feed is not None:
+                job.feed.cancel()
+            if job.stream is not None:
+                job.stream.close()
+            t1 = time.perf_counter()
+            if job.handle is not None:
+                job.handle.close()
+            self.steps["filter_close_s"] = round(t1 - t0, 2)
+        except BaseException as exc:  # noqa: BLE001 - reported by join, on the run's own thread
+            self.error = exc
+            if self.thread is None:
+                raise
+        finally:
+            self.steps["cluster_close_s"] = round(time.perf_counter() - t0, 2)
+            job.timeline.end("cluster_close", busy_s=self.steps["cluster_close_s"])
+
+    def join(self) -> None:
+        """Wait for a cluster close running on its thread. What it raised becomes a warning and
+        ``steps["cluster_close_error"]``: the run's results are all written by then."""
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+            if self.error is not None:
+                self.steps["cluster_close_error"] = f"{type(self.error).__name__}: {self.error}"
+                warnings.warn(f"closing the cluster after the run failed: {self.steps['cluster_close_error']}",
+                              RuntimeWarning, stacklevel=2)
 
 
 def _stage_s(timeline, stage: str) -> float:
@@ -624,8 +665,10 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
         finished = True
     finally:
         # seconds of each step between the last verdict and the Hub folder (run.json's ``publication_steps``):
-        # closing the composers, the sandboxes and the cluster, then the wait for the variants pool
-        steps: dict[str, Any] = job.close(finished)
+        # closing the composers, the sandboxes and the cluster (a finished run: beside what follows), the wait
+        # for the variants pool
+        closing = job.close(finished)
+    steps = closing.steps
     warm_up = job.warm_up
     seconds = {"harvest": _stage_s(timeline, "harvest"), "cluster_start": _stage_s(timeline, "cluster_start"),
                "compose": _stage_s(timeline, "compose"), "filter": _stage_s(timeline, "filter")}
@@ -660,6 +703,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     (run_dir / "selection.json").write_text(json.dumps(_selection_json(selection), indent=2))
     seconds["select_and_publish"] = time.perf_counter() - t0
     timeline.end("select_and_publish", busy_s=seconds["select_and_publish"])
+    closing.join()
     result = RunResult(run_dir, hf_dir, len(rows), funnel["accepted"], len(candidates), stop_reason,
                        {k: round(v, 2) for k, v in seconds.items()})
     (run_dir / "run.json").write_text(json.dumps({

@@ -133,15 +133,21 @@ def test_library_round_trip_and_errors(llama, tmp_path):
 
 def test_shared_library_is_read_once_per_file_and_version(llama, tmp_path):
     """``load_motifs(path, shared=True)`` keeps the objects it read for the same unchanged file; a rewritten
-    file is read again; without ``shared`` every call reads fresh objects; a missing file still raises."""
+    file is read again; without ``shared`` every call reads fresh objects, and only shared ones leave the
+    collector's young generations (frozen); a missing file still raises."""
+    import gc
     import os
 
     from opforge.compose.motifs import load_motifs
 
     path = write_library(llama, tmp_path / "m.json.gz", {})
+    gc.unfreeze()
     first = load_motifs(path, shared=True)
     assert load_motifs(path, shared=True) is first
+    tracked = {id(o) for o in gc.get_objects()}
+    assert id(first) not in tracked and id(first[0].calls) not in tracked and gc.get_freeze_count() > 0
     fresh = load_motifs(path)
+    assert id(fresh) in {id(o) for o in gc.get_objects()}
     assert fresh is not first and fresh[0] is not first[0] and [m.motif_id for m in fresh] == [m.motif_id for m in first]
     write_library(llama[:2], path, {})
     os.utime(path, ns=(1, 1))  # a new version of the file, whatever the clock's resolution

@@ -154,6 +154,11 @@ def test_killed_stream_resumes_to_the_verdicts_of_a_one_shot_filter(cluster, cat
     assert steps["variants_cached"] + steps["variants_computed"] == res.selected
     assert min(v for k, v in steps.items() if k.endswith("_s")) >= 0
     assert "after the last verdict: cluster closed in" in format_status(run_status(out))
+    # the cluster closes beside the publication, and the run ends when both have
+    close, publish = stages["cluster_close"], stages["select_and_publish"]
+    assert stages["filter"]["end"] <= close["start"] <= publish["start"] and close["start"] <= close["end"]
+    assert run["timeline"]["end"] >= max(close["end"], publish["end"]) - 0.01
+    assert steps["filter_close_s"] <= steps["cluster_close_s"]
 
 
 
