@@ -35,7 +35,7 @@ def ledger_figures(path: Path) -> dict:
     """Verdicts per minute and step-time medians of one ledger (JSON lines of the filter's records)."""
     recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     starts = [r["started_at"] for r in recs if r.get("started_at")]
-    span = max(r["ended_at"] for r in recs) - min(starts)
+    span = max(r["ended_at"] for r in recs if r.get("ended_at")) - min(starts)  # a crash record has no times
     return {"verdicts": len(recs), "filter_span_s": round(span, 1), "verdicts_per_min": round(len(recs) / span * 60),
             "eager_s_p50": _p50((r.get("seconds") or {}).get("eager") for r in recs),
             "compile_s_p50": _p50((r.get("seconds") or {}).get("compile") for r in recs),

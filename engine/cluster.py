@@ -58,6 +58,11 @@ class ClusterHandle:
 # (benchmarks/results/h200/filter_throughput.json: 305 verdicts/min, GPU 81-83 % busy); 18 and 22 were not
 # faster in the one comparison made. A single sandbox leaves the GPU idle while it compiles.
 CORES_KEPT_PER_GPU = 2
+# At most this many CUDA sandboxes share one GPU by default, however many cores each GPU has: one H100 with
+# 30 sandboxes gave 742 verdicts/min and was busy 91.7 % of the filter span (2 x H100 host, 32 vCPUs, one GPU
+# visible), one H100 with 62 (the cores-per-GPU default of a 64-vCPU host, one GPU visible) 517/min, with 37
+# timeouts and two thirds of the sandbox seconds running a task (benchmarks/results/h100/streaming_runs.json).
+MAX_SANDBOXES_PER_GPU = 30
 
 
 def usable_cores() -> int:
@@ -70,10 +75,11 @@ def usable_cores() -> int:
 
 def default_workers(device: str, gpus: int = 1) -> int:
     """CPU: one worker per usable core. CUDA: sandboxes per GPU = the usable cores per GPU minus
-    ``CORES_KEPT_PER_GPU`` (14 on a 16-core single-GPU machine), at least 1."""
+    ``CORES_KEPT_PER_GPU`` (14 on a 16-core single-GPU machine), at least 1 and at most
+    ``MAX_SANDBOXES_PER_GPU``."""
     if device == "cpu":
         return usable_cores()
-    return max(1, usable_cores() // max(1, gpus) - CORES_KEPT_PER_GPU)
+    return max(1, min(MAX_SANDBOXES_PER_GPU, usable_cores() // max(1, gpus) - CORES_KEPT_PER_GPU))
 
 
 def open_cluster(device: str, workers: int | None = None, scheduler: str | None = None,

@@ -364,12 +364,13 @@ def test_time_waiting_for_a_gpu_lock_does_not_count_against_the_timeout(tmp_path
 
 def test_default_workers_follow_the_usable_cores_per_gpu(monkeypatch):
     """CPU: one worker per core this process may use (``taskset`` shrinks it); CUDA: that share per GPU
-    less the cores kept for the client and Dask, never below one sandbox."""
+    less the cores kept for the client and Dask, never below one sandbox nor above the per-GPU cap."""
     import os
 
     from opforge.engine import cluster
 
-    for cores, gpus, cpu, cuda in [(16, 1, 16, 14), (32, 2, 32, 14), (64, 4, 64, 14), (2, 1, 2, 1), (8, 3, 8, 1)]:
+    for cores, gpus, cpu, cuda in [(16, 1, 16, 14), (32, 2, 32, 14), (64, 4, 64, 14), (2, 1, 2, 1), (8, 3, 8, 1),
+                                   (64, 1, 64, cluster.MAX_SANDBOXES_PER_GPU), (32, 1, 32, 30)]:
         monkeypatch.setattr(os, "sched_getaffinity", lambda _pid, n=cores: set(range(n)))
         assert cluster.default_workers("cpu") == cpu
         assert cluster.default_workers("cuda", gpus) == cuda, (cores, gpus)

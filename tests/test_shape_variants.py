@@ -182,7 +182,7 @@ def test_variants_for_rows_in_workers_matches_in_process(tmp_path):
     pooled = variants_for_rows(rows, workers=2, cache_path=cache, progress=False, stats=stats)
     assert [r.variants for r in pooled] == [r.variants for r in here]
     assert len(cache.read_text().splitlines()) == 2
-    assert stats == {"cached": 0, "computed": 2, "workers": 2}
+    assert stats == {"cached": 0, "computed": 2, "workers": 1}  # two rows are one chunk: one process, not two
     again = variants_for_rows(rows, workers=2, cache_path=cache, progress=False, stats=stats)  # from the cache
     assert [r.variants for r in again] == [r.variants for r in here]
     assert len(cache.read_text().splitlines()) == 2
