@@ -384,7 +384,7 @@ def filter_cmd(
     out_option: Path = typer.Option(None, "--out", hidden=True),
     device: Device = typer.Option(Device.cpu, case_sensitive=False, help="Where tasks run."),
     workers: int = typer.Option(None, help="CPU: worker processes (default: cores). CUDA: sandboxes per GPU "
-                                           "(default: cores per GPU - 2)."),
+                                           "(default: cores per GPU - 2, at most 30)."),
     scheduler: str = typer.Option(None, help="Address of an existing Dask scheduler to use instead."),
     runtime_window_ms: tuple[float, float] = typer.Option(None, help="LO HI eager-median window in ms "
                                                           "(default: 0.04 100 on cuda, off on cpu)."),
@@ -447,7 +447,7 @@ def run_cmd(
     out: Path = typer.Option(None, "--out", help="Run directory (default runs/default)."),
     device: Device = typer.Option(None, case_sensitive=False, help="Where the filters run (default cpu)."),
     workers: int = typer.Option(None, help="CPU: worker processes (default: cores). CUDA: sandboxes per GPU "
-                                           "(default: cores per GPU - 2)."),
+                                           "(default: cores per GPU - 2, at most 30)."),
     scheduler: str = typer.Option(None, help="Address of an existing Dask scheduler."),
     seed: int = typer.Option(None, help="Run seed (composition and selection). Default 0."),
     op_mix: str = typer.Option(None, callback=_check_op_mix,
