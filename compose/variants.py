@@ -373,8 +373,8 @@ def variants_for_rows(rows: list[Mapping[str, Any]], settings: VariantSettings |
     """``shape_variants`` of every row, in input order, in a pool of spawned workers (``workers``: processes,
     default the usable cores, never more than the chunks of rows; 0 runs in this process, as does the default
     for at most ``IN_PROCESS_ROWS`` rows left to compute, where starting workers costs more than the rows).
-    Rows go in chunks of up to 8; a chunk that runs past ``timeout_s`` or kills its worker is run again one row at a time, and a row that still fails gets no
-    variants (``reason`` ``timeout`` or ``crash``). With ``cache_path`` (JSONL), results keyed by the row's
+    Rows go in chunks of up to 8; a chunk that runs past ``timeout_s`` or kills its worker is run again one
+    row at a time, and a row that still fails gets no variants (``reason`` ``timeout`` or ``crash``). With ``cache_path`` (JSONL), results keyed by the row's
     content and the settings are read from it and new ones appended, so a re-run costs nothing. ``stats``, when
     given, receives ``cached`` (rows read from the cache), ``computed`` (rows computed now) and ``workers``
     (processes started; 0: computed in this process).

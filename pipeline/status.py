@@ -163,8 +163,8 @@ def format_status(s: dict[str, Any]) -> str:
         lines += format_timeline(r.get("timeline") or {})
         p = r.get("publication_steps")
         if p:
-            lines.append(f"  after the last verdict: cluster closed in {p.get('cluster_close_s')} s (beside the rest), variants pool "
-                         f"waited for {p.get('variants_wait_s', 0)} s; variants {p.get('variants_s')} s "
+            lines.append(f"  after the last verdict: cluster closed in {p.get('cluster_close_s')} s (beside the rest), "
+                         f"variants pool waited for {p.get('variants_wait_s', 0)} s; variants {p.get('variants_s')} s "
                          f"({p.get('variants_computed', 0)} computed now, {p.get('variants_cached', 0)} from the run's "
                          f"cache), card {p.get('card_s')} s, Hub folder {p.get('hub_folder_s')} s")
     if s.get("hub_folder"):

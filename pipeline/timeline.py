@@ -8,13 +8,14 @@ the shards, sandbox seconds of the verdicts; a stage on several workers can be b
 GPU busy share: per GPU worker, the union of the intervals in which one of its sandboxes held the GPU's
 compute lock (``engine.gpu_locks``: every GPU step of a task runs under it), divided by the time from the
 first candidates to the last verdict (``share_after_first_candidates``), from the first candidates to the
-end of the run (``share_after_first_candidates_to_run_end``: the closing of the cluster (stage ``cluster_close``,
-beside the publication) and the publication after the last verdict count as idle), and by the whole run (``share_of_run``). The intervals are each task's
-recorded hold spans (the ledger's ``gpu_hold_t0`` / ``gpu_hold_ms``; method ``compute-lock hold spans``); a verdict without
-them counts its held seconds (``lock_hold_s``) as one interval ending when the task ended (method ``...
-(approximate)``: that interval is not where the holds were, so the union can be off either way). A reading
-from the sandboxes' own records, not of the GPU: a held lock is not a busy SM (``nvidia-smi``'s utilization
-counts only the time a kernel runs). None on CPU runs.
+end of the run (``share_after_first_candidates_to_run_end``: the closing of the cluster (stage
+``cluster_close``, beside the publication) and the publication after the last verdict count as idle), and by
+the whole run (``share_of_run``). The intervals are each task's recorded hold spans (the ledger's
+``gpu_hold_t0`` / ``gpu_hold_ms``; method ``compute-lock hold spans``); a verdict without them counts its held
+seconds (``lock_hold_s``) as one interval ending when the task ended (method ``... (approximate)``: that
+interval is not where the holds were, so the union can be off either way). A reading from the sandboxes' own
+records, not of the GPU: a held lock is not a busy SM (``nvidia-smi``'s utilization counts only the time a
+kernel runs). None on CPU runs.
 """
 
 from __future__ import annotations
