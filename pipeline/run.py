@@ -506,6 +506,89 @@ class _Closing:
                               RuntimeWarning, stacklevel=2)
 
 
+# run options that decide nothing about which candidates are filtered or selected: where and with how many
+# workers the run goes, and the card's wording
+_NOT_DECIDING = ("out", "workers", "scheduler", "compose_workers", "pretty_name", "license", "repo_id")
+
+
+def decision_key(cfg: RunConfig, filter_fingerprint: str) -> str:
+    """What a round's decisions (``RoundDecisions``) depend on, as a SHA-256 hex digest: the resolved config
+    less the options that decide nothing (``out``, ``workers``, ``scheduler``, ``compose_workers`` and the
+    card's ``pretty_name``, ``license``, ``repo_id``), the filter fingerprint (the ledger's: versions and filter
+    settings) and the source of the code that decides (this module and ``pipeline.select``)."""
+    import hashlib
+
+    from opforge.pipeline import select
+
+    conf = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in _NOT_DECIDING}
+    h = hashlib.sha256(json.dumps(conf, sort_keys=True, default=str).encode())
+    h.update(filter_fingerprint.encode())
+    for module in (__file__, select.__file__):
+        h.update(Path(module).read_bytes())
+    return h.hexdigest()
+
+
+class RoundDecisions:
+    """What each round of a run decided once its verdicts were in and the run went on, one JSON line per round
+    in the run directory's ``candidates/decisions.jsonl``: the round's candidates not filtered (full
+    signatures, and heavy-op candidates while only the heavy-op cap was short), whether it counted as a round
+    for the heavy-op cap, and whether the selection was short. A resumed run replays a round from its line instead of deciding
+    from the selection of the round before, and gathers no verdicts and makes no selection for a round whose
+    next round has a line too (the lines hold all that the next round takes from them): reading back 14 finished
+    rounds of 3,000 cost 151 s on a 4 x H100 host, 89 s of it verdict tables and selections
+    (benchmarks/results/h100/streaming_runs.json).
+
+    A line counts only under the same ``key`` (``decision_key``) and for the same candidates (the round file's
+    task ids, by digest); a line cut by a kill, or any other, is ignored, and the round is decided again."""
+
+    def __init__(self, run_dir: Path, key: str):
+        self.run_dir, self.path, self.key = Path(run_dir), Path(run_dir) / "candidates" / "decisions.jsonl", key
+        self.lines: dict[int, dict[str, Any]] = {}
+        if self.path.exists():
+            for line in self.path.read_text(encoding="utf-8").splitlines():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if (isinstance(rec, dict) and rec.get("key") == key and isinstance(rec.get("round"), int)
+                        and isinstance(rec.get("tasks"), str) and isinstance(rec.get("not_filtered"), list)
+                        and isinstance(rec.get("heavy_skipped"), int)
+                        and isinstance(rec.get("extra_round"), bool) and isinstance(rec.get("short"), bool)):
+                    self.lines[rec["round"]] = rec
+
+    @staticmethod
+    def digest(task_ids) -> str:
+        import hashlib
+
+        return hashlib.sha256("\n".join(map(str, task_ids)).encode()).hexdigest()
+
+    def valid(self, k: int) -> dict[str, Any] | None:
+        """Round ``k``'s line when it holds for the round file on disk now, else None."""
+        rec = self.lines.get(k)
+        path = _round_path(self.run_dir, k)
+        if rec is None or not path.exists():
+            return None
+        try:
+            ids = pd.read_parquet(path, columns=["task_id"])["task_id"]
+        except Exception:  # noqa: BLE001 - an unreadable round is read, and reported, where it is used
+            return None
+        return rec if rec.get("tasks") == self.digest(ids) else None
+
+    def write(self, k: int, frame: pd.DataFrame, not_filtered: set[str], heavy_skipped: int, extra_round: bool,
+              short: bool) -> None:
+        rec = {"round": k, "key": self.key, "tasks": self.digest(frame["task_id"]),
+               "not_filtered": sorted(not_filtered), "heavy_skipped": int(heavy_skipped),
+               "extra_round": bool(extra_round), "short": bool(short)}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a+b") as f:
+            cut = False
+            if f.seek(0, 2):
+                f.seek(-1, 2)
+                cut = f.read(1) != b"\n"  # a line a kill cut short: end it first
+            f.write((("\n" if cut else "") + json.dumps(rec) + "\n").encode())
+        self.lines[k] = rec
+
+
 def _stage_s(timeline, stage: str) -> float:
     rec = timeline.stages.get(stage)
     if not rec or rec["start"] is None or rec["end"] is None:
@@ -609,22 +692,37 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
         catalog = _harvest(cfg, run_dir, progress)
         timeline.end("harvest")
         job.compose_from(catalog)
+        decisions = RoundDecisions(run_dir, decision_key(cfg, job.stream.fp))
         k = 0
         while True:
             # the round's candidates stream into the filter shard by shard (skips decided from the verdicts of
-            # the earlier rounds only, so a resumed run skips the same ones)
+            # the earlier rounds only, so a resumed run skips the same ones); a round an earlier call finished
+            # replays its recorded skips, and when the next round is finished too, its verdicts are not gathered
+            # nor a selection made (the next round needs neither: RoundDecisions)
             t_round = time.perf_counter()
+            record = decisions.valid(k)
+            replay = record is not None and decisions.valid(k + 1) is not None
             job.round_starts(k, sum(len(r) for r in rounds))
-            skip_heavy = cap_round(selection)
-            capped = (signature_cap(pool, cfg.max_per_signature) if cfg.skip_full_signatures and pool is not None
-                      else None)
+            round_skips: set[str] = set()  # the candidates of this round not filtered, and of them heavy-cap skips
+            round_heavy = 0
+            if record is not None:
+                round_skips, round_heavy = set(record["not_filtered"]), int(record["heavy_skipped"])
+                not_filtered |= round_skips
+                n_heavy_skipped += round_heavy
+            skip_heavy = record is None and cap_round(selection)
+            capped = (signature_cap(pool, cfg.max_per_signature)
+                      if record is None and cfg.skip_full_signatures and pool is not None else None)
             for piece, added in job.pieces(k):
                 if capped is not None:
-                    not_filtered |= capped(piece)
+                    new = capped(piece)
+                    round_skips |= new
+                    not_filtered |= new
                 if cfg.skip_full_signatures and skip_heavy:
                     # the target is met: a heavy-op candidate cannot bring the selection closer to its cap
                     new = set(piece["task_id"][heavy_flags(piece)]) - not_filtered
                     n_heavy_skipped += len(new)
+                    round_heavy += len(new)
+                    round_skips |= new
                     not_filtered |= new
                 skipped = piece["task_id"].isin(not_filtered)
                 if added:  # given to the filter ahead of this decision (prefeed): take the skipped ones back
@@ -633,6 +731,12 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
                     job.stream.add(piece[~skipped])
             t_pieces = time.perf_counter()
             rounds.append(pd.read_parquet(_round_path(run_dir, k)))
+            if replay:
+                extra_rounds += bool(record["extra_round"])
+                job.short = bool(record["short"])
+                timeline.round_seconds(k, pieces_s=t_pieces - t_round, result_s=0.0, waiting_s=0.0, select_s=0.0)
+                k += 1
+                continue
             candidates = pd.concat(rounds, ignore_index=True)
             candidates[~candidates["task_id"].isin(not_filtered)].to_parquet(run_dir / "candidates.parquet",
                                                                              index=False)
@@ -662,6 +766,9 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
                                + (f", {selection.light_short} tasks without a heavy op short of the heavy-op cap"
                                   if selection.shortfall == 0 else ""))
                 break
+            if record is None:
+                decisions.write(k - 1, rounds[-1], round_skips, round_heavy, extra_round=selection.shortfall == 0,
+                                short=job.short)
         finished = True
     finally:
         # seconds of each step between the last verdict and the Hub folder (run.json's ``publication_steps``):

@@ -458,6 +458,67 @@ def test_next_round_sent_ahead_gives_the_run_of_rounds_filtered_one_after_anothe
         assert len(lines) == len(set(lines))  # nothing verdicted twice
 
 
+def test_resumed_run_replays_the_decisions_of_its_finished_rounds(cluster, catalog_path, tmp_path, monkeypatch):
+    """A run started again over its finished rounds replays each round's recorded skips (full signatures and
+    heavy-op candidates) and makes a selection only for the rounds whose next round has no record: the same
+    candidates, verdicts and selection as the first run, with fewer selections; a changed option decides every
+    round again, and a record of other candidates counts for nothing."""
+    from opforge.pipeline import select
+
+    calls: list[int] = []
+    original = select.select_tasks
+
+    def counted(*args, **kw):
+        calls.append(1)
+        return original(*args, **kw)
+
+    monkeypatch.setattr(select, "select_tasks", counted)
+    # a heavy-op cap the first rounds cannot hold: later rounds skip their heavy-op candidates
+    cfg = _cfg(tmp_path / "run", catalog_path).model_copy(update={
+        "target": 8, "round_size": 6, "motif_share": 0.9, "max_heavy_share": 0.2, "cap_rounds": 2,
+        "scheduler": cluster.client.scheduler.address})
+    out = tmp_path / "run"
+
+    def outputs():
+        return (pd.read_parquet(out / "candidates.parquet"), pd.read_parquet(out / "filter" / "verdicts.parquet")[VERDICT],
+                json.loads((out / "selection.json").read_text()))
+
+    run_pipeline(cfg, progress=False)
+    first, n_first = outputs(), len(calls)
+    run = json.loads((out / "run.json").read_text())
+    assert run["rounds"] >= 3 and n_first == run["rounds"] and run["not_filtered_heavy_cap"] > 0
+    lines = (out / "candidates" / "decisions.jsonl").read_text().splitlines()
+    assert sorted(json.loads(x)["round"] for x in lines) == list(range(run["rounds"] - 1))  # the stop round: none
+
+    def same_as_first():
+        again = outputs()
+        pd.testing.assert_frame_equal(again[0], first[0])
+        pd.testing.assert_frame_equal(again[1], first[1])
+        assert again[2] == first[2]
+
+    del calls[:]
+    run_pipeline(cfg, progress=False)
+    same_as_first()
+    assert len(calls) == 2  # the round before the stop round, and the stop round
+    replayed = json.loads((out / "run.json").read_text())["timeline"]["client_rounds"]
+    assert [r["select_s"] == 0 for r in replayed.values()] == [True] * (run["rounds"] - 2) + [False] * 2
+    # another option (a candidate budget that does not bind): every round is decided again, to the same end
+    del calls[:]
+    run_pipeline(cfg.model_copy(update={"candidate_budget": 10 ** 6}), progress=False)
+    same_as_first()
+    assert len(calls) == run["rounds"]
+    # a record whose candidates are not the round file's: that round and the one before it are decided again
+    recs = [json.loads(x) for x in (out / "candidates" / "decisions.jsonl").read_text().splitlines()]
+    for rec in recs:
+        if rec["round"] == 1:
+            rec["tasks"] = "0" * 64
+    (out / "candidates" / "decisions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs) + '{"cut')
+    del calls[:]
+    run_pipeline(cfg, progress=False)
+    same_as_first()
+    assert len(calls) == (4 if run["rounds"] > 3 else 3)
+
+
 def test_shards_go_to_the_filter_as_they_arrive_and_the_round_file_keeps_index_order(tmp_path, monkeypatch):
     """A slow shard does not hold back the shards composed after it: the shards arrive 2, 0, 1; prefeed takes
     shard 0 ahead of the round loop, ``pieces`` yields it (as added), then 2, then 1, and the round file keeps the
