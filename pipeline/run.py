@@ -532,11 +532,11 @@ class RoundDecisions:
     """What each round of a run decided once its verdicts were in and the run went on, one JSON line per round
     in the run directory's ``candidates/decisions.jsonl``: the round's candidates not filtered (full
     signatures, and heavy-op candidates while only the heavy-op cap was short), whether it counted as a round
-    for the heavy-op cap, and whether the selection was short. A resumed run replays a round from its line instead of deciding
-    from the selection of the round before, and gathers no verdicts and makes no selection for a round whose
-    next round has a line too (the lines hold all that the next round takes from them): reading back 14 finished
-    rounds of 3,000 cost 151 s on a 4 x H100 host, 89 s of it verdict tables and selections
-    (benchmarks/results/h100/streaming_runs.json).
+    for the heavy-op cap, and whether the selection was short. A resumed run replays a round from its line
+    instead of deciding from the selection of the round before, and gathers no verdicts and makes no selection
+    for a round whose next round has a line too (the lines hold all that the next round takes from them):
+    reading back 14 finished rounds of 3,000 cost 151 s on a 4 x H100 host, 89 s of it verdict tables and
+    selections (benchmarks/results/h100/streaming_runs.json).
 
     A line counts only under the same ``key`` (``decision_key``) and for the same candidates (the round file's
     task ids, by digest); a line cut by a kill, or any other, is ignored, and the round is decided again."""
@@ -703,8 +703,8 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
             record = decisions.valid(k)
             replay = record is not None and decisions.valid(k + 1) is not None
             job.round_starts(k, sum(len(r) for r in rounds))
-            round_skips: set[str] = set()  # the candidates of this round not filtered, and of them heavy-cap skips
-            round_heavy = 0
+            round_skips: set[str] = set()  # this round's candidates not filtered
+            round_heavy = 0  # of them, heavy-op candidates skipped for the heavy-op cap
             if record is not None:
                 round_skips, round_heavy = set(record["not_filtered"]), int(record["heavy_skipped"])
                 not_filtered |= round_skips

@@ -480,7 +480,8 @@ def test_resumed_run_replays_the_decisions_of_its_finished_rounds(cluster, catal
     out = tmp_path / "run"
 
     def outputs():
-        return (pd.read_parquet(out / "candidates.parquet"), pd.read_parquet(out / "filter" / "verdicts.parquet")[VERDICT],
+        return (pd.read_parquet(out / "candidates.parquet"),
+                pd.read_parquet(out / "filter" / "verdicts.parquet")[VERDICT],
                 json.loads((out / "selection.json").read_text()))
 
     run_pipeline(cfg, progress=False)
