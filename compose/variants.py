@@ -374,10 +374,11 @@ def variants_for_rows(rows: list[Mapping[str, Any]], settings: VariantSettings |
     default the usable cores, never more than the chunks of rows; 0 runs in this process, as does the default
     for at most ``IN_PROCESS_ROWS`` rows left to compute, where starting workers costs more than the rows).
     Rows go in chunks of up to 8; a chunk that runs past ``timeout_s`` or kills its worker is run again one
-    row at a time, and a row that still fails gets no variants (``reason`` ``timeout`` or ``crash``). With ``cache_path`` (JSONL), results keyed by the row's
-    content and the settings are read from it and new ones appended, so a re-run costs nothing. ``stats``, when
-    given, receives ``cached`` (rows read from the cache), ``computed`` (rows computed now) and ``workers``
-    (processes started; 0: computed in this process).
+    row at a time, and a row that still fails gets no variants (``reason`` ``timeout`` or ``crash``). With
+    ``cache_path`` (JSONL), results keyed by the row's content and the settings are read from it and new ones
+    appended, so a re-run costs nothing. ``stats``, when given, receives ``cached`` (rows read from the
+    cache), ``computed`` (rows computed now) and ``workers`` (processes started; 0: computed in this process,
+    or nothing to compute).
 
     Raises:
         VariantError: a row without ``code`` or ``task_id``.
@@ -405,10 +406,11 @@ def variants_for_rows(rows: list[Mapping[str, Any]], settings: VariantSettings |
     results: dict[int, VariantResult] = {i: cached[k] for i, k in enumerate(keys) if k in cached}
     todo = [i for i in range(len(rows)) if i not in results]
     in_process = workers == 0 or (workers is None and len(todo) <= IN_PROCESS_ROWS)
+    chunks = [todo[k:k + 8] for k in range(0, len(todo), 8)]
+    # spawned workers: never more than the chunks, none when every row is cached
+    n = 0 if in_process else min(len(chunks), workers or max(1, len(os.sched_getaffinity(0))))
     if stats is not None:
-        stats.update(cached=len(results), computed=len(todo),
-                     workers=0 if in_process or not todo else min(-(-len(todo) // 8),
-                                                                  workers or max(1, len(os.sched_getaffinity(0)))))
+        stats.update(cached=len(results), computed=len(todo), workers=n)
     out = open(cache_path, "a") if cache_path is not None else None  # noqa: SIM115 - closed below
     bar = tqdm(total=len(todo), desc="variants", unit="task", disable=not progress)
 
@@ -427,10 +429,10 @@ def variants_for_rows(rows: list[Mapping[str, Any]], settings: VariantSettings |
             for i in todo:
                 done(i, shape_variants(rows[i], settings, vocab))
             return [results[i] for i in range(len(rows))]
+        if not n:  # every row was cached
+            return [results[i] for i in range(len(rows))]
         from pebble import ProcessPool
 
-        chunks = [todo[k:k + 8] for k in range(0, len(todo), 8)]
-        n = min(len(chunks), workers or max(1, len(os.sched_getaffinity(0))))  # no worker without a chunk
         with ProcessPool(max_workers=n, initializer=_init_worker,
                          context=multiprocessing.get_context("spawn")) as pool:
             futures = {pool.schedule(_unit, ([rows[i] for i in c], settings), timeout=timeout_s): c for c in chunks}

@@ -79,9 +79,7 @@ class SandboxPool(WorkerPlugin):
         over a worker's sandboxes."""
         with self._lock:
             boxes, self._all, self._idle = self._all, [], []
-        if len(boxes) < 2:
-            for box in boxes:
-                box.close()
+        if not boxes:
             return
         from concurrent.futures import ThreadPoolExecutor
 

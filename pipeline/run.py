@@ -6,6 +6,7 @@ Run directory::
     seeds/catalog.parquet        seed catalog (harvested once, or copied from ``seeds_catalog``)
     candidates/round-NNNN.parquet  composed candidates, ``round_size`` per round, candidate indices
                                  ``NNNN * round_size ...`` (so a round is the same whenever it is composed)
+    candidates/decisions.jsonl   what each finished round decided, replayed by a resumed run (``RoundDecisions``)
     candidates.parquet           all rounds so far (the filter stage's input), less the candidates of a round
                                  whose (op set, dtype) signature already held ``max_per_signature`` accepted
                                  tasks from earlier rounds, and the heavy-op ones of a round composed only to
@@ -19,10 +20,11 @@ The stages overlap: a round is composed in shards as Dask tasks on the cluster's
 (``pipeline.compose_tasks``), each shard goes to the filter as soon as it is composed, in whatever order the
 shards finish (``filter_run.FilterStream``; the round file keeps index order), and the next rounds (up to
 ``AHEAD_ROUNDS``, one composing at a time) are composed while the filter works when the yield so far projects
-fewer accepted tasks than the target needs, or the last selection fell short of it. While a round's last verdicts come in and its selection is made, the next
-round's composed shards already go to the filter (behind every task of the round), so the workers do not idle
-at a round's end; candidates that round's decisions then skip are taken back out of the queue, and verdicts
-of a round the run never reaches stay in the ledger only. A round is still the unit of every decision: its
+fewer accepted tasks than the target needs, or the last selection fell short of it. While a round's last
+verdicts come in and its selection is made, the next round's composed shards already go to the filter (behind
+every task of the round), so the workers do not idle at a round's end; candidates that round's decisions
+then skip are taken back out of the queue, and verdicts of a round the run never reaches stay in the ledger
+only. A round is still the unit of every decision: its
 skipped signatures come from the verdicts of the rounds before it, its verdicts are computed over the whole
 ``candidates.parquet`` once all are in, and the run stops after the round that reaches the target (or, while
 the selection's heavy-op cap ``max_heavy_share`` is not held, up to ``cap_rounds`` rounds later; those rounds
@@ -544,6 +546,7 @@ class RoundDecisions:
     def __init__(self, run_dir: Path, key: str):
         self.run_dir, self.path, self.key = Path(run_dir), Path(run_dir) / "candidates" / "decisions.jsonl", key
         self.lines: dict[int, dict[str, Any]] = {}
+        self._digests: dict[int, str] = {}  # of the round files read (a round file never changes once written)
         if self.path.exists():
             for line in self.path.read_text(encoding="utf-8").splitlines():
                 try:
@@ -568,11 +571,12 @@ class RoundDecisions:
         path = _round_path(self.run_dir, k)
         if rec is None or not path.exists():
             return None
-        try:
-            ids = pd.read_parquet(path, columns=["task_id"])["task_id"]
-        except Exception:  # noqa: BLE001 - an unreadable round is read, and reported, where it is used
-            return None
-        return rec if rec.get("tasks") == self.digest(ids) else None
+        if k not in self._digests:
+            try:
+                self._digests[k] = self.digest(pd.read_parquet(path, columns=["task_id"])["task_id"])
+            except Exception:  # noqa: BLE001 - an unreadable round is read, and reported, where it is used
+                return None
+        return rec if rec.get("tasks") == self._digests[k] else None
 
     def write(self, k: int, frame: pd.DataFrame, not_filtered: set[str], heavy_skipped: int, extra_round: bool,
               short: bool) -> None:
