@@ -19,14 +19,22 @@ coincidence of one draw never rejects.
   graph does not give the eager outputs (``trace_err`` > ``max_trace_err``), is not judged by this rule
   (``trace_error`` says why).
 * ``trivial:dominated`` (CUDA only): one op takes >= ``max_share`` (0.99) of the task's kernel time, so
-  there is nothing to fuse; only for tasks of >= ``min_ops`` (2) ops. Measured with a CUDA event pair
-  around each op node of the traced graph (``timing_passes`` passes after an L2 flush each, per-op sums),
-  inside one exclusive hold of the GPU (``engine.gpu_locks.gpu_timing``, as ``engine.timing`` does).
-  On CPU the metrics are absent and the rule does not apply. Measured only when identity and noop found
-  nothing.
+  there is nothing to fuse; or a GEMM, convolution, attention or recurrent op (``task.realism.is_heavy`` of
+  the op's ``task.op_names.label_op``: ``top_heavy`` in the metrics) takes >= ``max_heavy_share`` (0.6) of
+  it. Such an op runs in a vendor library (cuBLAS, cuDNN, a fused attention kernel) that a hand-written kernel
+  does not beat, and fusing everything around it at no cost wins at most 1 / share over eager (1.67x at 0.6):
+  one big GEMM or convolution with a cheap epilogue. Only for tasks of >= ``min_ops`` (2) ops. Measured with
+  a CUDA event pair around each op node of the traced graph (``timing_passes`` passes after an L2 flush each,
+  per-op sums), inside one exclusive hold of the GPU (``engine.gpu_locks.gpu_timing``, as ``engine.timing``
+  does). On CPU the metrics are absent and the rule does not apply. Measured only when identity and noop
+  found nothing.
 
 The 99 % rule and the classes of no-op come from opforge issue #21 (a reading of 25 composed candidates and
-a roofline count over 6,000).
+a roofline count over 6,000). The 0.6 heavy-op bound: three blind reads of 30 published rows each, by three
+fresh readers (three GPU runs, one on 2 x H100 and two on 2 x H200; ``benchmarks/dominance_read.py``,
+``benchmarks/results/cpu-2core/dominance_read.json``), judged 4 of the 11 rows whose heavy op took >= 0.6 of
+the kernel time a fusion worth writing, and 69 of the 79 others; on those runs it rejects 6-9 % of the accepted
+rows.
 
 Cost: one forward of the traced graph (recording shapes), one per candidate removal (at most
 ``max_ablations``), and on a hit one eager call and one call per hit on the second draw; on CUDA
@@ -52,6 +60,8 @@ from opforge.engine.gpu_locks import gpu_timing, gpu_work
 from opforge.engine.timing import l2_flush_buffer
 from opforge.filters.ablation import DEFAULT_EXEMPT, MAX_EPS, Removal, TracedTask, TraceFailure, trace_task
 from opforge.filters.verdict import Cost, Filter, Verdict
+from opforge.task.op_names import label_op
+from opforge.task.realism import is_heavy
 
 MAX_LISTED_OPS = 64  # ``ops`` metric: labels of at most this many op nodes (``op_count`` counts them all)
 
@@ -62,8 +72,8 @@ class TrivialFilter(Filter):
     Thresholds: ``max_err`` (tolerance units), ``max_trace_err`` (most error of the traced graph against
     the eager outputs for ablation to be trusted), ``max_ablations`` (candidate removals tried, in the
     order of ``TracedTask.removals``), ``exempt`` (op names never taken out alone), ``max_eps`` (the
-    largest numerical-safety constant kept, ``filters.ablation``), ``max_share`` and
-    ``min_ops`` (the dominated rule), ``timing_passes``.
+    largest numerical-safety constant kept, ``filters.ablation``), ``max_share``, ``max_heavy_share`` (None:
+    off) and ``min_ops`` (the dominated rule), ``timing_passes``.
 
     Metrics: ``identity`` (per output / input pair of equal shape: ``output``, ``input`` indices, ``err``,
     ``err_alt`` on the second draw or None when not measured); ``trace_error`` (None when traced);
@@ -71,18 +81,19 @@ class TrivialFilter(Filter):
     tried: ``how``, ``ops`` as ``{"op", "node", "line"}``, ``err``, ``err_alt``, ``error`` when the run
     raised); ``ablation_calls``; ``seconds``. On CUDA, when measured: ``kernel_ms`` (sum over ops, per
     pass), ``top_op`` (``{"op", "node", "line"}``), ``top_share`` (0..1), or ``timing_error``. The verdict's metrics add
-    ``removable``: the ablations within ``max_err`` on both draws.
+    ``removable``: the ablations within ``max_err`` on both draws, and ``top_heavy``: the heavy class of the
+    top op (``gemm``, ``conv``, ``attention``, ``rnn``) or None.
     """
 
     name = "trivial"
     cost = Cost.DEVICE
-    version = 2
+    version = 3
     gpu_work_lock = False  # each GPU step holds the lock by itself; the timing holds it exclusively
 
     @classmethod
     def default_thresholds(cls) -> dict[str, Any]:
         return {"max_err": 1.0, "max_trace_err": 0.1, "max_ablations": 32, "exempt": list(DEFAULT_EXEMPT),
-                "max_eps": MAX_EPS, "max_share": 0.99, "min_ops": 2, "timing_passes": 1}
+                "max_eps": MAX_EPS, "max_share": 0.99, "max_heavy_share": 0.6, "min_ops": 2, "timing_passes": 1}
 
     def score(self, run: TaskRun) -> dict[str, Any]:
         t, start = self.thresholds, time.perf_counter()
@@ -232,6 +243,10 @@ class TrivialFilter(Filter):
         if m["removable"]:
             return self.reject("trivial:noop", m)
         share = m.get("top_share")
-        if share is not None and m["op_count"] >= t["min_ops"] and share >= t["max_share"]:
-            return self.reject("trivial:dominated", m)
+        top = (m.get("top_op") or {}).get("op")
+        m["top_heavy"] = is_heavy(label_op(str(top))) if top else None
+        if share is not None and m["op_count"] >= t["min_ops"]:
+            heavy_bound = t["max_heavy_share"]
+            if share >= t["max_share"] or (m["top_heavy"] and heavy_bound is not None and share >= heavy_bound):
+                return self.reject("trivial:dominated", m)
         return self.accept(m)

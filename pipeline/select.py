@@ -169,16 +169,16 @@ def signature_cap(accepted: pd.DataFrame, max_per_signature: int) -> Callable[[p
     return out
 
 
-# op_base names that differ from the traced names opforge.task.realism classifies
-_OP_ALIASES = {"@": "matmul", "multihead_attention": "multi_head_attention_forward"}
+# label_op names that differ from the traced names opforge.task.realism classifies
+_OP_ALIASES = {"multihead_attention": "multi_head_attention_forward"}
 
 
 def _op_name(label: str) -> str:
-    """An ``ops`` label's op name as ``opforge.task.realism`` counts it: ``compose.avoid.op_base`` (``nn.Conv2d``
-    -> ``conv2d``, ``Tensor.reshape`` -> ``reshape``) with ``_OP_ALIASES`` (``@`` -> ``matmul``)."""
-    from opforge.compose.avoid import op_base
+    """An ``ops`` label's op name as ``opforge.task.realism`` counts it: ``task.op_names.label_op`` (``nn.Conv2d``
+    -> ``conv2d``, ``Tensor.reshape`` -> ``reshape``, ``@`` -> ``matmul``) with ``_OP_ALIASES``."""
+    from opforge.task.op_names import label_op
 
-    base = op_base(label)
+    base = label_op(label)
     return _OP_ALIASES.get(base, base)
 
 

@@ -75,6 +75,19 @@ def snake(name: str) -> str:
     return s.lower().replace("re_lu", "relu")
 
 
+# Python operators as ``ops`` labels spell them (``a + b`` is labelled ``+``, ``a @ b`` ``@``)
+_SYMBOL_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul"}
+
+
+def label_op(label: str) -> str:
+    """Canonical operation name of an ``ops`` label or a traced call's label: ``nn.ConvTranspose2d`` or
+    ``ConvTranspose2d`` -> ``conv_transpose2d``, ``F.scaled_dot_product_attention`` ->
+    ``scaled_dot_product_attention``, ``Tensor.reshape`` -> ``reshape``, ``@`` -> ``matmul``."""
+    if label in _SYMBOL_OPS:
+        return _SYMBOL_OPS[label]
+    return canonical_name(snake(label.split(".")[-1]))
+
+
 def canonical_name(name: str) -> str:
     """Canonical operation name for a bare function or method name (``relu_`` -> ``relu``)."""
     if name in _OPERATORS:

@@ -125,6 +125,27 @@ def test_dominated_decision_needs_two_ops_and_the_share_threshold():
     assert TrivialFilter(max_share=0.9).decide(_metrics(0.95, 2)).reason == "trivial:dominated"
 
 
+def _timed(share, op, op_count=3):
+    return {**_metrics(share, op_count), "top_op": {"op": op, "node": "n", "line": "v = ..."}}
+
+
+def test_a_heavy_op_holding_most_of_the_kernel_time_is_dominated():
+    f = TrivialFilter()
+    for label, heavy in (("Linear", "gemm"), ("@", "gemm"), ("torch.bmm", "gemm"), ("ConvTranspose2d", "conv"),
+                         ("F.conv1d", "conv"), ("F.scaled_dot_product_attention", "attention"),
+                         ("MultiheadAttention", "attention"), ("LSTM", "rnn")):
+        verdict = f.decide(_timed(0.65, label))
+        assert verdict.reason == "trivial:dominated" and verdict.metrics["top_heavy"] == heavy, label
+        assert f.decide(_timed(0.55, label)).accepted, label  # below the heavy-op bound
+        assert f.decide(_timed(0.9, label, op_count=1)).accepted, label  # one op: nothing to fuse around it
+    for label in ("LayerNorm", "F.softmax", "torch.cumsum", "+"):  # a kernel can beat these: only the 99 % rule
+        verdict = f.decide(_timed(0.9, label))
+        assert verdict.accepted and verdict.metrics["top_heavy"] is None, label
+        assert f.decide(_timed(0.995, label)).reason == "trivial:dominated", label
+    assert TrivialFilter(max_heavy_share=None).decide(_timed(0.9, "Linear")).accepted
+    assert TrivialFilter(max_heavy_share=0.8).decide(_timed(0.7, "Linear")).accepted
+
+
 def test_only_trivial_builds_the_task_itself():
     res = run_chain(TaskRun(TRIVIAL["relu_after_relu"][1], "only"), make_chain(FilterSettings(only=["trivial"])))
     assert res["reason"] == "trivial:noop" and list(res["metrics"]) == ["static", "trivial"]
