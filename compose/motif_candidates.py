@@ -9,7 +9,8 @@ probability ``composer.NATIVE_DTYPE_SHARE``, else the run's dtype mix; a motif w
 to one dtype itself has that dtype (``fixed_dtype``). Batch and sequence length come from
 the shape vocabulary (``compose.motif_sizing.choose_sizes``: a random pair among those predicted inside the
 window shrunk by its margin, so candidates of one motif differ in size; at least ``min_batch``), the sequence
-never past the family's ``max_positions``; a motif whose predicted time cannot reach the window at those sizes
+never past the family's ``max_positions``; on a fixed-size profile (``cpu``, ``test``) they come from
+``FIXED_SIZES``, and a candidate whose inputs exceed ``MAX_FIXED_INPUT_BYTES`` is not made; a motif whose predicted time cannot reach the window at those sizes
 stays as fast as it is (the runtime filter rejects it as too fast; sizes are never inflated past the family's
 vocabulary).
 
@@ -36,6 +37,11 @@ MUTATIONS = ("activation", "residual", "norm")
 # Categories whose output is no hidden state: a residual added to next-token probabilities is no model's.
 NOT_MUTATED = frozenset({"sampling_head"})
 FIXED_SIZES = {"cpu": ([2, 4], [32, 64]), "test": ([1, 2], [8, 16])}
+# A fixed-size profile's candidate reads at most this many bytes of inputs: an image motif keeps its model's
+# spatial size whatever the batch and sequence (a SAM layer's 2 x 72 x 72 x 4736 float32 activations are 196 MB),
+# and the trivial filter runs such a task about ten times over (one call per ablation): 57 s on one core of
+# cpu-2core in the CPU main job, a third of its filter time.
+MAX_FIXED_INPUT_BYTES = 64 * 2**20
 
 
 def small_enough(m: Motif, max_params: int) -> bool:
@@ -45,6 +51,9 @@ def small_enough(m: Motif, max_params: int) -> bool:
         if c["spelling"] == "module":
             n += _module_params(c)
     return n <= max_params
+
+
+_ITEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def _prod(shape) -> int:
@@ -203,6 +212,8 @@ def motif_candidate(state: dict, rng: random.Random, i: int, dtype: str) -> dict
     if len(labels) < 2:
         return None
     shapes = _input_shapes(code)
+    if not profile.realistic and sum(_prod(x) for x in shapes) * _ITEM_BYTES.get(dtype, 4) > MAX_FIXED_INPUT_BYTES:
+        return None
     family = source.split(":", 1)[-1]
     return {
         "task_id": task_id_for(code), "code": code, "ops": json.dumps(labels), "data_source": f"torch#{len(labels)}",

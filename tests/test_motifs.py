@@ -1,6 +1,7 @@
 """Motifs mined from real models: tracing, cutting, rendering, sizing and composing (compose.motif_*)."""
 
 import json
+import math
 import random
 
 import pytest
@@ -201,6 +202,26 @@ def test_composer_draws_motifs_with_provenance_and_exact_labels(catalog_path, ll
         assert row.data_source == f"torch#{row.num_ops}"
     again = compose(read_catalog(catalog_path), cfg, progress=False)
     assert list(again.task_id) == list(df.task_id)
+
+
+def test_fixed_size_profiles_keep_motif_inputs_under_the_cap(catalog_path, llama, tmp_path, monkeypatch):
+    """On a fixed-size profile a motif candidate whose inputs exceed ``MAX_FIXED_INPUT_BYTES`` is not made; the
+    composer draws another one for that index."""
+    from opforge.compose import motif_candidates
+    from opforge.compose.composer import ComposeConfig, compose
+    from opforge.seeds.catalog import read_catalog
+
+    cap = 256 * 1024  # llama motifs at the test sizes read 128 KB (batch 1, 8 positions) to 512 KB
+    monkeypatch.setattr(motif_candidates, "MAX_FIXED_INPUT_BYTES", cap)
+    lib = write_library(llama, tmp_path / "lib.json.gz", {})
+    cfg = ComposeConfig(n=12, seed=3, device_profile="test", motif_share=1.0, motif_library=str(lib),
+                        transformers_share=0.0)
+    df = compose(read_catalog(catalog_path), cfg, progress=False)
+    motif_rows = df[df.pattern.str.startswith("motif:")]
+    assert len(motif_rows) >= 6
+    sizes = [sum(math.prod(s) for s in json.loads(row.input_shapes)) * getattr(torch, row.dtype).itemsize
+             for row in motif_rows.itertuples()]
+    assert max(sizes) <= cap and min(sizes) > 0
 
 
 def test_sizes_vary_inside_the_window_band(llama):
