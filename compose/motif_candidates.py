@@ -10,9 +10,9 @@ to one dtype itself has that dtype (``fixed_dtype``). Batch and sequence length 
 the shape vocabulary (``compose.motif_sizing.choose_sizes``: a random pair among those predicted inside the
 window shrunk by its margin, so candidates of one motif differ in size; at least ``min_batch``), the sequence
 never past the family's ``max_positions``; on a fixed-size profile (``cpu``, ``test``) they come from
-``FIXED_SIZES``, and a candidate whose inputs exceed ``MAX_FIXED_INPUT_BYTES`` is not made; a motif whose predicted time cannot reach the window at those sizes
-stays as fast as it is (the runtime filter rejects it as too fast; sizes are never inflated past the family's
-vocabulary).
+``FIXED_SIZES``, and a candidate whose inputs exceed ``MAX_FIXED_INPUT_BYTES`` is not made. A motif whose
+predicted time cannot reach the window at those sizes stays as fast as it is (the runtime filter rejects it as
+too fast; sizes are never inflated past the family's vocabulary).
 
 The ``ops`` labels are those the rendered code calls, recovered by tracing it on ``meta``
 (``compose.labels``), so they are exact by construction.
