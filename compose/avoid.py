@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 
 from opforge.compose.graph import OpGraph
-from opforge.task.op_names import canonical_name, snake
+from opforge.task.op_names import label_op
 
 CONSTANT_OUTPUT = re.compile(r"(^|\.)(zeros|ones|empty|full|new_zeros|new_ones|new_empty|new_full)(_like)?$")
 # Ops of complex numbers with no meaning on the real float tensors tasks use: identities (complex conjugation,
@@ -50,14 +50,6 @@ _PERMUTATION = {"transpose", "permute", "swapaxes", "swapdims", "movedim", "move
 _RESHAPE = {"reshape", "view", "flatten", "unflatten", "squeeze", "unsqueeze", "ravel", "view_as"}
 
 
-def op_base(label: str) -> str:
-    """Canonical operation name of a seed-op label: ``nn.ReLU`` -> ``relu``, ``torch.clamp`` -> ``clamp``,
-    ``F.pad`` -> ``pad``, ``+`` -> ``add``."""
-    if label in ("+", "-", "*", "/"):
-        return {"+": "add", "-": "sub", "*": "mul", "/": "div"}[label]
-    return canonical_name(snake(label.split(".")[-1]))
-
-
 def _bounds(node_attrs: dict, base: str) -> tuple[float | None, float | None]:
     args = {**node_attrs.get("init_args", {}), **node_attrs.get("call_args", {})}
     if base == "relu6":
@@ -71,7 +63,7 @@ def noop_reason(graph: OpGraph, node: str) -> str | None:
     """Why ``node`` (just added, primary input first) changes nothing, or None. Shapes come from ``meta``."""
     g = graph.g
     attrs = g.nodes[node]
-    base = op_base(attrs["label"])
+    base = label_op(attrs["label"])
     args = graph.args_of(node)
     if not args:
         return None
@@ -82,7 +74,7 @@ def noop_reason(graph: OpGraph, node: str) -> str | None:
     if not src.startswith("op"):
         return None
     prev = g.nodes[src]
-    pbase = op_base(prev["label"])
+    pbase = label_op(prev["label"])
     same_args = prev.get("call_args") == attrs.get("call_args") and prev.get("init_args") == attrs.get("init_args")
     if base == pbase and base in _IDEMPOTENT and same_args:
         return "idempotent"

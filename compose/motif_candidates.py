@@ -26,7 +26,7 @@ import random
 
 from opforge.compose.motif_cut import Motif
 from opforge.compose.motif_render import RenderError, render_motif
-from opforge.compose.motif_sizing import MotifCost, _module_params, choose_sizes
+from opforge.compose.motif_sizing import _ITEM, MotifCost, _module_params, choose_sizes
 from opforge.compose.sizing import window_target
 from opforge.task.identity import task_id_for
 
@@ -51,9 +51,6 @@ def small_enough(m: Motif, max_params: int) -> bool:
         if c["spelling"] == "module":
             n += _module_params(c)
     return n <= max_params
-
-
-_ITEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def _prod(shape) -> int:
@@ -212,7 +209,7 @@ def motif_candidate(state: dict, rng: random.Random, i: int, dtype: str) -> dict
     if len(labels) < 2:
         return None
     shapes = _input_shapes(code)
-    if not profile.realistic and sum(_prod(x) for x in shapes) * _ITEM_BYTES.get(dtype, 4) > MAX_FIXED_INPUT_BYTES:
+    if not profile.realistic and sum(_prod(x) for x in shapes) * _ITEM.get(dtype, 4) > MAX_FIXED_INPUT_BYTES:
         return None
     family = source.split(":", 1)[-1]
     return {

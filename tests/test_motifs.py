@@ -185,15 +185,23 @@ def test_norm_mutation_swaps_layernorm_for_rmsnorm(bert):
     assert "nn.LayerNorm((768,)" in render_motif(back, 2, 16, "float32", "doc")
 
 
-def test_composer_draws_motifs_with_provenance_and_exact_labels(catalog_path, llama, tmp_path):
+def _compose_llama(catalog_path, llama, tmp_path, n: int):
+    """(config, candidates, their motif rows) of ``n`` test-profile candidates drawn from the llama motifs only."""
     from opforge.compose.composer import ComposeConfig, compose
     from opforge.seeds.catalog import read_catalog
 
     lib = write_library(llama, tmp_path / "lib.json.gz", {})
-    cfg = ComposeConfig(n=8, seed=3, device_profile="test", motif_share=1.0, motif_library=str(lib),
+    cfg = ComposeConfig(n=n, seed=3, device_profile="test", motif_share=1.0, motif_library=str(lib),
                         transformers_share=0.0)
     df = compose(read_catalog(catalog_path), cfg, progress=False)
-    motif_rows = df[df.pattern.str.startswith("motif:")]
+    return cfg, df, df[df.pattern.str.startswith("motif:")]
+
+
+def test_composer_draws_motifs_with_provenance_and_exact_labels(catalog_path, llama, tmp_path):
+    from opforge.compose.composer import compose
+    from opforge.seeds.catalog import read_catalog
+
+    cfg, df, motif_rows = _compose_llama(catalog_path, llama, tmp_path, 8)
     assert len(motif_rows) >= 6
     for row in motif_rows.itertuples():
         prov = json.loads(row.provenance)
@@ -208,16 +216,10 @@ def test_fixed_size_profiles_keep_motif_inputs_under_the_cap(catalog_path, llama
     """On a fixed-size profile a motif candidate whose inputs exceed ``MAX_FIXED_INPUT_BYTES`` is not made; the
     composer draws another one for that index."""
     from opforge.compose import motif_candidates
-    from opforge.compose.composer import ComposeConfig, compose
-    from opforge.seeds.catalog import read_catalog
 
     cap = 256 * 1024  # llama motifs at the test sizes read 128 KB (batch 1, 8 positions) to 512 KB
     monkeypatch.setattr(motif_candidates, "MAX_FIXED_INPUT_BYTES", cap)
-    lib = write_library(llama, tmp_path / "lib.json.gz", {})
-    cfg = ComposeConfig(n=12, seed=3, device_profile="test", motif_share=1.0, motif_library=str(lib),
-                        transformers_share=0.0)
-    df = compose(read_catalog(catalog_path), cfg, progress=False)
-    motif_rows = df[df.pattern.str.startswith("motif:")]
+    _, _, motif_rows = _compose_llama(catalog_path, llama, tmp_path, 12)
     assert len(motif_rows) >= 6
     sizes = [sum(math.prod(s) for s in json.loads(row.input_shapes)) * getattr(torch, row.dtype).itemsize
              for row in motif_rows.itertuples()]
