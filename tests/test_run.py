@@ -378,6 +378,23 @@ def test_selection_soft_floor_on_fusion_gain():
     assert RunConfig(target=10).soft_min_fusion_gain == 1.1
 
 
+def test_selection_spreads_the_ops_it_cannot_hold_under_the_cap():
+    """Rule 7 water-fills: a task whose most-chosen op outside the common ones is in the fewest chosen tasks goes
+    first, also once the cap cannot hold, so the excess is spread over the ops instead of piling on one."""
+    rows = [{"task_id": f"{op}{i}", "ops": json.dumps([f"F.{op}", "Tensor.add", f"F.u{op}{i}"]),
+             "data_source": "torch#2", "fusion_gain": 2.0} for op in ("a", "b", "c") for i in range(12)]
+    pool = pd.DataFrame(rows)
+    shares = bucket_shares({2: 1.0}, 0.0)
+    for seed in range(4):
+        sel = select_tasks(pool, 12, shares, seed=seed, max_op_share=0.2)  # 2 per op, 12 to choose from 3 ops
+        assert sel.shortfall == 0
+        assert sorted(sel.rows["task_id"].str[0].value_counts().tolist()) == [4, 4, 4]
+    # rule 7 off: nothing spreads them (seeded order)
+    counts = [select_tasks(pool, 12, shares, seed=seed).rows["task_id"].str[0].value_counts().max()
+              for seed in range(4)]
+    assert max(counts) > 4
+
+
 def test_selection_soft_cap_on_one_op_outside_the_common_ones():
     """Rule 7: once an op outside realism.COMMON_OPS is in floor(N * max_op_share) chosen tasks, tasks with it
     are chosen only where tasks without it cannot fill the quota; common ops (add, linear...) are free, and a
