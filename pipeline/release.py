@@ -255,7 +255,7 @@ def whole_run_funnel(run_dir: str | Path) -> dict[str, Any]:
                            f"{run['accepted']} accepted, the rounds and verdicts {candidates} / {accepted}")
     nf = run.get("not_filtered_full_signature")
     if nf is not None:
-        nf += run.get("not_filtered_cap_rounds", run.get("not_filtered_heavy_cap")) or 0
+        nf += run.get("not_filtered_heavy_cap") or 0
     # run.json counts distinct task ids (a task composed twice in a round is skipped once)
     if nf is not None and nf not in (funnel["not_filtered"], funnel["not_filtered_tasks"]):
         raise ReleaseError(f"{rpath} and {vpath} disagree: run.json has {nf} candidates not filtered, the rounds "
@@ -406,8 +406,8 @@ def build_section(f: dict[str, Any], run: dict[str, Any], config: dict[str, Any]
     seconds per filter over the whole ledger, and the steps run on the published rows afterwards."""
     env = f.get("environment") or {}
     keys = ("target", "seed", "device", "device_profile", "round_size", "max_per_signature", "max_heavy_share",
-            "cap_rounds", "spread_rounds", "soft_min_fusion_gain", "max_random_share", "max_op_share",
-            "runtime_window_ms", "timeout_s", "op_mix", "motif_share", "dtype_mix")
+            "cap_rounds", "soft_min_fusion_gain", "max_random_share", "max_op_share", "runtime_window_ms",
+            "timeout_s", "op_mix", "motif_share", "dtype_mix")
     shown = ", ".join(f"`{k}` {json.dumps(config[k])}" for k in keys if config.get(k) is not None)
     envs = ", ".join(f"{k} {env[k]}" for k in ("gpu", "torch", "transformers", "triton", "python", "filter_logic")
                      if env.get(k) is not None)

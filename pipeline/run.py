@@ -27,9 +27,8 @@ then skip are taken back out of the queue, and verdicts of a round the run never
 only. A round is still the unit of every decision: its
 skipped signatures come from the verdicts of the rounds before it, its verdicts are computed over the whole
 ``candidates.parquet`` once all are in, and the run stops after the round that reaches the target (or, while
-the selection's heavy-op cap ``max_heavy_share`` is not held, up to ``cap_rounds`` rounds later, and while its
-per-op cap ``max_op_share`` is not, up to ``spread_rounds``; those rounds filter only the candidates that can help
-the cap not held, ``cap_round_useful``), so the
+the selection's heavy-op cap ``max_heavy_share`` is not held, up to ``cap_rounds`` rounds later; those rounds
+filter only candidates without a heavy op, as more heavy-op tasks cannot help the cap), so the
 verdicts, the selection and the Hub folder are those of composing and filtering the rounds one after the
 other.
 
@@ -638,52 +637,23 @@ def random_cap(cfg: RunConfig) -> float | None:
     return max(cfg.max_random_share, 1.0 - cfg.motif_share)
 
 
-def cap_round(selection, spread_rounds: int = 0) -> bool:
-    """Whether the next round is composed only to hold a selection cap: the last round's ``selection``
-    (``pipeline.select.Selection``, None before the first) meets the target but not ``max_heavy_share``, or
-    (``spread_rounds`` > 0) not ``max_op_share``."""
-    return selection is not None and selection.shortfall == 0 and (
-        selection.light_short > 0 or (spread_rounds > 0 and selection.spread_excess > 0))
-
-
-def cap_round_useful(piece: pd.DataFrame, selection, spread_rounds: int = 0) -> list[bool]:
-    """Per candidate of a round composed to hold a cap (``cap_round``), whether it can bring the ``selection``
-    closer to one it does not hold: one without a heavy op while ``max_heavy_share`` is short; while
-    ``max_op_share`` is (and ``spread_rounds`` > 0), one whose ops outside the common ones
-    (``pipeline.select.other_ops``) are each in fewer than the selection's ``op_cap`` chosen tasks."""
-    from collections import Counter
-
-    from opforge.pipeline.select import heavy_flags, other_ops
-
-    n = len(piece)
-    if not n:
-        return []
-    light = [not h for h in heavy_flags(piece)] if selection.light_short else [False] * n
-    under = [False] * n
-    if spread_rounds > 0 and selection.spread_excess and selection.op_cap is not None:
-        chosen = Counter(o for ops in other_ops(selection.rows) for o in ops)
-        under = [all(chosen[o] < selection.op_cap for o in ops) for ops in other_ops(piece)]
-    return [a or b for a, b in zip(light, under, strict=True)]
+def cap_round(selection) -> bool:
+    """Whether the next round is composed only to hold the heavy-op cap: the last round's ``selection``
+    (``pipeline.select.Selection``, None before the first) meets the target but not ``max_heavy_share``."""
+    return selection is not None and selection.shortfall == 0 and selection.light_short > 0
 
 
 def target_stop(selection, cfg: RunConfig, candidates: int, extra_rounds: int) -> str:
     """The stop reason after a round whose ``selection`` came from ``candidates`` candidates, ``extra_rounds``
     rounds having been composed after the target was met; "" to compose another round. Stops when the target is
-    met and the caps held: the heavy-op cap after at most ``cfg.cap_rounds`` such rounds, the per-op cap
-    (``max_op_share``) after at most ``cfg.spread_rounds``."""
-    heavy_short = selection.light_short and extra_rounds < cfg.cap_rounds
-    spread_short = selection.spread_excess and extra_rounds < cfg.spread_rounds
-    if selection.shortfall or heavy_short or spread_short:
+    met and the heavy-op cap held, or after ``cfg.cap_rounds`` such rounds."""
+    if selection.shortfall or (selection.light_short and extra_rounds < cfg.cap_rounds):
         return ""
     reason = f"target of {cfg.target} reached after {candidates} candidates"
     if extra_rounds or selection.light_short:
         reason += (f"; {extra_rounds} more round(s) for the heavy-op cap of {cfg.max_heavy_share:.0%}, "
                    + (f"still {selection.light_short} tasks without a heavy op short" if selection.light_short
                       else "held"))
-    if cfg.spread_rounds and cfg.max_op_share is not None:
-        reason += (f"; per-op cap of {cfg.max_op_share:.0%} "
-                   + (f"still {selection.spread_excess} tasks over" if selection.spread_excess else "held")
-                   + f" after {extra_rounds} more round(s)")
     return reason
 
 
@@ -696,7 +666,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     """
     from opforge.compose.sampler import parse_op_mix
     from opforge.filters.chain import check_thresholds
-    from opforge.pipeline.select import bucket_shares, select_tasks, signature_cap
+    from opforge.pipeline.select import bucket_shares, heavy_flags, select_tasks, signature_cap
     from opforge.pipeline.timeline import Timeline
 
     cfg = cfg.resolved()
@@ -716,8 +686,8 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     job = _StreamedJob(cfg, run_dir, settings, timeline, progress)
     rounds: list[pd.DataFrame] = []  # each round's candidates, read once
     not_filtered: set[str] = set()  # task ids of candidates not filtered (skip_full_signatures)
-    n_cap_skipped = 0  # of them, candidates of the rounds composed to hold a cap that cannot help it
-    extra_rounds = 0  # rounds composed after the target was met, to hold max_heavy_share / max_op_share
+    n_heavy_skipped = 0  # of them, heavy-op candidates of the rounds composed to hold max_heavy_share
+    extra_rounds = 0  # rounds composed after the target was met, to hold max_heavy_share
     selection = pool = None
     stop_reason = ""
     finished = False
@@ -738,12 +708,12 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
             replay = record is not None and decisions.valid(k + 1) is not None
             job.round_starts(k, sum(len(r) for r in rounds))
             round_skips: set[str] = set()  # this round's candidates not filtered
-            round_heavy = 0  # of them, candidates skipped in a round composed for a cap
+            round_heavy = 0  # of them, heavy-op candidates skipped for the heavy-op cap
             if record is not None:
                 round_skips, round_heavy = set(record["not_filtered"]), int(record["heavy_skipped"])
                 not_filtered |= round_skips
-                n_cap_skipped += round_heavy
-            skip_heavy = record is None and cap_round(selection, cfg.spread_rounds)
+                n_heavy_skipped += round_heavy
+            skip_heavy = record is None and cap_round(selection)
             capped = (signature_cap(pool, cfg.max_per_signature)
                       if record is None and cfg.skip_full_signatures and pool is not None else None)
             for piece, added in job.pieces(k):
@@ -752,10 +722,9 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
                     round_skips |= new
                     not_filtered |= new
                 if cfg.skip_full_signatures and skip_heavy:
-                    # the target is met: a candidate that cannot bring the selection closer to a cap is not filtered
-                    useless = [not u for u in cap_round_useful(piece, selection, cfg.spread_rounds)]
-                    new = set(piece["task_id"][useless]) - not_filtered
-                    n_cap_skipped += len(new)
+                    # the target is met: a heavy-op candidate cannot bring the selection closer to its cap
+                    new = set(piece["task_id"][heavy_flags(piece)]) - not_filtered
+                    n_heavy_skipped += len(new)
                     round_heavy += len(new)
                     round_skips |= new
                     not_filtered |= new
@@ -787,8 +756,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
                                      max_heavy_share=cfg.max_heavy_share,
                                      soft_min_fusion_gain=cfg.soft_min_fusion_gain,
                                      max_random_share=random_cap(cfg), max_op_share=cfg.max_op_share)
-            job.short = bool(selection.shortfall or selection.light_short
-                             or (cfg.spread_rounds and selection.spread_excess))
+            job.short = bool(selection.shortfall or selection.light_short)
             timeline.round_seconds(k, pieces_s=t_pieces - t_round, result_s=t_result - t_pieces,
                                    waiting_s=job.stream.waited_s, select_s=time.perf_counter() - t_result)
             k += 1
@@ -852,8 +820,8 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     (run_dir / "run.json").write_text(json.dumps({
         "selected": result.selected, "accepted": result.accepted, "candidates": result.candidates,
         "rounds": len(rounds), "stop_reason": stop_reason, "seconds": result.seconds, "sandbox_warm_up": warm_up,
-        "not_filtered_full_signature": len(not_filtered) - n_cap_skipped,
-        "not_filtered_cap_rounds": n_cap_skipped, "tasks_sent_ahead": job.prefed, "yield": round(funnel["yield"], 4),
+        "not_filtered_full_signature": len(not_filtered) - n_heavy_skipped,
+        "not_filtered_heavy_cap": n_heavy_skipped, "tasks_sent_ahead": job.prefed, "yield": round(funnel["yield"], 4),
         "publication_steps": steps,
         "timeline": timeline.record(job.gpu_spans(), job.feed.spans if job.feed is not None else None)}, indent=2))
     return result

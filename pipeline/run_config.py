@@ -69,16 +69,10 @@ class RunConfig(_EngineOptions):
             ``skip_full_signatures``); 0 stops at the target. Default 2: on 2 x H100 a round of 1,500 candidates
             added about 50-70 tasks without a heavy op under the signature cap
             (benchmarks/results/h100/worthwhile_tasks.json).
-        spread_rounds: most rounds composed after the target is met while the selection does not hold
-            ``max_op_share`` (each filters only the round's candidates whose ops outside the common ones are all
-            under the cap in the selection so far, when ``skip_full_signatures``; ``pipeline.run.cap_round_useful``).
-            Default 0 (stop at the target): a pool of real-model motifs seldom holds the cap, and each round costs
-            GPU time.
         skip_full_signatures: candidates of a round whose (op set, dtype) signature already holds
             ``max_per_signature`` accepted tasks from earlier rounds are not filtered (selection would not
             take them; the opforge-Ops-6K run left 2,932 of 8,997 accepted tasks out by that cap,
-            benchmarks/results/h200/release6k.json), nor the candidates of a ``cap_rounds`` / ``spread_rounds`` round
-            that cannot help the cap it is composed for.
+            benchmarks/results/h200/release6k.json), nor the heavy-op candidates of a ``cap_rounds`` round.
         skip_filters: filters to leave out.
         timeout_s / memory_gib / gpu_step_limit_s / gpu_share_limit_s / gpu_admit_gib / gpu_admit_predicted /
             gpu_growth / gpu_memory_fraction / gpu_concurrency / compile_threads: the engine's settings
@@ -123,7 +117,6 @@ class RunConfig(_EngineOptions):
     max_per_signature: int | None = Field(None, ge=1)
     max_heavy_share: float | None = Field(0.75, ge=0, le=1)
     cap_rounds: int = Field(2, ge=0)
-    spread_rounds: int = Field(0, ge=0)
     soft_min_fusion_gain: float | None = Field(1.1, ge=1)
     max_random_share: float | None = Field(0.15, ge=0, le=1)
     max_op_share: float | None = Field(0.08, ge=0, le=1)

@@ -74,9 +74,6 @@ class Selection:
             held or the cap is off): how many of them tasks without a heavy op should replace. Over the whole
             selection, not per bucket: a bucket of a few tasks (whole model blocks, always heavy) can never hold
             the cap on its own.
-        op_cap: ``floor(N * max_op_share)``, the most chosen tasks one op outside the common ones may be in
-            (rule 7; None when off).
-        spread_excess: chosen tasks holding the most frequent such op beyond ``op_cap`` (0 when held or off).
     """
 
     rows: pd.DataFrame
@@ -86,8 +83,6 @@ class Selection:
     shortfall: int
     notes: list[str] = field(default_factory=list)
     light_short: int = 0
-    op_cap: int | None = None
-    spread_excess: int = 0
 
 
 def bucket_shares(op_mix: dict[int, float], transformers_share: float, pool: pd.DataFrame | None = None,
@@ -368,6 +363,5 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
         share = sum(heavy[i] for i in chosen) / len(chosen)
         notes.append(f"heavy-op tasks: {share:.1%} of those chosen (soft cap {max_heavy_share:.0%}"
                      + ("; too few other accepted tasks to hold it)" if share > max_heavy_share + 1e-9 else ")"))
-    spread_excess = max(0, max(other_count.values(), default=0) - op_cap) if max_op_share is not None else 0
     return Selection(rows, quotas, picked, {b: available.get(b, 0) for b in sorted(available)},
-                     n - len(rows), notes, light_short, op_cap if max_op_share is not None else None, spread_excess)
+                     n - len(rows), notes, light_short)

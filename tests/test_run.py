@@ -502,33 +502,6 @@ def test_rounds_after_the_target_hold_the_heavy_cap():
     assert mixed.picked["transformers"] == 2 and mixed.light_short == 0 and not cap_round(mixed)
 
 
-def test_rounds_after_the_target_hold_the_per_op_cap_when_asked():
-    """With ``spread_rounds`` > 0, a selection over ``max_op_share`` goes on for at most that many rounds, which
-    filter only candidates whose ops outside the common ones are all under the cap; with 0 it stops."""
-    from opforge.pipeline.run import cap_round, cap_round_useful, target_stop
-
-    soft = [{"task_id": f"s{i}", "ops": json.dumps(["F.softmax", "Tensor.add", f"F.s{i}"]), "data_source": "torch#2"}
-            for i in range(10)]
-    shares = bucket_shares({2: 1.0}, 0.0)
-    over = select_tasks(pd.DataFrame(soft), 5, shares, max_op_share=0.4)  # softmax in 5 of 5, cap 2
-    assert (over.shortfall, over.op_cap, over.spread_excess) == (0, 2, 3)
-    assert not cap_round(over) and cap_round(over, spread_rounds=1)
-    assert target_stop(over, RunConfig(target=5, max_op_share=0.4), 10, 0).startswith("target of 5 reached")
-    asked = RunConfig(target=5, max_op_share=0.4, spread_rounds=1)
-    assert target_stop(over, asked, 10, 0) == ""
-    assert "still 3 tasks over after 1 more round(s)" in target_stop(over, asked, 20, 1)
-    piece = pd.DataFrame([{"task_id": "a", "ops": json.dumps(["F.softmax", "F.gelu"]), "data_source": "torch#2"},
-                          {"task_id": "b", "ops": json.dumps(["F.gelu", "Tensor.mul"]), "data_source": "torch#2"},
-                          {"task_id": "c", "ops": json.dumps(["nn.Linear", "Tensor.add"]), "data_source": "torch#2"}])
-    assert cap_round_useful(piece, over, spread_rounds=1) == [False, True, True]
-    assert cap_round_useful(piece, over) == [False, False, False]
-    spread = select_tasks(pd.DataFrame(soft + [{"task_id": f"g{i}", "ops": json.dumps(["F.gelu", "Tensor.add", f"F.g{i}"]),
-                                                "data_source": "torch#2"} for i in range(3)]
-                                       + [{"task_id": f"r{i}", "ops": json.dumps([f"F.o{i}", "Tensor.add"]),
-                                           "data_source": "torch#2"} for i in range(3)]), 5, shares, max_op_share=0.4)
-    assert spread.spread_excess == 0 and target_stop(spread, asked, 30, 1).endswith("held after 1 more round(s)")
-
-
 @pytest.mark.slow
 def test_vocabulary_harvest_runs_in_a_child_beside_the_probes(tmp_path):
     """``start_vocabulary_harvest`` writes a loadable vocabulary from a spawned child (the run overlaps it with

@@ -443,7 +443,7 @@ def test_next_round_sent_ahead_gives_the_run_of_rounds_filtered_one_after_anothe
     _, serial = run("serial")
     record = json.loads((ahead / "run.json").read_text())
     assert record["rounds"] >= 2 and record["tasks_sent_ahead"] > 0
-    assert record["not_filtered_cap_rounds"] > 0 and sum(taken_back) > 0
+    assert record["not_filtered_heavy_cap"] > 0 and sum(taken_back) > 0
     assert json.loads((shards / "run.json").read_text())["tasks_sent_ahead"] > 0
     assert json.loads((serial / "run.json").read_text())["tasks_sent_ahead"] == 0
     for other in (ahead, shards):
@@ -487,7 +487,7 @@ def test_resumed_run_replays_the_decisions_of_its_finished_rounds(cluster, catal
     run_pipeline(cfg, progress=False)
     first, n_first = outputs(), len(calls)
     run = json.loads((out / "run.json").read_text())
-    assert run["rounds"] >= 3 and n_first == run["rounds"] and run["not_filtered_cap_rounds"] > 0
+    assert run["rounds"] >= 3 and n_first == run["rounds"] and run["not_filtered_heavy_cap"] > 0
     lines = (out / "candidates" / "decisions.jsonl").read_text().splitlines()
     assert sorted(json.loads(x)["round"] for x in lines) == list(range(run["rounds"] - 1))  # the stop round: none
 
