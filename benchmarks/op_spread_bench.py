@@ -14,7 +14,9 @@ accepted pool - ``candidates.parquet`` joined with the accepted verdicts - is re
   the same with the layout ops (``LAYOUT``: reshape, view, transpose, permute and the like, which move or
   re-label data and compute nothing) not counted; and the same holding the rows' own op-count mix (each
   ``data_source`` bucket, ``torch#K``, gets ``round(N * its share)``, as ``opforge run``'s default ``op_mix``
-  ``models`` asks of the selection; buckets take turns, each the row whose most-used op is used least).
+  ``models`` asks of the selection; buckets take turns, each the row whose most-used op is used least);
+* for each N, the most frequent such op and its share in what ``pipeline.select.select_tasks`` itself chooses
+  (``opforge run``'s selection defaults, ``max_op_share`` = ``--cap``).
 
 Rows of ``../shared/reference`` may be measured for comparison; nothing here is published.
 
@@ -137,7 +139,26 @@ def measure(rows: pd.DataFrame, targets: list[int], cap: float, top: int) -> dic
         with_mix = {str(t): greedy_bound_with_mix(ops, buckets, t, cap) for t in targets}
         out["greedy_rows_under_cap_with_op_count_mix"] = {t: v[0] for t, v in with_mix.items()}
         out["with_op_count_mix_short_per_bucket"] = {t: v[1] for t, v in with_mix.items()}
+        out["selection_top_other_op"] = {str(t): selection_top_op(rows, t, cap) for t in targets}
     return out
+
+
+def selection_top_op(rows: pd.DataFrame, n: int, cap: float) -> list:
+    """``[op, share]``: the most frequent op outside the common ones in what ``pipeline.select.select_tasks``
+    chooses for a target of ``n`` from ``rows`` with ``opforge run``'s selection defaults (``RunConfig``: the
+    pool's own op-count mix, ``max_op_share`` = ``cap``, seed 0)."""
+    from opforge.pipeline.run import random_cap
+    from opforge.pipeline.run_config import RunConfig
+    from opforge.pipeline.select import bucket_shares, select_tasks
+
+    cfg = RunConfig(target=n, max_op_share=cap)
+    sel = select_tasks(rows, n, bucket_shares({}, 0.0, rows, keep_pool_mix=True),
+                       max_per_signature=cfg.resolved().max_per_signature, max_heavy_share=cfg.max_heavy_share,
+                       soft_min_fusion_gain=cfg.soft_min_fusion_gain, max_random_share=random_cap(cfg),
+                       max_op_share=cap)
+    counts = Counter(o for s in other_ops(sel.rows) for o in s)
+    top = counts.most_common(1)
+    return [top[0][0], round(top[0][1] / len(sel.rows), 4)] if top and len(sel.rows) else ["", 0.0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default="op_spread", help="result file name (results/<machine>/NAME.json)")
     args = ap.parse_args(argv)
     out = {"benchmark": "op spread: shares of the ops outside realism.COMMON_OPS and the largest selection "
-                        "holding a per-op share bound (greedy lower bound)",
+                        "holding a per-op share bound (greedy lower bound), and the top other op share of "
+                        "pipeline.select's choice",
            "cap": args.cap, "layout_ops": sorted(LAYOUT), "datasets": {}}
     for item in args.datasets:
         label, sep, path = item.partition("=")
@@ -161,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
               f"per row {d['other_ops_per_row_share']}; "
               f"greedy under {args.cap:.0%}: {d['greedy_rows_under_cap']} (layout not counted: "
               f"{d['greedy_rows_under_cap_layout_not_counted']}; op-count mix held: "
-              f"{d.get('greedy_rows_under_cap_with_op_count_mix')})")
+              f"{d.get('greedy_rows_under_cap_with_op_count_mix')}); select_tasks: "
+              f"{d.get('selection_top_other_op')}")
     print("wrote", record.write(args.name, out))
     return 0
 
