@@ -152,6 +152,8 @@ def selection_top_op(rows: pd.DataFrame, n: int, cap: float) -> list:
     from opforge.pipeline.select import bucket_shares, select_tasks
 
     cfg = RunConfig(target=n, max_op_share=cap)
+    if "task_id" not in rows:
+        rows = rows.assign(task_id=[f"row{i}" for i in range(len(rows))])
     sel = select_tasks(rows, n, bucket_shares({}, 0.0, rows, keep_pool_mix=True),
                        max_per_signature=cfg.resolved().max_per_signature, max_heavy_share=cfg.max_heavy_share,
                        soft_min_fusion_gain=cfg.soft_min_fusion_gain, max_random_share=random_cap(cfg),
