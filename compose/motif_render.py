@@ -41,6 +41,13 @@ class RenderError(ValueError):
     """A motif call cannot be written as source (an unsupported argument or operator)."""
 
 
+# Keyword arguments a newer torch added to ``nn`` constructors, with the default it gave them: the motif library
+# was traced on torch 2.13, whose ``nn.BatchNorm*d`` and ``nn.GroupNorm`` take ``bias`` (default True; an older
+# torch's affine norm always has a bias). ``module_source`` drops such a keyword at that default where this
+# torch's constructor lacks it.
+ADDED_KWARG_DEFAULTS = {"bias": True}
+
+
 @lru_cache(maxsize=4096)
 def module_source(source: str) -> str:
     """``nn.X(...)`` constructor source without its keyword arguments whose literal value equals (same type
@@ -48,7 +55,10 @@ def module_source(source: str) -> str:
     eps=1e-05, momentum=0.1, affine=True, bias=True, track_running_stats=True)`` -> ``nn.BatchNorm1d(384)``.
     An ``extra_repr`` lists every argument, also those a newer torch added (BatchNorm's and GroupNorm's
     ``bias``), which an older torch's constructor rejects; written as a model author writes it, the
-    constructor builds the same module on both. Source that is not such a call is returned unchanged."""
+    constructor builds the same module on both. A keyword this torch's constructor lacks is dropped too when it
+    holds the default the torch that added it gave it (``ADDED_KWARG_DEFAULTS``), and kept otherwise (the
+    constructor then raises: that module cannot be built here). Source that is not such a call is returned
+    unchanged."""
     import torch
 
     try:
@@ -67,6 +77,10 @@ def module_source(source: str) -> str:
             value = ast.literal_eval(kw.value)
         except ValueError:
             keep.append(kw)
+            continue
+        if p is None and not any(q.kind is inspect.Parameter.VAR_KEYWORD for q in params.values()) \
+                and kw.arg in ADDED_KWARG_DEFAULTS and type(value) is type(ADDED_KWARG_DEFAULTS[kw.arg]) \
+                and value == ADDED_KWARG_DEFAULTS[kw.arg]:
             continue
         if p is None or p.default is inspect.Parameter.empty or type(value) is not type(p.default) \
                 or value != p.default:

@@ -455,6 +455,42 @@ def test_batch_norm_motifs_are_never_sized_at_batch_one(llama):
     torch.nn.BatchNorm1d(8)(torch.randn(2, 8))
 
 
+def test_module_constructors_drop_a_keyword_an_older_torch_lacks(monkeypatch):
+    """On a torch whose ``nn.BatchNorm2d`` takes no ``bias`` (before 2.13), the library's ``bias=True`` (the
+    default the torch that added it gave it) is left out, so the module and the library's conv + batch-norm
+    motifs build there; another value is kept, and that constructor rejects it."""
+    from opforge.compose import motif_render
+    from opforge.compose.motifs import load_motifs
+
+    class OldBatchNorm2d(torch.nn.BatchNorm2d):
+        def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True,
+                     device=None, dtype=None):
+            super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
+
+    monkeypatch.setattr(torch.nn, "BatchNorm2d", OldBatchNorm2d)
+    motif_render.module_source.cache_clear()
+    try:
+        src = motif_render.module_source(
+            "nn.BatchNorm2d(64, eps=0.001, momentum=0.1, affine=True, bias=True, track_running_stats=True)")
+        assert src == "nn.BatchNorm2d(64, eps=0.001)"
+        assert isinstance(eval(src, {"nn": torch.nn}), OldBatchNorm2d)  # noqa: S307
+        kept = motif_render.module_source("nn.BatchNorm2d(64, bias=False)")
+        assert kept == "nn.BatchNorm2d(64, bias=False)"
+        with pytest.raises(TypeError, match="bias"):
+            eval(kept, {"nn": torch.nn})  # noqa: S307
+        motifs = [m for m in load_motifs() if m.category == "conv_norm_act"
+                  and any("BatchNorm2d(" in (c["module"] or "") for c in m.calls if c["spelling"] == "module")][:20]
+        assert motifs
+        for m in motifs:
+            code = motif_render.render_motif(m, 2, 0, "float32", "doc")
+            ns: dict = {}
+            exec(code, ns)  # noqa: S102 - the rendered task defines Model
+            with torch.device("meta"):
+                ns["Model"](*ns["get_init_inputs"]())
+    finally:
+        motif_render.module_source.cache_clear()
+
+
 def test_module_constructors_leave_out_default_keywords_and_build_the_same_module():
     """An extra_repr lists every constructor argument, also those a newer torch added (BatchNorm's ``bias``):
     rendered without the ones at their default, the constructor runs on an older torch and builds the same
