@@ -25,7 +25,7 @@ from opforge.seeds.seed_op import SeedOp
 from opforge.task.identity import task_id_for
 from tqdm import tqdm
 
-GENERATOR = "opforge-compose/1.3"  # 0.6: sampling-head motifs, fixed-dtype; 0.7: heads never mutated; 0.8: light class; 0.9: module constructors without default kwargs; 1.0: motif op set drawn before the model; 1.1: batch >= 2 for batch-norm motifs; 1.2: conv_norm_act drawn at share 0.55, motif inputs on a fixed-size profile at most 64 MB; 1.3: a norm constructor's bias=True left out on a torch before 2.13 (which rejected it: most conv + batch-norm motifs failed to render there)
+GENERATOR = "opforge-compose/1.3"  # 0.6: sampling-head motifs, fixed-dtype; 0.7: heads never mutated; 0.8: light class; 0.9: module constructors without default kwargs; 1.0: motif op set drawn before the model; 1.1: batch >= 2 for batch-norm motifs; 1.2: conv_norm_act drawn at share 0.55, motif inputs on a fixed-size profile at most 64 MB; 1.3: a norm constructor's bias=True left out on a torch before 2.13 (which rejected it: most conv + batch-norm motifs failed to render there), no random-composer input left unread (concat's removed branches)
 COLUMNS = ["task_id", "code", "ops", "data_source", "num_ops", "graph", "categories", "input_shapes", "dtype",
            "size_context", "pattern", "predicted_ms", "device_profile", "generator", "generator_seed",
            "candidate_index", "provenance"]

@@ -394,6 +394,10 @@ class Sampler:
             try:
                 if self._build(rng, g, pattern, k) and len(g.ops()) == k:
                     g.output()
+                    # an input whose op a pattern tried and removed again (concat's branch) feeds nothing
+                    for n in g.inputs():
+                        if g.g.out_degree(n) == 0:
+                            g.remove(n)
                     return g, pattern
             except SamplingError:
                 continue

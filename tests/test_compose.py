@@ -7,7 +7,7 @@ from opforge.compose.composer import ComposeConfig, compose
 from opforge.compose.device_profiles import get_profile
 from opforge.compose.graph import OpGraph
 from opforge.compose.labels import labels_match, recovered_labels
-from opforge.compose.sampler import Sampler, parse_op_mix
+from opforge.compose.sampler import Sampler, SamplingError, parse_op_mix
 from opforge.filters.runtime import measure_eager_ms
 from opforge.task.identity import task_id_for
 from opforge.task.source import load_task
@@ -97,6 +97,23 @@ def test_sampler_excludes_stochastic_ops(harvested):
         g, _ = s.sample(rng, 2)
         assert isinstance(g, OpGraph)
         assert not any(g.seeds[n].stochastic for n in g.ops())
+
+
+def test_sampled_graphs_read_every_input(harvested, monkeypatch):
+    """The concat pattern tries branch ops and removes those whose output does not match; an input such a
+    branch brought (a binary op's second operand) leaves with it, so no task takes an input forward never
+    reads."""
+    s = Sampler(harvested.ops, get_profile("test"))
+    monkeypatch.setattr(Sampler, "_pattern", lambda self, rng, k: "concat")
+    made = 0
+    for seed in range(80):
+        try:
+            g, pattern = s.sample(random.Random(seed), 4)
+        except SamplingError:
+            continue
+        made += 1
+        assert pattern == "concat" and all(g.g.out_degree(n) > 0 for n in g.inputs()), (seed, g.labels())
+    assert made > 40
 
 
 def test_linalg_ops_are_off_by_default_and_can_be_turned_on(harvested):
