@@ -40,9 +40,9 @@ Rules, in order:
    per turn), so no bucket uses up an op the others need and an excess the pool forces is spread over the ops.
    A pool of real-model motifs rarely lets the cap hold: their 3-8 ops carry several such ops each (a head
    split's reshape and transpose, a norm, an activation). Choosing 1,000 of the 6,374 tasks the opforge-Ops-6K
-   v2.0 run accepted reaches 9.4 % for its most frequent such op (reshape 35.4 % in the pool); with 15 % random-
-   composer tasks (rule 6) the cap holds only past about 40 % of them. The selection notes give the share
-   reached.
+   v2.0 run accepted reaches 9.4 % for its most frequent such op (reshape 35.4 % in the pool) under rule 6's
+   15 % of random-composer tasks, 8.5 % at 25 %, and 7.1 % only with rule 6 off (43 % of them chosen). The
+   selection notes give the share reached.
 
 Rules 4-7 are applied in passes over all buckets, each pass relaxing one rule the one before kept.
 
