@@ -5,7 +5,7 @@
 (``op_key``) of that category uniformly. For the packaged library (or ``--library``) this reports:
 
 * ``uniform``: each op's expected share of motif draws as the composer draws them now (an op counts once per op
-  set, named as ``pipeline.select.other_ops`` names a label: ``nn.LayerNorm`` -> ``layer_norm``);
+  set, named by ``pipeline.select.other_ops``: ``nn.LayerNorm`` -> ``layer_norm``);
 * ``reweighted``: the same after re-weighting the op sets inside each category by iterative scaling (each
   iteration multiplies an op set's weight by ``sqrt(cap / share)`` of its most over-represented op, never below
   ``--floor`` of its start), the class and category weights kept: the lowest top-op share reachable without
@@ -20,43 +20,43 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import json
 import math
-import re
 import sys
 from collections import Counter
 from pathlib import Path
 
+import pandas as pd
 import record  # noqa: E402 - benchmarks/record.py, beside this script
 from opforge.compose.motif_cut import read_library
 from opforge.compose.motifs import DEFAULT_LIBRARY, LIGHT_SHARE, MotifPool
-from opforge.task.op_names import label_op
-from opforge.task.realism import COMMON_OPS
-
-_SUFFIX = re.compile(r"^((?:batch|instance)_norm)[123]d$")
-
-
-def other_names(key: tuple[str, ...]) -> frozenset[str]:
-    """The op set's names outside ``COMMON_OPS``, as ``pipeline.select.other_ops`` names labels."""
-    return frozenset(n for n in (_SUFFIX.sub(r"\1", label_op(x)) for x in key) if n not in COMMON_OPS)
+from opforge.pipeline.select import other_ops
 
 
 def draw_cells(pool: MotifPool) -> tuple[list[tuple[tuple[str, str], frozenset[str]]], dict[tuple[str, str], float]]:
     """([((class, category), other op names) per op set], (class, category) -> its probability per motif draw)."""
-    cells, cat_p = [], {}
+    where, keys, cat_p = [], [], {}
     for cname, (groups, weights) in pool.classes.items():
         share = 1.0 if len(pool.classes) == 1 else (pool.light_share if cname == "light" else 1 - pool.light_share)
         total = sum(weights.values())
-        for cat, keys in groups.items():
+        for cat, op_sets in groups.items():
             cat_p[(cname, cat)] = share * weights[cat] / total
-            cells.extend(((cname, cat), other_names(k)) for k in keys)
-    return cells, cat_p
+            where.extend((cname, cat) for _ in op_sets)
+            keys.extend(json.dumps(list(k)) for k in op_sets)
+    return list(zip(where, other_ops(pd.DataFrame({"ops": keys})), strict=True)), cat_p
+
+
+def category_totals(cells, w: list[float]) -> Counter:
+    """(class, category) -> the sum of its op sets' weights."""
+    total: Counter = Counter()
+    for (c, _), wi in zip(cells, w, strict=True):
+        total[c] += wi
+    return total
 
 
 def shares(cells, cat_p, w: list[float]) -> Counter:
     """Each op's expected share of motif draws with op-set weights ``w``."""
-    total: Counter = Counter()
-    for (c, _), wi in zip(cells, w, strict=True):
-        total[c] += wi
+    total = category_totals(cells, w)
     out: Counter = Counter()
     for (c, ops), wi in zip(cells, w, strict=True):
         for o in ops:
@@ -66,9 +66,7 @@ def shares(cells, cat_p, w: list[float]) -> Counter:
 
 def effective_op_sets(cells, cat_p, w: list[float]) -> float:
     """Draw-weighted perplexity of the op sets inside each category."""
-    total: Counter = Counter()
-    for (c, _), wi in zip(cells, w, strict=True):
-        total[c] += wi
+    total = category_totals(cells, w)
     entropy: Counter = Counter()
     for (c, _), wi in zip(cells, w, strict=True):
         p = wi / total[c]
