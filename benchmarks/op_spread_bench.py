@@ -147,17 +147,14 @@ def selection_top_op(rows: pd.DataFrame, n: int, cap: float) -> list:
     """``[op, share]``: the most frequent op outside the common ones in what ``pipeline.select.select_tasks``
     chooses for a target of ``n`` from ``rows`` with ``opforge run``'s selection defaults (``RunConfig``: the
     pool's own op-count mix, ``max_op_share`` = ``cap``, seed 0)."""
-    from opforge.pipeline.run import random_cap
+    from opforge.pipeline.run import run_selection
     from opforge.pipeline.run_config import RunConfig
-    from opforge.pipeline.select import bucket_shares, select_tasks
+    from opforge.pipeline.select import bucket_shares
 
-    cfg = RunConfig(target=n, max_op_share=cap)
     if "task_id" not in rows:
         rows = rows.assign(task_id=[f"row{i}" for i in range(len(rows))])
-    sel = select_tasks(rows, n, bucket_shares({}, 0.0, rows, keep_pool_mix=True),
-                       max_per_signature=cfg.resolved().max_per_signature, max_heavy_share=cfg.max_heavy_share,
-                       soft_min_fusion_gain=cfg.soft_min_fusion_gain, max_random_share=random_cap(cfg),
-                       max_op_share=cap)
+    sel = run_selection(rows, RunConfig(target=n, max_op_share=cap).resolved(),
+                        bucket_shares({}, 0.0, rows, keep_pool_mix=True))
     counts = Counter(o for s in other_ops(sel.rows) for o in s)
     top = counts.most_common(1)
     return [top[0][0], round(top[0][1] / len(sel.rows), 4)] if top and len(sel.rows) else ["", 0.0]

@@ -394,10 +394,6 @@ class Sampler:
             try:
                 if self._build(rng, g, pattern, k) and len(g.ops()) == k:
                     g.output()
-                    # an input whose op a pattern tried and removed again (concat's branch) feeds nothing
-                    for n in g.inputs():
-                        if g.g.out_degree(n) == 0:
-                            g.remove(n)
                     return g, pattern
             except SamplingError:
                 continue
@@ -459,7 +455,10 @@ class Sampler:
                 if vals[b].shape == vals[x].shape and seed.label != g.g.nodes[x]["label"] \
                         and g.g.nodes[b]["roles"] == g.g.nodes[x]["roles"]:
                     break
+                # the branch goes with the inputs only it read (a binary op's second operand)
+                own = [n for n in g.args_of(b) if n.startswith("in") and g.g.out_degree(n) == 1]
                 g.remove(b)
+                self._drop(g, own)
             else:
                 return False
             cat = self.by_label.get("torch.cat")

@@ -637,6 +637,16 @@ def random_cap(cfg: RunConfig) -> float | None:
     return max(cfg.max_random_share, 1.0 - cfg.motif_share)
 
 
+def run_selection(pool: pd.DataFrame, cfg: RunConfig, shares: dict[str, float]):
+    """``pipeline.select.select_tasks`` of ``cfg.target`` tasks from ``pool`` with the run's selection rules
+    (``cfg`` resolved: ``max_per_signature`` set) and bucket ``shares``."""
+    from opforge.pipeline.select import select_tasks
+
+    return select_tasks(pool, cfg.target, shares, seed=cfg.seed, max_per_signature=cfg.max_per_signature,
+                        max_heavy_share=cfg.max_heavy_share, soft_min_fusion_gain=cfg.soft_min_fusion_gain,
+                        max_random_share=random_cap(cfg), max_op_share=cfg.max_op_share)
+
+
 def cap_round(selection) -> bool:
     """Whether the next round is composed only to hold the heavy-op cap: the last round's ``selection``
     (``pipeline.select.Selection``, None before the first) meets the target but not ``max_heavy_share``."""
@@ -666,7 +676,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     """
     from opforge.compose.sampler import parse_op_mix
     from opforge.filters.chain import check_thresholds
-    from opforge.pipeline.select import bucket_shares, heavy_flags, select_tasks, signature_cap
+    from opforge.pipeline.select import bucket_shares, heavy_flags, signature_cap
     from opforge.pipeline.timeline import Timeline
 
     cfg = cfg.resolved()
@@ -752,10 +762,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
             pool = accepted_pool(candidates, res.verdicts)
             if cfg.op_mix == "models":
                 shares = bucket_shares({}, 0.0, pool, keep_pool_mix=True)
-            selection = select_tasks(pool, cfg.target, shares, seed=cfg.seed, max_per_signature=cfg.max_per_signature,
-                                     max_heavy_share=cfg.max_heavy_share,
-                                     soft_min_fusion_gain=cfg.soft_min_fusion_gain,
-                                     max_random_share=random_cap(cfg), max_op_share=cfg.max_op_share)
+            selection = run_selection(pool, cfg, shares)
             job.short = bool(selection.shortfall or selection.light_short)
             timeline.round_seconds(k, pieces_s=t_pieces - t_round, result_s=t_result - t_pieces,
                                    waiting_s=job.stream.waited_s, select_s=time.perf_counter() - t_result)
