@@ -563,7 +563,7 @@ def release_card(text: str, path: Path, funnel: dict[str, Any], run: dict[str, A
             sec = re.sub(r"(?m)^\| filter fingerprint \|.*\n?", "", sec).rstrip()
             sec += f"\n| filter fingerprint | `{funnel['fingerprint']}` |\n"
         elif title == "Limitations":
-            sec = sec.rstrip() + "\n" + "".join(f"- {x}\n" for x in _limitations(recheck) if x not in sec)
+            sec = sec.rstrip() + "\n" + "".join(f"- {x}\n" for x in _limitations(recheck, realism) if x not in sec)
         elif title == "Licence" and not placed:  # a card without a funnel section: before the licence
             out.extend(added)
             placed = True
@@ -576,7 +576,9 @@ def release_card(text: str, path: Path, funnel: dict[str, Any], run: dict[str, A
     return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n\n" + join_sections(out).rstrip() + "\n"
 
 
-def _limitations(recheck: dict[str, Any] | None) -> list[str]:
+def _limitations(recheck: dict[str, Any] | None, realism: dict[str, Any] | None = None) -> list[str]:
+    """The card's release notes for ``Limitations``: shape variants, the re-check's reach and failures, and each
+    realism target not met (value against target)."""
     notes = ["Hidden shape variants were validated on the `meta` device (shapes and a cost model), not run on a "
              "GPU."]
     if recheck is None:
@@ -588,6 +590,10 @@ def _limitations(recheck: dict[str, Any] | None) -> list[str]:
         if failed:
             notes.append(f"{_pl(failed, 're-checked row', 're-checked rows')} failed a rule on re-measurement "
                          "(see Re-check).")
+    for k, t in (realism or {}).get("targets", {}).items():
+        if t.get("pass") is False:
+            value = "-" if t.get("value") is None else _figure(k, t["value"])
+            notes.append(f"Realism target `{k}` is not met: {value} against {t.get('target')} (see Realism).")
     return notes
 
 

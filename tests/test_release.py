@@ -248,6 +248,9 @@ def test_release_of_a_small_run_passes_its_checks_and_loads(run, tmp_path):
     assert "The run was resumed" in card  # funnel.json says the last invocation resumed from the ledger
     assert "| share of rows with 9 ops |" not in card  # 0.0 % on both sides: left out
     assert "**not met**" in card and "`top_other_op_share`" in card  # 50 % > the 8 % target
+    limits = card.split("\n## Limitations\n", 1)[1].split("\n## ", 1)[0]
+    assert "Realism target `top_other_op_share` is not met: 50.0 % against" in limits
+    assert "`batch_p50`" not in limits  # a met target is not a limitation
     assert f"| filter fingerprint | `{FP}` |" in card
     assert "re-verdicted 2 of the 3 rows" in card
     meta = yaml.safe_load(card.split("---", 2)[1])
