@@ -474,11 +474,21 @@ def _figure(key: str, v: Any) -> str:
     return _n(v)
 
 
+def _target_value(real: dict[str, Any], key: str) -> str:
+    """A realism target's value as the card shows it; ``top_other_op_share`` names its op (figure
+    ``top_other_op``)."""
+    v = real["targets"][key].get("value")
+    if v is None:
+        return "-"
+    op = real.get("figures", {}).get("top_other_op") if key == "top_other_op_share" else None
+    return _figure(key, v) + (f" ({op})" if op else "")
+
+
 def realism_section(real: dict[str, Any], source: str) -> str:
     rows = ["| figure | value | target | |", "|---|---:|---|---|"]
     for k, t in real["targets"].items():
         verdict = "not measured" if t.get("pass") is None else "met" if t["pass"] else "**not met**"
-        value = "-" if t.get("value") is None else _figure(k, t["value"])
+        value = _target_value(real, k)
         rows.append(f"| {k} | {value} | {t.get('target')} | {verdict} |")
     missed = [k for k, t in real["targets"].items() if t.get("pass") is False]
     note = "Every target is met." if not missed else "Not met: " + ", ".join(f"`{k}`" for k in missed) + "."
@@ -592,8 +602,8 @@ def _limitations(recheck: dict[str, Any] | None, realism: dict[str, Any] | None 
                          "(see Re-check).")
     for k, t in (realism or {}).get("targets", {}).items():
         if t.get("pass") is False:
-            value = "-" if t.get("value") is None else _figure(k, t["value"])
-            notes.append(f"Realism target `{k}` is not met: {value} against {t.get('target')} (see Realism).")
+            notes.append(f"Realism target `{k}` is not met: {_target_value(realism, k)} against {t.get('target')} "
+                         "(see Realism).")
     return notes
 
 
