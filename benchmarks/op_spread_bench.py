@@ -149,12 +149,10 @@ def selection_top_op(rows: pd.DataFrame, n: int, cap: float) -> list:
     pool's own op-count mix, ``max_op_share`` = ``cap``, seed 0)."""
     from opforge.pipeline.run import run_selection
     from opforge.pipeline.run_config import RunConfig
-    from opforge.pipeline.select import bucket_shares
 
     if "task_id" not in rows:
         rows = rows.assign(task_id=[f"row{i}" for i in range(len(rows))])
-    sel = run_selection(rows, RunConfig(target=n, max_op_share=cap).resolved(),
-                        bucket_shares({}, 0.0, rows, keep_pool_mix=True))
+    sel = run_selection(rows, RunConfig(target=n, max_op_share=cap).resolved())
     counts = Counter(o for s in other_ops(sel.rows) for o in s)
     top = counts.most_common(1)
     return [top[0][0], round(top[0][1] / len(sel.rows), 4)] if top and len(sel.rows) else ["", 0.0]

@@ -637,11 +637,20 @@ def random_cap(cfg: RunConfig) -> float | None:
     return max(cfg.max_random_share, 1.0 - cfg.motif_share)
 
 
-def run_selection(pool: pd.DataFrame, cfg: RunConfig, shares: dict[str, float]):
+def run_selection(pool: pd.DataFrame, cfg: RunConfig):
     """``pipeline.select.select_tasks`` of ``cfg.target`` tasks from ``pool`` with the run's selection rules
-    (``cfg`` resolved: ``max_per_signature`` set) and bucket ``shares``."""
-    from opforge.pipeline.select import select_tasks
+    (``cfg`` resolved: ``max_per_signature`` set). Bucket shares come from ``cfg.op_mix`` and
+    ``cfg.transformers_share``; with the ``models`` op mix, from the pool's own ``data_source`` mix
+    (``select.bucket_shares``).
 
+    Raises:
+        ValueError: ``cfg.op_mix`` does not parse (``compose.sampler.parse_op_mix``).
+    """
+    from opforge.compose.sampler import parse_op_mix
+    from opforge.pipeline.select import bucket_shares, select_tasks
+
+    shares = bucket_shares(parse_op_mix(cfg.op_mix), cfg.transformers_share, pool,
+                           keep_pool_mix=cfg.op_mix == "models")
     return select_tasks(pool, cfg.target, shares, seed=cfg.seed, max_per_signature=cfg.max_per_signature,
                         max_heavy_share=cfg.max_heavy_share, soft_min_fusion_gain=cfg.soft_min_fusion_gain,
                         max_random_share=random_cap(cfg), max_op_share=cfg.max_op_share)
@@ -676,7 +685,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     """
     from opforge.compose.sampler import parse_op_mix
     from opforge.filters.chain import check_thresholds
-    from opforge.pipeline.select import bucket_shares, heavy_flags, signature_cap
+    from opforge.pipeline.select import heavy_flags, signature_cap
     from opforge.pipeline.timeline import Timeline
 
     cfg = cfg.resolved()
@@ -688,7 +697,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     _check_same_run(cfg, run_dir)
     _check_rounds(run_dir)
     save_config(cfg, run_dir / "config.yaml")
-    shares = bucket_shares(parse_op_mix(cfg.op_mix), cfg.transformers_share)
+    parse_op_mix(cfg.op_mix)  # a bad op mix fails here, before anything is written
     timeline = Timeline()
 
     _check_seeds_catalog(cfg, run_dir)  # before the cluster starts
@@ -760,9 +769,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
             t_result = time.perf_counter()
             job.filter_round_done()
             pool = accepted_pool(candidates, res.verdicts)
-            if cfg.op_mix == "models":
-                shares = bucket_shares({}, 0.0, pool, keep_pool_mix=True)
-            selection = run_selection(pool, cfg, shares)
+            selection = run_selection(pool, cfg)
             job.short = bool(selection.shortfall or selection.light_short)
             timeline.round_seconds(k, pieces_s=t_pieces - t_round, result_s=t_result - t_pieces,
                                    waiting_s=job.stream.waited_s, select_s=time.perf_counter() - t_result)

@@ -310,6 +310,22 @@ def test_selection_quota_cap_and_coverage():
     assert RunConfig(target=6000, max_per_signature=2).resolved().max_per_signature == 2
 
 
+def test_run_selection_takes_its_bucket_shares_from_the_op_mix():
+    """``pipeline.run.run_selection``: the ``models`` op mix keeps the pool's own op-count mix; a fixed op mix
+    sets the buckets' shares itself."""
+    from opforge.pipeline.run import run_selection
+
+    rows = [{"task_id": f"t{i}", "ops": json.dumps([f"op{i}", "F.relu"]), "data_source": f"torch#{2 if i < 30 else 3}",
+             "categories": json.dumps(["activation"])} for i in range(40)]  # pool mix 3:1
+    pool = pd.DataFrame(rows)
+    models = run_selection(pool, RunConfig(target=20, max_op_share=None).resolved())
+    assert models.shortfall == 0 and models.picked == {"torch#2": 15, "torch#3": 5}
+    even = run_selection(pool, RunConfig(target=20, op_mix="2:0.5,3:0.5", transformers_share=0.0,
+                                         max_op_share=None).resolved())
+    assert even.picked == {"torch#2": 10, "torch#3": 10}
+    assert run_selection(pool.iloc[:0], RunConfig(target=20).resolved()).shortfall == 20  # an empty pool
+
+
 def test_selection_cap_counts_each_dtype_of_a_fusion_apart():
     """The cap is per (op set, dtype): the bfloat16 twin of a capped float32 fusion is still selectable, and
     rows without a dtype column count as float32."""
