@@ -456,7 +456,8 @@ class Sampler:
                         and g.g.nodes[b]["roles"] == g.g.nodes[x]["roles"]:
                     break
                 # the branch goes with the inputs only it read (a binary op's second operand)
-                own = [n for n in g.args_of(b) if n.startswith("in") and g.g.out_degree(n) == 1]
+                inputs = set(g.inputs())
+                own = [n for n in g.args_of(b) if n in inputs and g.g.out_degree(n) == 1]
                 g.remove(b)
                 self._drop(g, own)
             else:

@@ -484,13 +484,18 @@ def _target_value(real: dict[str, Any], key: str) -> str:
     return _figure(key, v) + (f" ({op})" if op else "")
 
 
+def _missed_targets(real: dict[str, Any] | None) -> list[str]:
+    """The realism targets of ``real`` measured and not met."""
+    return [k for k, t in (real or {}).get("targets", {}).items() if t.get("pass") is False]
+
+
 def realism_section(real: dict[str, Any], source: str) -> str:
     rows = ["| figure | value | target | |", "|---|---:|---|---|"]
     for k, t in real["targets"].items():
         verdict = "not measured" if t.get("pass") is None else "met" if t["pass"] else "**not met**"
         value = _target_value(real, k)
         rows.append(f"| {k} | {value} | {t.get('target')} | {verdict} |")
-    missed = [k for k, t in real["targets"].items() if t.get("pass") is False]
+    missed = _missed_targets(real)
     note = "Every target is met." if not missed else "Not met: " + ", ".join(f"`{k}`" for k in missed) + "."
     n = real["figures"].get("rows")
     over = f" over {n:,} rows" if isinstance(n, int) else ""
@@ -600,10 +605,9 @@ def _limitations(recheck: dict[str, Any] | None, realism: dict[str, Any] | None 
         if failed:
             notes.append(f"{_pl(failed, 're-checked row', 're-checked rows')} failed a rule on re-measurement "
                          "(see Re-check).")
-    for k, t in (realism or {}).get("targets", {}).items():
-        if t.get("pass") is False:
-            notes.append(f"Realism target `{k}` is not met: {_target_value(realism, k)} against {t.get('target')} "
-                         "(see Realism).")
+    for k in _missed_targets(realism):
+        notes.append(f"Realism target `{k}` is not met: {_target_value(realism, k)} against "
+                     f"{realism['targets'][k].get('target')} (see Realism).")
     return notes
 
 
