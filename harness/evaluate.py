@@ -44,7 +44,7 @@ HARNESS_DIR = Path(__file__).resolve().parent
 ENGINE_DIR = HARNESS_DIR.parent / "engine"
 # Version of the grader's deciding logic, part of the fingerprint of stored results (``harness.batch``):
 # raise it when a change to the grader can change a result, so no stored result of the old grader is reused.
-GRADER_VERSION = 6
+GRADER_VERSION = 7
 # Where the grader runs (``_grade``): in a process of its own per evaluation on CUDA (``harness.grader_child``:
 # its CUDA IPC slots never share allocator segments with another evaluation's, and all of its GPU memory goes
 # when it exits); in the calling process on CPU (slots are files; the process start would cost ~2 s per

@@ -7,9 +7,11 @@ What may run (the same lists as RULES.md and as the extension's symbol audit, ``
   layout helpers (``.to()``, ``.float()``, ``.flatten()``, ``.view_as()``, ``.T``, ``expand_as``,
   ``unflatten``, ``movedim``, ``type_as``, ``contiguous``, ``reshape_as``...) reach the dispatcher as these
   ops, so an honest solution's layout code passes.
-* ``INIT_ATEN`` (while ``model_new.py`` is imported and ``ModelNew`` is built only): the random fills and
-  the in-place arithmetic of ``torch.nn.init`` (``nn.Linear``, ``nn.Conv2d``... initialise themselves).
-  The reference weights are loaded afterwards under the forward rules.
+* while ``model_new.py`` is imported and ``ModelNew`` is built (``GuardState.construct``): every aten op. A
+  constructor copied from the reference computes (``nn.Parameter(torch.randn(c, k) * 0.2)``, a rotary table
+  from ``torch.arange(...).float() / d``, ``torch.nn.init``), and nothing it computes can depend on an input or
+  a reference weight: inputs come later, fresh per call, and the reference weights are loaded afterwards under
+  the forward rules, so a value derived at construction from the module's own initial weights is stale.
 * ops of the extension's own namespaces (``torch.ops.<ns>.*``).
 
 ``DispatchGuard`` is a ``TorchDispatchMode`` entered for the candidate's whole life (import, construction,
@@ -52,12 +54,6 @@ ALLOWED_ATEN = frozenset({
     "mT", "mH", "movedim", "moveaxis", "swapaxes", "swapdims", "squeeze_", "unsqueeze_", "t_", "transpose_",
     "float", "double", "half", "bfloat16", "int", "long", "short", "bool", "char", "byte",
 })
-# torch.nn.init and module constructors (random fills and the arithmetic of trunc_normal_ / orthogonal_)
-INIT_ATEN = frozenset({
-    "uniform_", "normal_", "random_", "bernoulli_", "exponential_", "geometric_", "log_normal_", "cauchy_",
-    "randn", "rand", "randint", "randperm", "randn_like", "rand_like", "arange", "linspace", "eye",
-    "erfinv_", "clamp_", "mul_", "add_", "sub_", "div_",
-})
 
 
 class GuardViolation(BaseException):  # noqa: N818 - a violation, not an error of the harness
@@ -69,7 +65,7 @@ class GuardState:
 
     Attributes:
         namespaces: op namespaces of the candidate's extension that may run.
-        construct: True while model_new.py is imported and ModelNew is built (``INIT_ATEN`` also allowed).
+        construct: True while model_new.py is imported and ModelNew is built (every aten op allowed).
         violations: ``ns.op`` names seen that were not allowed, in order, de-duplicated.
     """
 
@@ -83,7 +79,7 @@ class GuardState:
             return True
         if ns != "aten":
             return False
-        return name in ALLOWED_ATEN or (self.construct and name in INIT_ATEN)
+        return self.construct or name in ALLOWED_ATEN
 
 
 class DispatchGuard(TorchDispatchMode):

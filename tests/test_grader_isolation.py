@@ -133,6 +133,36 @@ print(state.violations)
     assert out.stdout.strip().splitlines()[-1] == "['aten.sigmoid']", out.stdout
 
 
+def test_guard_lets_construction_compute_and_bans_it_afterwards():
+    """A constructor copied from a released row (``nn.Parameter(torch.randn(...) * 0.2)``, a table built with torch
+    math) runs under the guard; the same math after construction is a violation."""
+    code = """
+import torch, torch.nn as nn
+from opforge.harness.guard import GuardState, GuardViolation, guard_all_threads
+state = GuardState(("opforge_kernels",))
+guard_all_threads(state)
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(16, 8) * 0.2)
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, 8, 2).float() / 8)))
+        self.norm = nn.LayerNorm(8)
+m = ModelNew()
+print("built", state.violations)
+state.construct = False
+try:
+    m.weight * 0.2
+except GuardViolation:
+    pass
+print("after", state.violations)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[-2] == "built []", out.stdout
+    assert lines[-1] == "after ['aten.mul']", out.stdout
+
+
 def test_workspace_record_is_kept_outside_and_catches_edits(tmp_path):
     from opforge.harness.workspace import init_workspace, registry_path, workspace_changes, workspace_record
 
