@@ -9,8 +9,8 @@ the latest record whose key matches the shipped solution's files: a result of ot
 
 Output, in the release folder: ``gold/gold-00000-of-00001.parquet`` (one row per gold row, columns
 ``GOLD_COLUMNS``), the card's YAML ``configs`` entry ``gold`` (``datasets.load_dataset(folder, "gold")``; the
-default configuration is unchanged) and the card section ``## Gold subset`` between ``GOLD_START`` and
-``GOLD_END`` (replaced on a re-run).
+default configuration is unchanged), the card section ``## Gold subset`` between ``GOLD_START`` and
+``GOLD_END`` (replaced on a re-run) and, when the card has none, the evaluation contract's section.
 """
 
 from __future__ import annotations
@@ -233,6 +233,18 @@ def _with_section(card: str, section: str) -> str:
     return card[:at] + "\n" + section + "\n" + card[at:]
 
 
+def _with_contract(card: str) -> str:
+    """The card with the evaluation contract section (``data_cards/contract.md.j2``, ``harness.contract``)
+    before ``## Limitations`` when it has none yet (a card rendered before the contract existed)."""
+    if "\n## Evaluation contract" in card:
+        return card
+    from opforge.data_cards.render import render_section
+
+    section = render_section("contract.md.j2", {}).strip()
+    at = card.find("\n## Limitations")
+    return card.rstrip("\n") + "\n\n" + section + "\n" if at < 0 else card[:at] + "\n" + section + "\n" + card[at:]
+
+
 def write_gold(release: Path, solutions: Path, results_dir: Path, out: Path | None = None, gpu: str | None = None,
                per_stratum: int = GOLD_PER_STRATUM, seed: int = GOLD_SEED) -> dict[str, Any]:
     """Write the ``gold`` configuration and card section into ``out`` (default: ``release`` itself, which must
@@ -247,7 +259,7 @@ def write_gold(release: Path, solutions: Path, results_dir: Path, out: Path | No
         raise GoldError(f"{card_path}: no card (the release folder of `opforge release`)")
     frame = gold_rows(Path(release), Path(solutions), Path(results_dir), gpu, per_stratum, seed)
     figures = gold_figures(frame)
-    card = _with_section(_with_config(card_path.read_text(encoding="utf-8")),
+    card = _with_section(_with_contract(_with_config(card_path.read_text(encoding="utf-8"))),
                          card_section(frame, figures, per_stratum, seed))
     (out / GOLD_DIR).mkdir(exist_ok=True)
     frame.to_parquet(out / GOLD_DIR / GOLD_FILE, index=False)

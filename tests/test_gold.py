@@ -126,3 +126,4 @@ def test_gold_release_writes_a_loadable_second_configuration(tmp_path):
     write_gold(release, sols, results)
     card = (release / "README.md").read_text()
     assert card.count(GOLD_START) == 1 and card.count(GOLD_END) == 1 and card.count("config_name: gold") == 1
+    assert card.count("\n## Evaluation contract") == 1
