@@ -6,19 +6,21 @@
 # skips what is recorded, so a call that runs out of time leaves its finished rows and the next call goes on.
 # Results live in $GOLD_DIR (default runs/gold: ignored by git, kept on a warm machine; carry it with the
 # device tool's `carry: ["runs/gold"]` when the machine is fresh). Each call: eval under `timeout` (EVAL_S,
-# default 480 s), then the record (benchmarks/gold_record.py -> $OUT/gold.json and
+# default what is left of BUDGET_S = 510 s after the setup, less 60 s), then the record (benchmarks/gold_record.py -> $OUT/gold.json and
 # benchmarks/results/h200/gold.json on the machine), the results copied to $OUT/gold/ and the logs tarred.
 # Usage (device tool, repository root): bash benchmarks/device/gold_eval.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 GOLD_DIR=${GOLD_DIR:-runs/gold}
-EVAL_S=${EVAL_S:-480}
+BUDGET_S=${BUDGET_S:-510}  # the whole call, under the device tool's 600 s per command
 mkdir -p "$OUT/gold" "$GOLD_DIR"
 T0=$(date +%s)
 . benchmarks/device/device_setup.sh > "$OUT/setup.log" 2>&1 || { cat "$OUT/setup.log"; exit 1; }
 export OPFORGE_CACHE=${OPFORGE_CACHE:-/tmp/opforge-gold-cache}
 timeout 60 opforge env --json > "$GOLD_DIR/environment.json" 2> "$OUT/gold/env.err"
 timeout 120 opforge gold select releases/opforge-ops-6k --out "$OUT/gold/subset.json" > "$OUT/gold/select.log" 2>&1
+# what is left of the budget, less 60 s for the record and the tar
+EVAL_S=${EVAL_S:-$(( BUDGET_S - ($(date +%s) - T0) - 60 ))}
 CMD="opforge harness eval releases/opforge-ops-6k releases/gold-solutions $GOLD_DIR --device cuda --quiet"
 before=$(wc -l < "$GOLD_DIR/results.jsonl" 2>/dev/null || echo 0)
 echo "$(date -u +%FT%TZ) $CMD (timeout ${EVAL_S}s, $before records before)" | tee -a "$OUT/gold/eval.log"
