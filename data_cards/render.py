@@ -57,8 +57,9 @@ def render_section(name: str, context: dict[str, Any]) -> str:
 
 
 def _environment():
-    """Jinja environment of the card's templates; global ``window_floor``: the default runtime window's floor
-    on CUDA (``ms``) and the measurement behind it (``source``), from ``engine.timing``."""
+    """Jinja environment of the card's templates; globals ``window_floor``: the default runtime window's floor
+    on CUDA (``ms``) and the measurement behind it (``source``), from ``engine.timing``; ``contract``: the
+    evaluation contract of the grader (``harness.contract.contract_text``)."""
     import jinja2
     from opforge.engine.timing import WINDOW_FLOOR_MS, WINDOW_FLOOR_SOURCE
 
@@ -66,4 +67,7 @@ def _environment():
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              trim_blocks=False, lstrip_blocks=False)
     env.globals["window_floor"] = {"ms": WINDOW_FLOOR_MS, "source": WINDOW_FLOOR_SOURCE}
+    from opforge.harness.contract import contract_text
+
+    env.globals["contract"] = contract_text()  # the evaluation contract (contract.md.j2)
     return env

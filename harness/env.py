@@ -117,13 +117,15 @@ def task_text(task_id: str, code: str) -> str:
 
 def instruction(config: EnvConfig) -> str:
     """The task-independent part of a prompt: what to write, the tools, the budgets of ``config``, and the
-    rules (RULES.md in full when ``config.include_rules``, else ``registration_rules`` and a pointer to
-    RULES.md)."""
+    rules (RULES.md in full when ``config.include_rules``, else the evaluation contract
+    (``harness.contract.contract_text``), ``registration_rules`` and a pointer to RULES.md)."""
+    from opforge.harness.contract import contract_text
     from opforge.harness.workspace import TEMPLATES
 
+    # RULES.md holds the evaluation contract (harness.contract); without RULES.md the prompt states it itself
     rules = (TEMPLATES / "RULES.md").read_text() if config.include_rules else (
-        f"{registration_rules()}\n\nEverything else that is allowed or forbidden is in RULES.md "
-        "(read_file('RULES.md')): read it before you write code.")
+        f"{contract_text()}\n\n{registration_rules()}\n\nEverything else that is allowed or forbidden is in "
+        "RULES.md (read_file('RULES.md')): read it before you write code.")
     return (
         f"Write `ModelNew` in model_new.py, with your own C++{' / CUDA' if config.device == 'cuda' else ''} "
         "kernels under kernels/, so that it computes what `Model` in model.py computes, faster.\n\n"

@@ -8,8 +8,9 @@ Steps:
 2. ``model_new.py`` against the static rules (``harness.policy``) and the timing-tamper audit
    (``harness.timing_tamper``: patched or wrapped clocks, synchronisation, events or statistics; behaviour by
    call count, seed or repeated input);
-3. build ``kernels/`` into ``opforge_kernels`` (``harness.build``, cached by source hash) and audit the
-   sources and the imported symbols of the ``.so`` (``harness.symbols``);
+3. the extension sources' tokens (``harness.symbols.denied_tokens``, with the library policy of
+   ``harness.libraries``), then build ``kernels/`` into ``opforge_kernels`` (``harness.build``, cached by
+   source hash) and audit the imported symbols of the ``.so`` (``harness.symbols``);
 4. verification and timing by ``harness.grader.Grader``: the reference and the candidate each in a one-shot
    server process, every call verified on fresh inputs drawn from per-evaluation secret seeds, times taken
    by this process, baselines (eager, ``torch.compile``) in a process that never imported the candidate.
@@ -167,7 +168,7 @@ def evaluate(task: dict[str, Any], solution: Solution, config: EvalConfig | None
     """
     from opforge.harness.grader import timing_lock
     from opforge.harness.policy import policy_violations
-    from opforge.harness.symbols import audit_extension
+    from opforge.harness.symbols import audit_extension, denied_tokens
     from opforge.harness.timing_tamper import timing_tampers
     from opforge.task.sizes import parse_variants
 
@@ -193,9 +194,13 @@ def evaluate(task: dict[str, Any], solution: Solution, config: EvalConfig | None
                            protected, before, config, ws_check, t0)
     broken = [f"policy:{b}" for b in policy_violations(solution.model_new)]
     broken += [f"timing:{t}" for t in timing_tampers(solution.model_new)]
+    # the sources' tokens (harness.symbols, the library policy of harness.libraries) before any build: a denied
+    # library or call is a hack even where its headers are missing and the build would fail
+    own = {k: v for k, v in solution.sources.items() if k not in FIXED_BINDING}
+    broken += [f"source:{t}" for t in denied_tokens(own)]
     if broken:
         return _finish(EvalResult(**base, status="hacked", reward=-1.0, hacks=broken,
-                                  error=f"model_new.py breaks the rules: {broken[:5]}"),
+                                  error=f"the solution breaks the rules: {broken[:5]}"),
                        protected, before, config, ws_check, t0)
     lock = timing_lock(config.device)
     try:
@@ -207,7 +212,6 @@ def evaluate(task: dict[str, Any], solution: Solution, config: EvalConfig | None
     if not build.ok:
         return _finish(EvalResult(**base, status="build_error", reward=-1.0, error=build.error,
                                   build_s=build.seconds, logs=logs), protected, before, config, ws_check, t0)
-    own = {k: v for k, v in solution.sources.items() if k not in FIXED_BINDING}
     try:
         audit = audit_extension(build.module_path, own)
     except RuntimeError as exc:

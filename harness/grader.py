@@ -124,6 +124,11 @@ UNTIMED_CALL_FACTOR = 100.0
 UNTIMED_CALL_FLOOR_S = 30.0
 
 
+# (atol, rtol) of integer and bool outputs unless the config sets a tolerance: |out - ref| <= 0.5, so exact (a
+# float tolerance with rtol 1e-2 would accept an index of 100,000 off by up to 1,000)
+EXACT_TOLERANCE = (0.5, 0.0)
+
+
 class Verdict(Exception):  # noqa: N818 - the end of an evaluation, carrying its status
     """Stops the schedule with ``status`` (and ``hacks`` or ``error``)."""
 
@@ -674,7 +679,10 @@ class Grader:
 
         worst = 0.0
         for n, (e, g) in enumerate(zip(expected, got, strict=True)):
-            err = tolerance_error(e, g, self.cfg.atol, self.cfg.rtol)
+            atol, rtol = self.cfg.atol, self.cfg.rtol
+            if atol is None and rtol is None and not (e.is_floating_point() or e.is_complex()):
+                atol, rtol = EXACT_TOLERANCE  # integer / bool outputs (indices, masks, counts): exact
+            err = tolerance_error(e, g, atol, rtol)
             worst = max(worst, err)
             if not err <= 1.0:
                 raise Verdict("incorrect", f"output {n} differs from the reference (max error {err:.3g} x "

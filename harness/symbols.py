@@ -10,6 +10,9 @@ not reach torch's compute or step around the dispatcher guard (``harness.guard``
     ``at::composite*::``), the dispatcher itself (``c10::Dispatcher``, ``c10::OperatorHandle``), the
     thread-local dispatch key set (``tls_set_dispatch_key_*``, ``IncludeDispatchKeyGuard``,
     ``_force_tls_local_dispatch_key_set``), profiler / RecordFunction observers, TorchScript;
+  - a library function outside the library policy (``harness.libraries``: cuBLAS / cuBLASLt for GEMM,
+    cuDNN for convolution, each with its handle and descriptor management; no other library: cuFFT,
+    cuSPARSE, cuSOLVER, cuRAND, NCCL, cuTENSOR, NPP...);
   - a way around this audit or the process: ``dlopen`` / ``dlsym``, ``PyImport_*``, ``PyRun_*``,
     ``PyEval_EvalCode``, ``Py_CompileString*``, new processes or process groups (``fork``, ``clone``,
     ``setsid``, ``exec*``, ``system``, ``popen``, ``posix_spawn``), ``ptrace`` / ``process_vm_*``. A raw
@@ -19,7 +22,9 @@ not reach torch's compute or step around the dispatcher guard (``harness.guard``
   apart by symbol: ``ExcludeDispatchKeyGuard`` / ``AutoDispatchBelow*`` / ``DispatchKeySet`` (dispatch key
   exclusion), calls back into Python (``.attr(``, ``getattr(``, ``py::module_::import``, ``py::eval`` /
   ``py::exec``, ``py::globals``, any direct ``Py...(`` call of the Python C API), and the obfuscations that would hide a token (``##`` token
-  pasting, ``\\u`` universal character names).
+  pasting, ``\\u`` universal character names); and the library policy's source checks
+  (``harness.libraries.source_violations``: a denied library's identifier or header, a cuBLAS / cuDNN function
+  outside the GEMM / convolution families, a cuDNN graph without a convolution).
 
 Standard C/C++ runtime, CUDA runtime / driver calls, pybind11 and the tensor accessors pass.
 """
@@ -32,6 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from opforge.harness.guard import ALLOWED_ATEN
+from opforge.harness.libraries import call_allowed, source_violations
 
 DENIED_PREFIXES = (
     "at::native::", "at::cpu::", "at::meta::", "at::compositeexplicitautograd", "at::compositeimplicitautograd",
@@ -102,7 +108,7 @@ def denied_symbols(symbols: list[str]) -> list[str]:
                 short = f"at::_ops::{m.group(1)}"
             else:
                 continue
-        elif not (short.startswith(DENIED_PREFIXES) or DENIED_C.match(short)
+        elif not (short.startswith(DENIED_PREFIXES) or DENIED_C.match(short) or call_allowed(short) is False
                   or (short.startswith("at::cuda::") and not CUDA_OK.match(short))):
             continue
         if short not in bad:
@@ -123,6 +129,7 @@ def denied_tokens(sources: dict[str, str]) -> list[str]:
         m = _PY_CAPI.search(text)
         if m:
             bad.append(f"{rel}:{m.group(0).rstrip('( ')}")
+        bad += [f"{rel}:{t}" for t in source_violations(text)]
     return bad
 
 

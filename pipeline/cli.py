@@ -28,6 +28,9 @@ app.add_typer(seeds_app, name="seeds")
 harness_app = typer.Typer(no_args_is_help=True, rich_markup_mode="markdown", help="Evaluation environment: task workspaces and batch "
                                                      "evaluation of candidate kernels.")
 app.add_typer(harness_app, name="harness")
+gold_app = typer.Typer(no_args_is_help=True, rich_markup_mode="markdown",
+                       help="Gold subset of a release: the rows that carry graded reference solutions (issue #57).")
+app.add_typer(gold_app, name="gold")
 
 DEFAULT_CATALOG = Path("runs/seeds/catalog.parquet")
 GPU_PANEL = "GPU sharing (CUDA only; defaults suit one task per sandbox, see docs/gpu-sharing.md)"
@@ -690,6 +693,72 @@ def release_cmd(
     typer.echo(f"{f['candidates']:,} candidates -> {f['accepted']:,} accepted -> {c['rows']:,} released; "
                f"{c['files']} files, {c['bytes'] / 1e6:.1f} MB; no row equals a row of {refs}")
     typer.echo(f"wrote {res['out']} (load: datasets.load_dataset({str(res['out'])!r}, split='train'))")
+
+
+@gold_app.command("select")
+def gold_select_cmd(
+    release: Path = typer.Argument(..., help="Release folder (data/*.parquet) or a .parquet file of its rows."),
+    seed: int = typer.Option(None, help="Seed of the rule (default: pipeline.gold.GOLD_SEED)."),
+    per_stratum: int = typer.Option(None, "--per-stratum", min=1, help="Rows per stratum (default: "
+                                                                         "pipeline.gold.GOLD_PER_STRATUM)."),
+    out: Path = typer.Option(None, "--out", help="Write the subset here (.csv or .json: task_id, stratum, dtype, "
+                                                 "eager_ms, rank, and the rule with its seed in the .json)."),
+):
+    """Print (or write) the gold subset of a release: the rows drawn by the seeded, stratified rule of
+    pipeline.gold (motif categories and the random composer; dtypes in turn; eager 0.04-5 ms)."""
+    from opforge.pipeline.gold import GOLD_PER_STRATUM, GOLD_SEED, gold_subset, read_release_rows, rule_text
+
+    seed = GOLD_SEED if seed is None else seed
+    per_stratum = per_stratum or GOLD_PER_STRATUM
+    try:
+        gold = gold_subset(read_release_rows(release), per_stratum=per_stratum, seed=seed)
+    except (FileNotFoundError, OSError, ValueError) as exc:
+        _fail(str(exc))
+    rule = rule_text(per_stratum, seed)
+    if out is not None:
+        if out.suffix == ".json":
+            out.write_text(json.dumps({"rule": rule, "seed": seed, "per_stratum": per_stratum,
+                                       "rows": gold.to_dict("records")}, indent=1))
+        elif out.suffix == ".csv":
+            gold.to_csv(out, index=False)
+        else:
+            _fail(f"--out {out}: use a .csv or .json file")
+    typer.echo(f"rule: {rule}")
+    for r in gold.itertuples(index=False):
+        typer.echo(f"{r.task_id}  {r.stratum:<16} {r.dtype:<9} eager {r.eager_ms:.4f} ms  rank {r.rank}")
+    counts = Counter(gold["stratum"])
+    typer.echo(f"{len(gold)} rows: " + ", ".join(f"{k} {v}" for k, v in counts.items())
+               + (f"; wrote {out}" if out is not None else ""))
+
+
+@gold_app.command("release")
+def gold_release_cmd(
+    results: Path = typer.Argument(..., help="Result directory of `opforge harness eval RELEASE SOLUTIONS "
+                                             "RESULTS` (results.jsonl; environment.json names the GPU)."),
+    solutions: Path = typer.Option(Path("releases/gold-solutions"), "--solutions",
+                                   help="Solution folders, one per task_id (model_new.py, kernels/)."),
+    out: Path = typer.Option(Path("releases/opforge-ops-6k"), "--out",
+                             help="The release folder: gets the gold/ configuration and the card section."),
+    gpu: str = typer.Option(None, help="GPU the results were measured on (default: RESULTS/environment.json)."),
+):
+    """Write the `gold` configuration of a release folder (task_id, stratum, dtype, the solution's files,
+    status, reward, speed-ups over eager and torch.compile, % of roofline, GPU) and its card section; the
+    default configuration stays as it is."""
+    from opforge.pipeline.gold_release import GoldError, write_gold
+
+    try:
+        res = write_gold(out, solutions, results, gpu=gpu)
+    except GoldError as exc:
+        _fail(str(exc))
+    f = res["figures"]
+
+    def fmt(v, spec):
+        return "-" if v is None else format(v, spec)
+
+    typer.echo(f"{f['rows']} gold rows ({f['with_solution']} with a solution): correct {fmt(f['correct_pct'], '.1f')} %, "
+               f"reward 3 {fmt(f['reward3_pct'], '.1f')} %, geomean vs torch.compile "
+               f"{fmt(f['geomean_speedup_compile'], '.2f')}x, vs eager {fmt(f['geomean_speedup_eager'], '.2f')}x")
+    typer.echo(f"wrote {res['path']} (load: datasets.load_dataset({str(out)!r}, 'gold'))")
 
 
 DATASET_HELP = "Dataset: an opforge hf/ folder, a .parquet / .jsonl file or a Hub id."

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
+from pathlib import Path
 
 import pandas as pd
 
@@ -35,10 +36,10 @@ def stratum_of(provenance: str | None, data_source: str | None) -> str | None:
     """The gold stratum of one row: its motif ``category`` from the ``provenance`` JSON, ``random_composer`` for
     a ``torch#k`` row without motif provenance, else None (transformers blocks, unknown categories stay
     outside). Raises ValueError when ``provenance`` is not JSON."""
-    category = json.loads(provenance).get("category") if provenance else None
+    category = json.loads(provenance).get("category") if isinstance(provenance, str) and provenance else None
     if category:
         return category
-    if (data_source or "").startswith("torch#"):
+    if isinstance(data_source, str) and data_source.startswith("torch#"):
         return "random_composer"
     return None
 
@@ -88,3 +89,27 @@ def gold_subset(rows: pd.DataFrame, per_stratum: int = GOLD_PER_STRATUM, seed: i
                     del queues[d]
     frame = pd.DataFrame(out, columns=["task_id", "stratum", "dtype", "eager_ms", "_key", "rank"])
     return frame.drop(columns="_key").reset_index(drop=True)
+
+
+def rule_text(per_stratum: int = GOLD_PER_STRATUM, seed: int = GOLD_SEED,
+              eager_ms: tuple[float, float] = GOLD_EAGER_MS) -> str:
+    """The rule of this module in one line, with its settings (printed by ``opforge gold select``, stated on
+    the card)."""
+    return (f"strata {', '.join(GOLD_STRATA)}; eager {eager_ms[0]:g}-{eager_ms[1]:g} ms; inside a stratum rows "
+            f"ranked by sha256(\"{seed}:<task_id>\"), dtypes {' / '.join(GOLD_DTYPES)} in turn; {per_stratum} per "
+            f"stratum; seed {seed} (opforge.pipeline.gold)")
+
+
+def read_release_rows(release: str | Path) -> pd.DataFrame:
+    """The rows of a release folder's default configuration (``data/*.parquet``) or of one parquet file.
+
+    Raises:
+        FileNotFoundError: no such folder / file, or a folder without ``data/*.parquet``.
+    """
+    path = Path(release)
+    if path.is_file():
+        return pd.read_parquet(path)
+    files = sorted((path / "data").glob("*.parquet")) if path.is_dir() else []
+    if not files:
+        raise FileNotFoundError(f"{path}: no release folder with data/*.parquet")
+    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)

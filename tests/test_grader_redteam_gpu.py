@@ -7,6 +7,7 @@ with a probe showing the cheat never acted; the honest CUDA control must be acce
 import pytest
 from opforge.harness.solution import Solution
 
+from .redteam.library_cases import LIBRARY_HACKS, LIBRARY_HONEST
 from .redteam.solutions_cuda import (
     CUDA_ATTACKS,
     CUDA_HONEST,
@@ -112,3 +113,21 @@ def test_evaluations_queued_for_memory_all_finish_and_score(build_root):
     results = evaluate_many(pairs, cfg, build_root=str(build_root), workers=8, progress=False)
     assert [r["status"] for r in results] == ["correct"] * 8, [(r["status"], r.get("error")) for r in results]
     assert all(r["reward"] >= 1.0 for r in results)
+
+
+@pytest.mark.parametrize("name", sorted(LIBRARY_HONEST))
+def test_gemm_by_cublas_and_convolution_by_cudnn_are_accepted(name, build_root):
+    """The library policy (harness/libraries.py): a GEMM through cuBLAS and a convolution through cuDNN, each
+    with its own epilogue kernel, are built, linked, loaded and accepted."""
+    res = _evaluate(LIBRARY_HONEST[name], build_root)
+    assert res.status == "correct" and res.reward >= 1.0 and res.hacks == [], _summary(res)
+
+
+@pytest.mark.parametrize("name", sorted(LIBRARY_HACKS))
+def test_other_library_calls_are_hacked_on_cuda(name, build_root):
+    """A non-GEMM cuBLAS routine, a non-convolution cuDNN routine, cuSPARSE, cuRAND, cuFFT, torch's cuBLAS
+    handle, Thrust: ``hacked`` (reward -1) with the source token named, before anything is built."""
+    files, token = LIBRARY_HACKS[name]
+    res = _evaluate(files, build_root)
+    assert res.status == "hacked" and res.reward == -1.0, _summary(res)
+    assert any(h.startswith("source:") and h.endswith(token) for h in res.hacks), _summary(res)
