@@ -36,7 +36,15 @@ from typing import Any
 
 HEADER_SUFFIXES = (".h", ".hpp", ".cuh")
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
-_PTX_ONLY = re.compile(r"^-gencode=arch=compute_\d+a?,code=compute_\d+a?$")
+_PTX_ONLY = re.compile(r"^-gencode=arch=compute_(\w+),code=compute_(\w+)$")
+
+
+def _sass_only(flags: list[str]) -> list[str]:
+    """``flags`` without the PTX copy (``-gencode=arch=compute_90,code=compute_90``) of an architecture whose
+    machine code (``code=sm_90``) is built too: the module runs on the GPU that is present, so the copy that
+    would serve later GPUs is only compile time."""
+    return [f for f in flags if not ((m := _PTX_ONLY.match(f)) and m.group(1) == m.group(2)
+                                     and f"-gencode=arch=compute_{m.group(1)},code=sm_{m.group(1)}" in flags)]
 
 
 def pch_applies(text: str) -> bool:
@@ -100,7 +108,7 @@ def build(req: dict[str, Any]) -> dict[str, Any]:
     includes = [f"-I{os.path.abspath(p)}" for p in req.get("extra_include_paths") or []]
     headers = sorted((p.relative_to(src_dir).as_posix(), p.read_text(errors="replace"))
                      for p in src_dir.rglob("*") if p.suffix in HEADER_SUFFIXES)
-    cuda_post = [f for f in tc["cuda_post_cflags"] if not _PTX_ONLY.match(f)]  # SASS of the present GPU only
+    cuda_flags = _sass_only(tc["cuda_cflags"])
     fixed = {"kernels/binding.cpp": (TEMPLATES / "binding.cpp").read_text(),
              "kernels/registry.h": (TEMPLATES / "registry.h").read_text()}
     plan: list[tuple[str, Path, list[str] | None]] = []  # (rel, object path, command or None when cached)
@@ -113,8 +121,8 @@ def build(req: dict[str, Any]) -> dict[str, Any]:
             continue
         tmp_obj = build_dir / "obj" / (rel.replace("/", "__") + ".o")
         if path.suffix == ".cu":
-            flags = [*tc["cuda_cflags"], *includes, *(req.get("extra_cuda_cflags") or [])]
-            post = cuda_post
+            flags = [*cuda_flags, *includes, *(req.get("extra_cuda_cflags") or [])]
+            post = tc["cuda_post_cflags"]
             cmd_head = tc["nvcc"]
         else:
             flags = [*tc["cflags"], *includes, *(req.get("extra_cflags") or [])]
