@@ -84,6 +84,7 @@ def main() -> None:
                f"r = ensure_toolchain('cpu', {tc_root!r} or None, log=open('/dev/null', 'w')); "
                "print(json.dumps({'made_s': r['seconds'], 'dir': r['dir']}))")
     cu = [str(src / "kernels/fused.cpp"), str(src / "kernels/binding.cpp")]
+    (work / "load_build").mkdir()
     steps["load"] = timed(
         "import json, os, sys; os.environ['PATH'] = os.path.dirname(sys.executable) + ':' + os.environ['PATH']; "
         "from torch.utils.cpp_extension import load; "

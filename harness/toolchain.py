@@ -28,6 +28,7 @@ import fcntl
 import hashlib
 import importlib.metadata
 import importlib.util
+import inspect
 import json
 import os
 import shlex
@@ -88,11 +89,15 @@ def _ninja_flags(flavour: str, build_dir: Path) -> dict[str, list[str] | str]:
 
     with_cuda = flavour == "cuda"
     sources = [str(build_dir / "probe.cpp")] + ([str(build_dir / "probe.cu")] if with_cuda else [])
-    ldflags = ce._prepare_ldflags([], with_cuda, False, False, False)
-    ce._write_ninja_file_to_build_library(
-        path=str(build_dir / "build.ninja"), name="opforge_kernels", sources=sources, extra_cflags=["-O3"],
-        extra_cuda_cflags=[], extra_sycl_cflags=[], extra_ldflags=ldflags, extra_include_paths=[],
-        with_cuda=with_cuda, with_sycl=False, is_standalone=False)
+    def call(fn, **kwargs):  # torch's private helpers gain parameters between releases (with_sycl in 2.7)
+        return fn(**{k: v for k, v in kwargs.items() if k in inspect.signature(fn).parameters})
+
+    ldflags = call(ce._prepare_ldflags, extra_ldflags=[], with_cuda=with_cuda, with_sycl=False, verbose=False,
+                   is_standalone=False)
+    call(ce._write_ninja_file_to_build_library,
+         path=str(build_dir / "build.ninja"), name="opforge_kernels", sources=sources, extra_cflags=["-O3"],
+         extra_cuda_cflags=[], extra_sycl_cflags=[], extra_ldflags=ldflags, extra_include_paths=[],
+         with_cuda=with_cuda, with_sycl=False, is_standalone=False)
     values: dict[str, str] = {}
     for line in (build_dir / "build.ninja").read_text().splitlines():
         name, sep, value = line.partition(" = ")
