@@ -67,7 +67,6 @@ def toolchain_key(flavour: str) -> str:
         "cxx": _run([os.environ.get("CXX", "c++"), "-dumpfullversion", "-dumpversion"]),
         "env": {k: os.environ.get(k) for k in FLAG_ENV},
         "templates": {n: hashlib.sha256((TEMPLATES / n).read_bytes()).hexdigest() for n in ("binding.cpp", "registry.h")},
-        "module": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
     }
     if flavour == "cuda":
         facts["nvcc"] = _run([_nvcc(), "--version"])
