@@ -62,6 +62,16 @@ def plan(episodes: int, mix: list[tuple[str, float]], n_tasks: int) -> list[tupl
     return [(k, i % n_tasks) for k, _ in mix for i in range(counts[k])]
 
 
+def build_seconds(compiles: list[dict]) -> dict:
+    """Seconds of each build that compiled (one per distinct solution; the others came from the cache) and
+    their median, from the compile tool's history entries (``build_s``, ``build_cached``)."""
+    import statistics
+
+    built = sorted(round(c["build_s"], 2) for c in compiles if c.get("build_s") and not c.get("build_cached"))
+    return {"compiles": len(compiles), "built": len(built), "build_s": built,
+            "build_s_p50": statistics.median(built) if built else None}
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
@@ -125,6 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
         "settings": {k: str(v) for k, v in vars(args).items()},
         "tasks": [{"task_id": r["task_id"], "variants": json.loads(r["shape_variants"])} for r in rows],
         "summary": episode_summary(results, seconds),
+        "builds": build_seconds([t for r in results for t in r["tools"] if t["tool"] == "compile"]),
         "episodes": [{k: r[k] for k in ("task_id", "agent", "reward", "status", "turns", "seconds", "error")}
                      | {"tool_seconds": {t["tool"]: t["seconds"] for t in r["tools"]}} for r in results],
     }
@@ -132,7 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
     import record
 
     path = record.write_file(args.out, out) if args.out else record.write("env_episodes", out)
-    print(json.dumps(out["summary"], indent=1))
+    print(json.dumps({**out["summary"], "builds": out["builds"]}, indent=1))
     print(f"result: {path}")
     return out
 

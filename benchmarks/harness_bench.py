@@ -133,6 +133,9 @@ def score_batch(dataset, completions, ids, expect, config, device: str, workers:
         "size": len(completions), "device": device, "workers": workers, "wall_s": wall,
         "rewards_per_min": 60 * len(completions) / wall,
         "build_s_total": sum(r["build_s"] for r in res), "builds": sum(1 for r in res if r["build_s"] > 0),
+        # one build per distinct solution (the others wait for it and get the cached module: 0 s)
+        "build_s_per_solution": sorted(round(r["build_s"], 2) for r in res if r["build_s"] > 0),
+        "build_s_p50": statistics.median([r["build_s"] for r in res if r["build_s"] > 0] or [0.0]),
         "verify_s_total": sum(r.get("verify_s") or 0 for r in res),
         "profile_s_total": sum(r.get("profile_s") or 0 for r in res),
         "eval_child_s_total": sum(r.get("eval_s") or 0 for r in res),

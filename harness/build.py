@@ -1,7 +1,11 @@
-"""Build a solution's ``kernels/`` into a Python extension (``torch.utils.cpp_extension``), sandboxed.
+"""Build a solution's ``kernels/`` into a Python extension, sandboxed (``harness.child``).
 
-C++ only (CPU) or with ``.cu`` files (CUDA, nvcc). The module is named ``opforge_kernels``; the build
-directory is keyed by the SHA-256 of the sources, so the same sources are built once per cache.
+C++ only (CPU) or with ``.cu`` files (CUDA, nvcc), with the flags of ``torch.utils.cpp_extension.load``.
+The module is named ``opforge_kernels``; the build directory is keyed by the SHA-256 of the sources and
+the extra flags, so the same sources are built once per cache. Inside a build, the fixed binding's object
+and a precompiled torch header come from the toolchain cache (``harness.toolchain``) and each source's
+object from ``<build_root>/objects`` (keyed by its text, the solution's headers and the flags), so a
+changed source is compiled again and nothing else is.
 
 Sources that register functions with ``OPFORGE_EXPORT`` (``templates/registry.h``) get the harness's own
 ``kernels/binding.cpp`` and ``kernels/registry.h``, whatever the solution holds under those names; sources
@@ -11,6 +15,7 @@ with their own ``PYBIND11_MODULE`` are built as they are.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -60,9 +65,16 @@ def _built(build_dir: Path) -> Path | None:
     return found[0] if found else None
 
 
-def build_extension(solution: Solution, build_root: str | Path | None = None, timeout_s: float = 600.0
-                    ) -> BuildResult:
+def build_extension(solution: Solution, build_root: str | Path | None = None, timeout_s: float = 600.0,
+                    extra_include_paths: list[str] | None = None, extra_ldflags: list[str] | None = None,
+                    toolchain_root: str | Path | None = None, route: str | None = None) -> BuildResult:
     """Compile ``solution.sources`` in a child process (see ``engine.oneshot``).
+
+    ``extra_include_paths`` (``-I`` folders for every source) and ``extra_ldflags`` (link flags: ``-L``,
+    ``-l``, ``-Wl,-rpath,...``) are for libraries the solution may use; they are part of the cache key.
+    ``toolchain_root``: the toolchain cache (default ``harness.toolchain.toolchain_root()``). ``route``:
+    ``objects`` (default; ``$OPFORGE_BUILD_ROUTE`` when set) or ``load`` (``torch.utils.cpp_extension.load``,
+    for comparison).
 
     Returns ``BuildResult(ok=True, module_path=None)`` when the solution has no sources.
     Raises nothing for compiler failures: they come back as ``ok=False`` with the error.
@@ -70,7 +82,14 @@ def build_extension(solution: Solution, build_root: str | Path | None = None, ti
     if not solution.sources:
         return BuildResult(True, None, 0.0)
     sources = extension_sources(solution)
-    build_dir = Path(build_root or default_build_root()) / sources_digest(sources)[:24]
+    route = route or os.environ.get("OPFORGE_BUILD_ROUTE") or "objects"
+    if route not in ("objects", "load"):
+        raise ValueError(f"build route {route!r}: expected 'objects' or 'load'")
+    extras = {"extra_include_paths": [str(p) for p in extra_include_paths or []],
+              "extra_ldflags": [str(f) for f in extra_ldflags or []]}
+    # the digest of the sources alone when nothing is added, so caches made before extras existed still hit
+    keyed = dict(sources, **{f"\0{k}": json.dumps(v) for k, v in extras.items() if v})
+    build_dir = Path(build_root or default_build_root()) / sources_digest(keyed)[:24]
     build_dir.mkdir(parents=True, exist_ok=True)
     # one build per source set: concurrent evaluations of the same sources wait for the first build
     with open(build_dir / "build.lock", "a") as lock:
@@ -79,18 +98,20 @@ def build_extension(solution: Solution, build_root: str | Path | None = None, ti
         so = _built(build_dir)
         if so is not None:
             return BuildResult(True, str(so), 0.0, cached=True)
-        result = _build(sources, build_dir, solution.uses_cuda, timeout_s)
+        request = {**extras, "route": route, "object_dir": str(build_dir.parent / "objects"),
+                   "toolchain_root": str(toolchain_root) if toolchain_root else None}
+        result = _build(sources, build_dir, solution.uses_cuda, timeout_s, request)
         result.seconds = time.perf_counter() - t0
         return result
 
 
-def _build(sources: dict[str, str], build_dir: Path, with_cuda: bool, timeout_s: float) -> BuildResult:
+def _build(sources: dict[str, str], build_dir: Path, with_cuda: bool, timeout_s: float, extra: dict) -> BuildResult:
     src_dir = build_dir / "src"
     for rel, text in sources.items():
         (src_dir / rel).parent.mkdir(parents=True, exist_ok=True)
         (src_dir / rel).write_text(text, encoding="utf-8")
     request = {"sources": [str(src_dir / r) for r in sources if not r.endswith((".h", ".hpp", ".cuh"))],
-               "build_dir": str(build_dir), "name": MODULE_NAME, "with_cuda": with_cuda}
+               "build_dir": str(build_dir), "name": MODULE_NAME, "with_cuda": with_cuda, **extra}
     out, seconds = run_child("opforge.harness.child", "build", request, build_dir, timeout_s)
     so = _built(build_dir) if out.get("ok") else None
     return BuildResult(bool(so), str(so) if so else None, seconds, error=None if so else out.get("error"),

@@ -1,30 +1,169 @@
 """Build step child of the harness: ``python -m opforge.harness.child build REQUEST.json RESULT.json``.
 
-``torch.utils.cpp_extension.load`` of the request's sources into ``build_dir``; writes one JSON result.
-Candidate code is compiled here, never run (it runs in ``harness.server``'s candidate role).
+Compiles the request's sources into ``<build_dir>/opforge_kernels.so`` and writes one JSON result
+(``{"ok": true}`` or ``{"ok": false, "error": ...}``); every command and the compilers' output go to stdout
+(the build log). Candidate code is compiled here, never run (it runs in ``harness.server``'s candidate role).
+
+Route ``objects`` (the default): the flags of ``torch.utils.cpp_extension.load`` (``harness.toolchain``),
+one compiler process per source, then one link:
+
+* the harness's fixed ``kernels/binding.cpp`` is never compiled: the toolchain's ``binding.o`` is linked;
+* a C++ source whose first preprocessor directive is an ``#include`` is compiled with the toolchain's
+  precompiled torch / pybind11 header (``-include``; the source's own ``#include <torch/extension.h>`` is
+  then a no-op), any other C++ source, and every ``.cu`` source (nvcc), as it is;
+* each object is kept in ``object_dir`` under the SHA-256 of the toolchain key, the compiler and flags, the
+  source's path and text and the text of every header of the solution, so an unchanged source is not
+  compiled again and a changed one (or a changed header) always is.
+
+Route ``load`` (request ``"route": "load"``, and the fallback when the toolchain cannot be made):
+``torch.utils.cpp_extension.load``, as before.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
+import shlex
+import subprocess
 import sys
+import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
+HEADER_SUFFIXES = (".h", ".hpp", ".cuh")
+_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_PTX_ONLY = re.compile(r"^-gencode=arch=compute_(\w+),code=compute_(\w+)$")
 
-def build(req: dict[str, Any]) -> dict[str, Any]:
+
+def _sass_only(flags: list[str]) -> list[str]:
+    """``flags`` without the PTX copy (``-gencode=arch=compute_90,code=compute_90``) of an architecture whose
+    machine code (``code=sm_90``) is built too: the module runs on the GPU that is present, so the copy that
+    would serve later GPUs is only compile time."""
+    return [f for f in flags if not ((m := _PTX_ONLY.match(f)) and m.group(1) == m.group(2)
+                                     and f"-gencode=arch=compute_{m.group(1)},code=sm_{m.group(1)}" in flags)]
+
+
+def pch_applies(text: str) -> bool:
+    """Whether a C++ source may be compiled with the precompiled torch header forced in front of it: its
+    first preprocessor directive (comments and ``#pragma once`` skipped) is an ``#include``, so no macro of
+    the source is defined before torch's headers are read (GCC's condition for a precompiled header to mean
+    the same as the text)."""
+    for line in _COMMENTS.sub("", text).splitlines():
+        s = line.strip()
+        if not s.startswith("#"):
+            continue
+        words = s[1:].split()
+        if not words:
+            continue
+        if words[0] == "pragma" and words[1:2] == ["once"]:
+            continue
+        return words[0] == "include" or s[1:].lstrip().startswith("include")
+    return False
+
+
+def _load_route(req: dict[str, Any]) -> dict[str, Any]:
     from torch.utils.cpp_extension import load
 
     # ninja (a dependency) lives next to this interpreter in a virtual environment that is not activated
     os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-
     try:
         load(name=req["name"], sources=req["sources"], build_directory=req["build_dir"],
-             with_cuda=req["with_cuda"], extra_cflags=["-O3"], verbose=True)
+             with_cuda=req["with_cuda"], extra_cflags=["-O3"], extra_ldflags=req.get("extra_ldflags") or [],
+             extra_include_paths=req.get("extra_include_paths") or [], verbose=True)
     except Exception as exc:  # noqa: BLE001 - the compiler's message is the result
         return {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[-1500:]}"}
     return {"ok": True}
+
+
+def _run(cmd: list[str]) -> tuple[int, str, float]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    return proc.returncode, proc.stdout, time.perf_counter() - t0
+
+
+def build(req: dict[str, Any]) -> dict[str, Any]:
+    """Build ``req["sources"]`` (absolute paths under ``<build_dir>/src``) into ``<build_dir>/<name>.so``.
+
+    Request keys: ``sources``, ``build_dir``, ``name``, ``with_cuda``; optional ``route`` (``objects`` /
+    ``load``), ``object_dir`` (default ``<build_dir>/objects``), ``toolchain_root``
+    (``harness.toolchain.toolchain_root()``), ``extra_include_paths`` (``-I`` folders for every source),
+    ``extra_cflags`` (C++ sources), ``extra_cuda_cflags`` (``.cu`` sources), ``extra_ldflags`` (the link).
+    """
+    if req.get("route", "objects") == "load":
+        return _load_route(req)
+    from opforge.harness.toolchain import TEMPLATES, ensure_toolchain
+
+    t_start = time.perf_counter()
+    build_dir = Path(req["build_dir"])
+    src_dir = build_dir / "src"
+    try:
+        tc = ensure_toolchain("cuda" if req["with_cuda"] else "cpu", req.get("toolchain_root"))
+    except Exception:  # noqa: BLE001 - torch's private flag helpers changed, or its headers do not compile
+        traceback.print_exc()
+        print("the toolchain could not be made: building with torch.utils.cpp_extension.load", flush=True)
+        return _load_route(req)
+    t_toolchain = time.perf_counter() - t_start
+    object_dir = Path(req.get("object_dir") or build_dir / "objects")
+    object_dir.mkdir(parents=True, exist_ok=True)
+    (build_dir / "obj").mkdir(exist_ok=True)
+    includes = [f"-I{os.path.abspath(p)}" for p in req.get("extra_include_paths") or []]
+    headers = sorted((p.relative_to(src_dir).as_posix(), p.read_text(errors="replace"))
+                     for p in src_dir.rglob("*") if p.suffix in HEADER_SUFFIXES)
+    cuda_flags = _sass_only(tc["cuda_cflags"])
+    fixed = {"kernels/binding.cpp": (TEMPLATES / "binding.cpp").read_text(),
+             "kernels/registry.h": (TEMPLATES / "registry.h").read_text()}
+    plan: list[tuple[str, Path, list[str] | None]] = []  # (rel, object path, command or None when cached)
+    for path in map(Path, req["sources"]):
+        rel = path.relative_to(src_dir).as_posix()
+        text = path.read_text(errors="replace")
+        if rel == "kernels/binding.cpp" and text == fixed[rel] and dict(headers).get("kernels/registry.h") == \
+                fixed["kernels/registry.h"]:
+            plan.append((rel, Path(tc["binding_obj"]), None))
+            continue
+        tmp_obj = build_dir / "obj" / (rel.replace("/", "__") + ".o")
+        if path.suffix == ".cu":
+            flags = [*cuda_flags, *includes, *(req.get("extra_cuda_cflags") or [])]
+            post = tc["cuda_post_cflags"]
+            cmd_head = tc["nvcc"]
+        else:
+            flags = [*tc["cflags"], *includes, *(req.get("extra_cflags") or [])]
+            if pch_applies(text):
+                flags += ["-include", tc["pch"], "-Winvalid-pch"]
+            post = tc["post_cflags"]
+            cmd_head = tc["cxx"]
+        key = hashlib.sha256(json.dumps([tc["key"], cmd_head, flags, post, rel, text, headers]).encode()).hexdigest()
+        obj = object_dir / f"{key[:32]}.o"
+        cmd = None if obj.is_file() else [*cmd_head, *flags, "-c", str(path), "-o", str(tmp_obj), *post]
+        plan.append((rel, obj, cmd))
+    todo = [(rel, obj, cmd) for rel, obj, cmd in plan if cmd is not None]
+    print(f"toolchain {tc['dir']} ({t_toolchain:.1f} s); {len(plan)} units, {len(todo)} to compile, "
+          f"{len(plan) - len(todo)} from the object cache", flush=True)
+    with ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as pool:
+        results = list(pool.map(lambda item: _run(item[2]), todo))
+    failed = []
+    for (rel, obj, cmd), (code, output, seconds) in zip(todo, results, strict=True):
+        print(f"$ {shlex.join(cmd)}\n{output}[{rel}: {seconds:.1f} s, exit {code}]", flush=True)
+        if code:
+            failed.append(f"compiling {rel} failed (exit {code}):\n{output[-1500:]}")
+            continue
+        tmp = obj.with_name(f"{obj.name}.{os.getpid()}.tmp")
+        os.replace(Path(cmd[cmd.index("-o") + 1]), tmp)
+        os.replace(tmp, obj)  # published whole: a concurrent build sees the old object or the new one
+    if failed:
+        return {"ok": False, "error": f"BuildError: {failed[0][-1500:]}"}
+    link_tmp = build_dir / "link.tmp"
+    cmd = [*tc["cxx"], *[str(obj) for _, obj, _ in plan], *tc["ldflags"], *(req.get("extra_ldflags") or []),
+           "-o", str(link_tmp)]
+    code, output, seconds = _run(cmd)
+    print(f"$ {shlex.join(cmd)}\n{output}[link: {seconds:.1f} s, exit {code}]", flush=True)
+    if code:
+        return {"ok": False, "error": f"BuildError: linking failed (exit {code}):\n{output[-1500:]}"}
+    os.replace(link_tmp, build_dir / f"{req['name']}.so")
+    return {"ok": True, "compiled": [rel for rel, _, _ in todo], "toolchain_s": t_toolchain}
 
 
 def main() -> None:
@@ -37,7 +176,7 @@ def main() -> None:
         res = build(req)
     except Exception as exc:  # noqa: BLE001 - a failure of the step itself, reported as such
         traceback.print_exc()
-        res = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+        res = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:1500]}"}
     with open(res_path, "w") as fh:
         json.dump(res, fh)
 

@@ -248,7 +248,9 @@ class KernelEnv:
             text, status = getattr(self, f"_tool_{tool}")(**args)
         except TypeError as exc:  # wrong arguments from the model
             text, status = f"{tool}: bad arguments ({exc})", "bad_arguments"
-        self.history.append({"tool": tool, "seconds": round(time.perf_counter() - t0, 3), "status": status})
+        entry = {"tool": tool, "seconds": round(time.perf_counter() - t0, 3), "status": status}
+        build, self._build_info = getattr(self, "_build_info", None), None
+        self.history.append({**entry, **(build or {})})
         if not self.done and self.turns >= self.config.max_turns:
             self.done = True
             text += f"\n(turn budget of {self.config.max_turns} tool calls exhausted: the episode is over)"
@@ -333,6 +335,8 @@ class KernelEnv:
         from opforge.harness.feedback import compile_text
 
         step = self._run("compile")
+        # the build's own seconds (0 when the module came from the cache), kept in the call's history entry
+        self._build_info = {"build_s": step.get("seconds"), "build_cached": step.get("cached")}
         return compile_text(step, self.config.max_output_chars), "ok" if step.get("ok") else "build_error"
 
     def _tool_verify(self) -> tuple[str, str]:

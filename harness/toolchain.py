@@ -1,0 +1,172 @@
+"""What every extension build of one torch, compiler and GPU shares: flags, a precompiled header, the
+fixed binding's object. Built once, in the build child (``harness.child``), kept in the toolchain cache.
+
+A toolchain is one *flavour* (``cpu``: g++ only; ``cuda``: g++ and nvcc) of one environment. Its folder
+``<root>/<flavour>-<key>`` (``root`` default ``$OPFORGE_CACHE/toolchain``, i.e.
+``~/.cache/opforge/toolchain``; ``key``: SHA-256 over the torch version and folder, the compilers' versions,
+the GPUs' compute capabilities, the environment variables that change torch's flags and this module's
+layout version) holds:
+
+* ``toolchain.json``: the compiler commands and flags that ``torch.utils.cpp_extension.load`` would use for
+  the same sources in this environment (``cflags``, ``cuda_cflags``, ``cuda_post_cflags``, ``ldflags``: read
+  from the ninja file that torch writes for them, so a torch release that changes its flags changes them here
+  too), plus ``-O3`` as the harness always passed;
+* ``pch/torch_extension.h`` and its GCC precompiled header ``torch_extension.h.gch`` (``#include
+  <torch/extension.h>`` compiled once with ``cflags``); a C++ source that starts with an ``#include`` is
+  compiled with ``-include pch/torch_extension.h``, so the torch and pybind11 headers are read from the
+  precompiled form instead of being parsed again (about 20 s per source on 2 cores);
+* ``binding.o``: the harness's fixed ``kernels/binding.cpp`` (``templates/``) compiled once.
+
+Only trusted files go in (torch's headers, the harness's templates); candidate sources are never compiled
+here. The folder is written under a lock and published by writing ``toolchain.json`` last, so concurrent
+builds wait for the first and never read a half-made toolchain.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.metadata
+import importlib.util
+import inspect
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+LAYOUT = 1  # bump when the folder's content or the flags' derivation changes
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+# environment variables that change the flags torch.utils.cpp_extension derives
+FLAG_ENV = ("TORCH_CUDA_ARCH_LIST", "CXX", "CC", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "TORCH_DONT_CHECK_COMPILER_ABI")
+
+
+def toolchain_root() -> Path:
+    """``$OPFORGE_CACHE/toolchain`` (default ``~/.cache/opforge/toolchain``)."""
+    return Path(os.environ.get("OPFORGE_CACHE", Path.home() / ".cache" / "opforge")) / "toolchain"
+
+
+def _run(cmd: list[str], timeout: float = 30.0) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "missing"
+
+
+def toolchain_key(flavour: str) -> str:
+    """SHA-256 (hex) of what decides a toolchain's flags and files, found without importing torch
+    (about 0.1 s: ``c++ -dumpfullversion``, and for ``cuda`` ``nvcc --version`` and ``nvidia-smi``'s compute
+    capabilities)."""
+    spec = importlib.util.find_spec("torch")
+    facts = {
+        "layout": LAYOUT, "flavour": flavour, "python": sys.version, "executable": sys.executable,
+        "torch": importlib.metadata.version("torch"), "torch_dir": str(Path(spec.origin).parent) if spec else None,
+        "cxx": _run([os.environ.get("CXX", "c++"), "-dumpfullversion", "-dumpversion"]),
+        "env": {k: os.environ.get(k) for k in FLAG_ENV},
+        "templates": {n: hashlib.sha256((TEMPLATES / n).read_bytes()).hexdigest() for n in ("binding.cpp", "registry.h")},
+    }
+    if flavour == "cuda":
+        facts["nvcc"] = _run([_nvcc(), "--version"])
+        facts["gpus"] = _run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"])
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+
+
+def _nvcc() -> str:
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home and Path(home, "bin", "nvcc").exists():
+        return str(Path(home, "bin", "nvcc"))
+    return shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+
+
+def _ninja_flags(flavour: str, build_dir: Path) -> dict[str, list[str] | str]:
+    """The commands and flags ``torch.utils.cpp_extension.load(name="opforge_kernels", extra_cflags=["-O3"])``
+    would use here, from the ninja file torch writes for a C++ (and a CUDA) source."""
+    from torch.utils import cpp_extension as ce
+
+    with_cuda = flavour == "cuda"
+    sources = [str(build_dir / "probe.cpp")] + ([str(build_dir / "probe.cu")] if with_cuda else [])
+    def call(fn, **kwargs):  # torch's private helpers gain parameters between releases (with_sycl in 2.7)
+        return fn(**{k: v for k, v in kwargs.items() if k in inspect.signature(fn).parameters})
+
+    ldflags = call(ce._prepare_ldflags, extra_ldflags=[], with_cuda=with_cuda, with_sycl=False, verbose=False,
+                   is_standalone=False)
+    call(ce._write_ninja_file_to_build_library,
+         path=str(build_dir / "build.ninja"), name="opforge_kernels", sources=sources, extra_cflags=["-O3"],
+         extra_cuda_cflags=[], extra_sycl_cflags=[], extra_ldflags=ldflags, extra_include_paths=[],
+         with_cuda=with_cuda, with_sycl=False, is_standalone=False)
+    values: dict[str, str] = {}
+    for line in (build_dir / "build.ninja").read_text().splitlines():
+        name, sep, value = line.partition(" = ")
+        if sep and not line.startswith(" ") and name.isidentifier():
+            values[name] = value.replace("$$", "$")
+    out: dict[str, list[str] | str] = {k: shlex.split(values.get(k, "")) for k in
+                                       ("cflags", "post_cflags", "cuda_cflags", "cuda_post_cflags", "ldflags")}
+    out["cxx"] = shlex.split(values["cxx"])
+    out["nvcc"] = shlex.split(values["nvcc"]) if with_cuda else []
+    return out
+
+
+def _check(cmd: list[str], log, what: str) -> None:
+    print("$ " + shlex.join(cmd), file=log, flush=True)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(proc.stdout + f"[{what}: {time.perf_counter() - t0:.1f} s, exit {proc.returncode}]", file=log, flush=True)
+    if proc.returncode:
+        raise RuntimeError(f"toolchain: {what} failed (exit {proc.returncode}): {proc.stdout[-1500:]}")
+
+
+def ensure_toolchain(flavour: str, root: str | Path | None = None, log=None) -> dict:
+    """The toolchain of ``flavour`` (``cpu`` or ``cuda``) for this environment, made when missing (one torch
+    import, one precompiled header, one compile of the fixed binding: about a minute on 2 cores, once).
+
+    Returns ``toolchain.json``'s content: ``key``, ``dir``, ``cxx``, ``nvcc`` (command lists), ``cflags``,
+    ``post_cflags``, ``cuda_cflags``, ``cuda_post_cflags``, ``ldflags`` (flag lists), ``pch`` (the header
+    to ``-include``) and ``binding_obj`` (path), ``seconds`` (what making it took).
+
+    Raises:
+        ValueError: an unknown flavour.
+        RuntimeError: the precompiled header or the binding does not compile (the message holds the tail
+            of the compiler's output).
+    """
+    if flavour not in ("cpu", "cuda"):
+        raise ValueError(f"toolchain flavour {flavour!r}: expected 'cpu' or 'cuda'")
+    log = log or sys.stdout
+    key = toolchain_key(flavour)
+    folder = Path(root or toolchain_root()) / f"{flavour}-{key[:20]}"
+    done = folder / "toolchain.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "make.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.is_file():
+            return json.loads(done.read_text())
+        t0 = time.perf_counter()
+        print(f"toolchain {flavour}: making {folder}", file=log, flush=True)
+        probe = folder / "probe"
+        probe.mkdir(exist_ok=True)
+        flags = _ninja_flags(flavour, probe)
+        pch_dir = folder / "pch"
+        pch_dir.mkdir(exist_ok=True)
+        header = pch_dir / "torch_extension.h"
+        header.write_text("// opforge: precompiled torch extension headers\n#include <torch/extension.h>\n")
+        cxx, cflags = flags["cxx"], flags["cflags"]
+        _check([*cxx, *cflags, "-x", "c++-header", str(header), "-o", str(header) + ".gch.tmp",
+                *flags["post_cflags"]], log, "precompiled header")
+        os.replace(str(header) + ".gch.tmp", str(header) + ".gch")
+        shutil.copy(TEMPLATES / "registry.h", pch_dir / "registry.h")
+        shutil.copy(TEMPLATES / "binding.cpp", pch_dir / "binding.cpp")
+        binding = folder / "binding.o"
+        _check([*cxx, *cflags, "-include", str(header), "-Winvalid-pch", "-c", str(pch_dir / "binding.cpp"),
+                "-o", str(binding) + ".tmp", *flags["post_cflags"]], log, "fixed binding")
+        os.replace(str(binding) + ".tmp", binding)
+        record = {"key": key, "flavour": flavour, "dir": str(folder), **flags, "pch": str(header),
+                  "binding_obj": str(binding), "seconds": time.perf_counter() - t0}
+        tmp = folder / "toolchain.json.tmp"
+        tmp.write_text(json.dumps(record, indent=1))
+        os.replace(tmp, done)
+        print(f"toolchain {flavour}: made in {record['seconds']:.1f} s", file=log, flush=True)
+        return record
