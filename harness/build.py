@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from opforge.engine.oneshot import run_child
+from opforge.harness.libraries import LibraryError, build_options
 from opforge.harness.solution import MODULE_NAME, Solution, sources_digest
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -71,7 +72,9 @@ def build_extension(solution: Solution, build_root: str | Path | None = None, ti
     """Compile ``solution.sources`` in a child process (see ``engine.oneshot``).
 
     ``extra_include_paths`` (``-I`` folders for every source) and ``extra_ldflags`` (link flags: ``-L``,
-    ``-l``, ``-Wl,-rpath,...``) are for libraries the solution may use; they are part of the cache key.
+    ``-l``, ``-Wl,-rpath,...``) are added to those of the allowed libraries the sources use
+    (``harness.libraries.build_options``: cuBLAS, cuBLASLt, cuDNN); all are part of the cache key. A library
+    the sources use that is not installed is a failed build naming it (``LibraryError``).
     ``toolchain_root``: the toolchain cache (default ``harness.toolchain.toolchain_root()``). ``route``:
     ``objects`` (default; ``$OPFORGE_BUILD_ROUTE`` when set) or ``load`` (``torch.utils.cpp_extension.load``,
     for comparison).
@@ -85,8 +88,13 @@ def build_extension(solution: Solution, build_root: str | Path | None = None, ti
     route = route or os.environ.get("OPFORGE_BUILD_ROUTE") or "objects"
     if route not in ("objects", "load"):
         raise ValueError(f"build route {route!r}: expected 'objects' or 'load'")
-    extras = {"extra_include_paths": [str(p) for p in extra_include_paths or []],
-              "extra_ldflags": [str(f) for f in extra_ldflags or []]}
+    # the allowed libraries (cuBLAS / cuBLASLt / cuDNN) the sources use: their headers and link flags
+    try:
+        libs = build_options(solution.sources)
+    except LibraryError as exc:
+        return BuildResult(False, None, 0.0, error=f"LibraryError: {exc}")
+    extras = {"extra_include_paths": [str(p) for p in [*(extra_include_paths or []), *libs["extra_include_paths"]]],
+              "extra_ldflags": [str(f) for f in [*(extra_ldflags or []), *libs["extra_ldflags"]]]}
     # the digest of the sources alone when nothing is added, so caches made before extras existed still hit
     keyed = dict(sources, **{f"\0{k}": json.dumps(v) for k, v in extras.items() if v})
     build_dir = Path(build_root or default_build_root()) / sources_digest(keyed)[:24]
