@@ -406,7 +406,8 @@ def build_section(f: dict[str, Any], run: dict[str, Any], config: dict[str, Any]
     seconds per filter over the whole ledger, and the steps run on the published rows afterwards."""
     env = f.get("environment") or {}
     keys = ("target", "seed", "device", "device_profile", "round_size", "max_per_signature", "max_heavy_share",
-            "cap_rounds", "soft_min_fusion_gain", "max_random_share", "max_op_share", "runtime_window_ms",
+            "cap_rounds", "soft_min_fusion_gain", "max_random_share", "max_op_share", "max_op_set_share",
+            "runtime_window_ms",
             "timeout_s", "op_mix", "motif_share", "dtype_mix")
     shown = ", ".join(f"`{k}` {json.dumps(config[k])}" for k in keys if config.get(k) is not None)
     envs = ", ".join(f"{k} {env[k]}" for k in ("gpu", "torch", "transformers", "triton", "python", "filter_logic")
@@ -474,14 +475,19 @@ def _figure(key: str, v: Any) -> str:
     return _n(v)
 
 
+# realism targets whose value the card shows with the figure that names it (task.realism's diversity figures)
+_NAMED_BY = {"top_exotic_op_share": "top_exotic_op", "top_op_set_share": "top_op_set",
+             "distinct_op_set_share": "distinct_op_sets"}
+
+
 def _target_value(real: dict[str, Any], key: str) -> str:
-    """A realism target's value as the card shows it; ``top_other_op_share`` names its op (figure
-    ``top_other_op``)."""
+    """A realism target's value as the card shows it; the diversity targets name what they measure (the top
+    exotic op, the top op set, the number of distinct op sets)."""
     v = real["targets"][key].get("value")
     if v is None:
         return "-"
-    op = real.get("figures", {}).get("top_other_op") if key == "top_other_op_share" else None
-    return _figure(key, v) + (f" ({op})" if op else "")
+    named = real.get("figures", {}).get(_NAMED_BY[key]) if key in _NAMED_BY else None
+    return _figure(key, v) + (f" ({_n(named)})" if named is not None else "")
 
 
 def _missed_targets(real: dict[str, Any] | None) -> list[str]:
@@ -577,8 +583,9 @@ def release_card(text: str, path: Path, funnel: dict[str, Any], run: dict[str, A
         elif title == "Environment":
             sec = re.sub(r"(?m)^\| filter fingerprint \|.*\n?", "", sec).rstrip()
             sec += f"\n| filter fingerprint | `{funnel['fingerprint']}` |\n"
-        elif title == "Limitations":
-            sec = sec.rstrip() + "\n" + "".join(f"- {x}\n" for x in _limitations(recheck, realism) if x not in sec)
+        elif title == "Limitations":  # the realism notes of an earlier release card are replaced, not kept
+            sec = re.sub(r"(?m)^- Realism target `.*\n?", "", sec).rstrip()
+            sec += "\n" + "".join(f"- {x}\n" for x in _limitations(recheck, realism) if x not in sec)
         elif title == "Licence" and not placed:  # a card without a funnel section: before the licence
             out.extend(added)
             placed = True
@@ -609,6 +616,73 @@ def _limitations(recheck: dict[str, Any] | None, realism: dict[str, Any] | None 
         notes.append(f"Realism target `{k}` is not met: {_target_value(realism, k)} against "
                      f"{realism['targets'][k].get('target')} (see Realism).")
     return notes
+
+
+def refresh_realism(folder: str | Path, realism: str | Path, reference: str | Path | None = None) -> dict[str, Any]:
+    """Re-render the realism figures of a release folder from realism reports of its own rows, leaving the rows,
+    plots and every other section as they are: the card's ``Realism`` section, its ``Limitations`` (realism
+    notes replaced: only targets the report misses), the diversity rows of its ``Side by side with B`` table
+    (``pipeline.compare.diversity_rows``, B's from ``reference``) and ``opforge_run.json``'s ``release.realism``
+    (and ``release.comparison.diversity``). For measures added after a release was assembled: the rows are the
+    published ones, so the figures are those ``opforge compare`` / ``opforge release`` would give.
+
+    Args:
+        folder: the release folder (``README.md``, ``opforge_run.json``, ``data/*.parquet``).
+        realism: a realism report (``{"figures", "targets"}``: ``benchmarks/realism_bench.py``) of the folder's rows.
+        reference: the same report of the compared dataset B (None: the side-by-side table is left as it is).
+
+    Returns:
+        The new ``release.realism`` block.
+
+    Raises:
+        ReleaseError: a file is missing or malformed, or the report counts another number of rows than the folder.
+    """
+    import pyarrow.parquet as pq
+    from opforge.pipeline.compare import diversity_rows
+
+    folder = Path(folder)
+    card_path, prov_path = folder / "README.md", folder / "opforge_run.json"
+    if not card_path.is_file():
+        raise ReleaseError(f"{card_path}: no such file (a release folder's card)")
+    prov = _read_json(prov_path, "a release's provenance")
+    if not isinstance(prov.get("release"), dict):
+        raise ReleaseError(f"{prov_path}: no `release` block (not a folder of `opforge release`)")
+    real = realism_summary(_read_json(Path(realism), "the realism report"), realism)
+    rows = sum(pq.ParquetFile(p).metadata.num_rows for p in sorted((folder / "data").glob("*.parquet")))
+    if real["figures"].get("rows") != rows:
+        raise ReleaseError(f"{realism}: a report of {real['figures'].get('rows')} rows, the folder holds {rows}")
+    ref = None if reference is None else realism_summary(_read_json(Path(reference), "the realism report"),
+                                                         reference)
+    text = card_path.read_text(encoding="utf-8")
+    head, sep, body = text.partition("\n---\n")
+    sections = split_sections(body)
+    source = f"report of this folder's rows by `benchmarks/realism_bench.py`, `{Path(realism).name}`"
+    for sec in sections:
+        if sec[0] == "Realism":
+            sec[1] = realism_section(real, source)
+        elif sec[0] == "Limitations":
+            keep = re.sub(r"(?m)^- Realism target `.*\n?", "", sec[1]).rstrip()
+            missed = [f"Realism target `{k}` is not met: {_target_value(real, k)} against "
+                      f"{real['targets'][k].get('target')} (see Realism)." for k in _missed_targets(real)]
+            sec[1] = keep + "\n" + "".join(f"- {x}\n" for x in missed)
+        elif sec[0].startswith(COMPARE_PREFIX) and ref is not None:
+            lines = [ln for ln in sec[1].split("\n")
+                     if not ln.startswith(("| realism: top exotic op", "| realism: top op set",
+                                           "| realism: distinct op sets"))]
+            last = max(i for i, ln in enumerate(lines) if ln.startswith("|"))
+            added = ["| " + " | ".join(r) + " |" for r in diversity_rows([real["figures"], ref["figures"]])]
+            lines[last + 1:last + 1] = [r.replace("; sample)", "; all rows)") for r in added]
+            sec[1] = "\n".join(lines)
+    card_path.write_text(head + sep + "\n" + join_sections(sections).rstrip() + "\n", encoding="utf-8")
+    prov["release"]["realism"] = real
+    if ref is not None and isinstance(prov["release"].get("comparison"), dict):
+        keys = ("top_exotic_op", "top_exotic_op_share", "top_op_set", "top_op_set_share", "distinct_op_sets",
+                "distinct_op_set_share")
+        prov["release"]["comparison"]["diversity"] = {
+            "a": {k: real["figures"].get(k) for k in keys}, "b": {k: ref["figures"].get(k) for k in keys},
+            "source": "benchmarks/realism_bench.py reports of both datasets' rows (task.realism)"}
+    prov_path.write_text(_dump(prov))
+    return real
 
 
 # ---------------------------------------------------------------------------------------------------------

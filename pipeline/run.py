@@ -653,7 +653,8 @@ def run_selection(pool: pd.DataFrame, cfg: RunConfig):
                            keep_pool_mix=cfg.op_mix == "models")
     return select_tasks(pool, cfg.target, shares, seed=cfg.seed, max_per_signature=cfg.max_per_signature,
                         max_heavy_share=cfg.max_heavy_share, soft_min_fusion_gain=cfg.soft_min_fusion_gain,
-                        max_random_share=random_cap(cfg), max_op_share=cfg.max_op_share)
+                        max_random_share=random_cap(cfg), max_op_share=cfg.max_op_share,
+                        max_op_set_share=cfg.max_op_set_share)
 
 
 def cap_round(selection) -> bool:
