@@ -685,6 +685,79 @@ def refresh_realism(folder: str | Path, realism: str | Path, reference: str | Pa
     return real
 
 
+def refresh_card_statements(folder: str | Path) -> list[str]:
+    """Re-state, from a release folder's own rows, the card statements that ``opforge run`` once wrote as fixed
+    prose or from another measure: the ``data_source`` range (``hub_folder.column_doc``), the libraries motifs come
+    from, the first-input batch range, the size contexts (``run.size_contexts``), the selection note on a single
+    op's share (replaced by the diversity of multi-op rows, ``task.realism``, measured on the rows by
+    ``select.exotic_ops`` / ``select.op_sets``) and ``plots/op_count.png`` (``plots.op_count_figure``). Rows are not
+    touched. Returns what was changed (a statement not found is left as it is and not listed).
+
+    Raises:
+        ReleaseError: the folder has no card or no readable rows.
+    """
+    import pandas as pd
+    from opforge.data_cards.plots import op_count_figure
+    from opforge.pipeline.hub_folder import COLUMNS, column_doc
+    from opforge.pipeline.run import _shape_stats, _source_stats
+    from opforge.pipeline.select import exotic_ops, op_sets
+    from opforge.task.realism import op_set_name
+
+    folder = Path(folder)
+    card_path = folder / "README.md"
+    if not card_path.is_file():
+        raise ReleaseError(f"{card_path}: no such file (a release folder's card)")
+    shards = sorted((folder / "data").glob("*.parquet"))
+    if not shards:
+        raise ReleaseError(f"{folder / 'data'}: no *.parquet rows")
+    rows = pd.concat([_read_parquet(p) for p in shards], ignore_index=True)
+    text = card_path.read_text(encoding="utf-8")
+    changed: list[str] = []
+
+    def sub(pattern: str, repl: str, what: str) -> None:
+        nonlocal text
+        new, n = re.subn(pattern, lambda _m: repl, text, count=1, flags=re.M)
+        if n and new != text:
+            text = new
+            changed.append(what)
+
+    doc = next(d for name, _, _, d in COLUMNS if name == "data_source")
+    sub(r"^\| `data_source` \| string \| .*\|$", f"| `data_source` | string | {column_doc('data_source', doc, rows)} |",
+        "data_source range")
+    libs = _source_stats(rows)["libraries"]
+    if libs:
+        sub(r"forward pass of real models \([^)]*\)(?=, at the model's own)",
+            f"forward pass of real models ({', '.join(libs)})", "motif libraries")
+    shapes = _shape_stats(rows)
+    sub(r"; the batch \(first dim of the first input\) is at most \d+\.\nFirst-input batch: median",
+        f"; motifs keep their source model's sizes.\nFirst-input batch (first dim of the first input): "
+        f"{shapes['batch_min']} to {shapes['batch_max']},\nmedian", "batch range")
+    ctx = ", ".join(f"`{fam}` ({count})" for fam, count in shapes["contexts"])
+    none = f"; {shapes['no_context']} tasks have fixed sizes (no size context)" if shapes["no_context"] else ""
+    sub(r"^Most common size contexts .*$",
+        "Most common size contexts (the model family of a row's `size_context`, else its motif's source model), "
+        f"tasks each:\n{ctx}{none}.", "size contexts")
+    exotic = Counter(o for x in exotic_ops(rows) for o in x)
+    sets = Counter(op_sets(rows))
+    top_op = max(exotic.items(), key=lambda kv: (kv[1], kv[0]), default=("none", 0))
+    top_set = max(sets.items(), key=lambda kv: (kv[1], op_set_name(kv[0])))
+    n = len(rows)
+    sub(r"^- most frequent op outside the common ones: .*$",
+        f"- diversity of multi-op rows, measured on these rows (`ops` labels; layout ops left out): most frequent "
+        f"exotic op {top_op[0]} in {top_op[1] / n:.1%} of them, most frequent op set "
+        f"{op_set_name(top_set[0])} in {top_set[1] / n:.1%}, {len(sets):,} distinct op sets", "selection note")
+    card_path.write_text(text, encoding="utf-8")
+    if (folder / "plots").is_dir():
+        import matplotlib.pyplot as plt
+
+        fig = op_count_figure(rows)
+        fig.tight_layout()
+        fig.savefig(folder / "plots" / "op_count.png", dpi=110)
+        plt.close(fig)
+        changed.append("plots/op_count.png")
+    return changed
+
+
 # ---------------------------------------------------------------------------------------------------------
 # checks
 

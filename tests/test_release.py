@@ -377,6 +377,7 @@ def test_out_is_replaced_only_when_it_is_a_release_and_the_cap_and_paths_are_che
     assert "/home/" in str(err.value) and not (tmp_path / "leak").exists()
 
 
+@pytest.mark.slow
 def test_refresh_realism_rerenders_the_release_card_and_leaves_the_rows(tmp_path):
     """``refresh_realism`` on a copy of the shipped release: the Realism section and the realism notes of
     Limitations come from the new report (a retired target is no longer reported missed, only missed targets are
@@ -419,3 +420,19 @@ def test_refresh_realism_rerenders_the_release_card_and_leaves_the_rows(tmp_path
     prov = json.loads((folder / "opforge_run.json").read_text())["release"]
     assert prov["realism"]["figures"]["top_op_set"] == "layer_norm"
     assert prov["comparison"]["diversity"]["b"]["distinct_op_sets"] == 3000
+
+    # the statements the run once wrote as fixed prose are re-stated from the rows
+    from opforge.pipeline.release import refresh_card_statements
+
+    before = (folder / "plots" / "op_count.png").read_bytes()
+    assert refresh_card_statements(folder) == ["data_source range", "motif libraries", "batch range",
+                                               "size contexts", "selection note", "plots/op_count.png"]
+    card = (folder / "README.md").read_text()
+    frame = pd.concat([pd.read_parquet(p) for p in sorted((folder / "data").glob("*.parquet"))])
+    ks = sorted(int(x.split("#")[1]) for x in set(frame["data_source"]) if x.startswith("torch#"))
+    assert f"k = {ks[0]}-{ks[-1]} in these rows" in card and "1-5)" not in card
+    batches = [json.loads(x)[0][0] for x in frame["input_shapes"]]
+    assert f"First-input batch (first dim of the first input): {min(batches)} to {max(batches)}," in card
+    assert "is at most 512" not in card and "most frequent op outside the common ones" not in card
+    assert (folder / "plots" / "op_count.png").read_bytes() != before
+    assert {p.name: p.read_bytes() for p in (folder / "data").glob("*.parquet")} == data
