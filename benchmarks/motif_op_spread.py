@@ -30,7 +30,7 @@ import pandas as pd
 import record  # noqa: E402 - benchmarks/record.py, beside this script
 from opforge.compose.motif_cut import read_library
 from opforge.compose.motifs import DEFAULT_LIBRARY, LIGHT_SHARE, MotifPool
-from opforge.pipeline.select import other_ops
+from opforge.pipeline.select import exotic_ops as other_ops
 
 
 def draw_cells(pool: MotifPool) -> tuple[list[tuple[tuple[str, str], frozenset[str]]], dict[tuple[str, str], float]]:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pandas as pd
 import record  # noqa: E402 - benchmarks/record.py, beside this script
-from opforge.pipeline.select import other_ops
+from opforge.pipeline.select import exotic_ops as other_ops
 
 # Ops that only move or re-label data (no arithmetic): counted apart in the second bound.
 LAYOUT = frozenset({"reshape", "view", "flatten", "unflatten", "transpose", "permute", "contiguous", "squeeze",

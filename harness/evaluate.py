@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from opforge.engine.settings import GpuAdmission
+from opforge.engine.tempdirs import remove as remove_tmp
 from opforge.engine.timing import BURST_TARGET_MS, MAX_BURST
 from opforge.harness.build import FIXED_BINDING, BuildResult, build_extension
 from opforge.harness.reward import reward_for
@@ -222,7 +223,11 @@ def evaluate(task: dict[str, Any], solution: Solution, config: EvalConfig | None
                                   error="the extension reaches torch compute or steps around the guard"),
                        protected, before, config, ws_check, t0)
     tmp = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="opforge-eval-"))
-    fields = _grade(task, solution.model_new, build.module_path, config, tmp, alone, variants)
+    try:
+        fields = _grade(task, solution.model_new, build.module_path, config, tmp, alone, variants)
+    finally:
+        if not work_dir:  # our own folder: removed when the grading ends (OPFORGE_KEEP_TMP keeps it)
+            remove_tmp(tmp)
     logs.update(fields.pop("logs", {}))
     timing = fields.get("timing") or {}
     if fields.get("status") == "correct":
@@ -255,8 +260,11 @@ def _grade(task: dict[str, Any], model_new: str, module_path: str | None, config
                "alone": alone, "variants": variants}
     # its request and result live in a private folder of their own, not beside the candidate's working folder
     private = Path(tempfile.mkdtemp(prefix="opforge-grader-"))
-    out, _ = run_child("opforge.harness.grader_child", "grade", request, private,
-                       config.eval_timeout_s + GRADER_CHILD_MARGIN_S)
+    try:
+        out, _ = run_child("opforge.harness.grader_child", "grade", request, private,
+                           config.eval_timeout_s + GRADER_CHILD_MARGIN_S)
+    finally:
+        remove_tmp(private)
     log = out.pop("log", None)
     if out.pop("ok", False):
         out.setdefault("logs", {})["grader"] = log

@@ -513,7 +513,13 @@ def run_cmd(
             n = sum(len(pd.read_parquet(p, columns=["task_id"])) for p in paths)
             typer.echo(f"{len(paths)} rounds, {n} candidates in {paths[0].parent}")
             return
-        res = run_pipeline(cfg, progress=_progress(quiet))
+        if quiet or sys.stdout.isatty():
+            res = run_pipeline(cfg, progress=_progress(quiet))
+        else:  # a log: stage lines and a heartbeat every 30 s instead of progress bars
+            from opforge.pipeline.heartbeat import RunHeartbeat
+
+            with RunHeartbeat(cfg.out, cfg.target):
+                res = run_pipeline(cfg, progress=False)
     except (ConfigError, InputError, ReferenceLoadError, ValueError, RuntimeError, OSError) as exc:
         _fail(str(exc))
     typer.echo(f"{res.stop_reason}; {res.accepted} of {res.candidates} candidates accepted "

@@ -674,7 +674,26 @@ def table_rows(result: dict[str, Any]) -> list[list[str]]:
                 "input_bytes_p50", "input_bytes_p95"):
         rows.append([f"realism: {key} (sample)",
                      *both(lambda d, key=key: _figure(key, d["sample"]["realism"].get(key)))])
+    rows += diversity_rows([a["sample"]["realism"], b["sample"]["realism"]])
     return rows
+
+
+def diversity_rows(figures: list[dict[str, Any]]) -> list[list[str]]:
+    """The three diversity figures of multi-op rows (``task.realism``: exotic ops, op sets) as table rows, one
+    cell per ``realism.summarise`` result in ``figures``: the top exotic op and its share, the top op set and
+    its share, the number of distinct op sets and its share of the traced rows."""
+    def top(f: dict[str, Any], name: str, share: str) -> str:
+        return "-" if f.get(share) is None else f"{f.get(name) or 'none'} ({_pct(f[share])})"
+
+    def distinct(f: dict[str, Any]) -> str:
+        return "-" if f.get("distinct_op_set_share") is None else \
+            f"{_num(f.get('distinct_op_sets'))} ({_pct(f['distinct_op_set_share'])})"
+
+    return [["realism: top exotic op, share of rows (target <= 8 %; sample)",
+             *[top(f, "top_exotic_op", "top_exotic_op_share") for f in figures]],
+            ["realism: top op set (layout ops left out), share of rows (target <= 2 %; sample)",
+             *[top(f, "top_op_set", "top_op_set_share") for f in figures]],
+            ["realism: distinct op sets, share of rows (target >= 20 %; sample)", *[distinct(f) for f in figures]]]
 
 
 def markdown_table(rows: list[list[str]], names: tuple[str, str] | list[str] = ("A", "B")) -> str:

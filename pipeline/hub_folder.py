@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 COLUMNS: list[tuple[str, pa.DataType, str, str]] = [
     ("ops", pa.string(), "string", "JSON list of op labels the code calls (`nn.Conv2d`, `F.gelu`, `torch.cumsum`; a "
                                    "transformers module's class name)"),
-    ("data_source", pa.string(), "string", "`torch#k` (k composed ops, 1-5) or `transformers`"),
+    ("data_source", pa.string(), "string", "`torch#k` (k composed ops) or `transformers`"),
     ("code", pa.string(), "string", "the task: KernelBench-format Python source (`Model`, `get_inputs`, "
                                     "`get_init_inputs`)"),
     ("task_id", pa.string(), "string", "first 16 hex digits of the SHA-256 of the normalised source"),
@@ -112,13 +112,31 @@ def build_hub_folder(rows: pd.DataFrame, folder: str | Path, card_context: dict[
     fm = front_matter(pretty_name=card_context["pretty_name"], license=card_context["license_id"],
                       features=features(), n_rows=len(rows), num_bytes=nbytes, data_glob="data/train-*.parquet",
                       tags=["kernelbench", "cuda", "pytorch", "code", "opforge", "torch-compile"])
-    columns = [{"name": n, "dtype": d, "doc": doc} for n, _, d, doc in COLUMNS]
+    columns = [{"name": n, "dtype": d, "doc": column_doc(n, doc, rows)} for n, _, d, doc in COLUMNS]
     text = render_card({**card_context, "front_matter": fm, "columns": columns, "n_rows": len(rows)})
     (tmp / "README.md").write_text(text, encoding="utf-8")
     (tmp / "opforge_run.json").write_text(json.dumps(provenance, indent=2, sort_keys=True, default=str))
     shutil.rmtree(folder, ignore_errors=True)
     tmp.rename(folder)
     return folder
+
+
+def column_doc(name: str, doc: str, rows: pd.DataFrame) -> str:
+    """A column's meaning as the card states it, with what the rows hold where that varies: the range of k of the
+    ``torch#k`` values of ``data_source`` and whether any row is a ``transformers`` block."""
+    if name != "data_source" or "data_source" not in rows:
+        return doc
+    import re
+
+    sources = set(rows["data_source"].astype(str))
+    ks = sorted(int(m.group(1)) for x in sources if (m := re.fullmatch(r"torch#(\d+)", x)))
+    parts = []
+    if ks:
+        span = f"{ks[0]}" if ks[0] == ks[-1] else f"{ks[0]}-{ks[-1]}"
+        parts.append(f"`torch#k` (k composed ops; k = {span} in these rows)")
+    if "transformers" in sources:
+        parts.append("`transformers` (a transformers block)")
+    return " or ".join(parts) or doc
 
 
 def manifest(folder: str | Path) -> dict[str, str]:

@@ -406,7 +406,8 @@ def build_section(f: dict[str, Any], run: dict[str, Any], config: dict[str, Any]
     seconds per filter over the whole ledger, and the steps run on the published rows afterwards."""
     env = f.get("environment") or {}
     keys = ("target", "seed", "device", "device_profile", "round_size", "max_per_signature", "max_heavy_share",
-            "cap_rounds", "soft_min_fusion_gain", "max_random_share", "max_op_share", "runtime_window_ms",
+            "cap_rounds", "soft_min_fusion_gain", "max_random_share", "max_op_share", "max_op_set_share",
+            "runtime_window_ms",
             "timeout_s", "op_mix", "motif_share", "dtype_mix")
     shown = ", ".join(f"`{k}` {json.dumps(config[k])}" for k in keys if config.get(k) is not None)
     envs = ", ".join(f"{k} {env[k]}" for k in ("gpu", "torch", "transformers", "triton", "python", "filter_logic")
@@ -474,14 +475,19 @@ def _figure(key: str, v: Any) -> str:
     return _n(v)
 
 
+# realism targets whose value the card shows with the figure that names it (task.realism's diversity figures)
+_NAMED_BY = {"top_exotic_op_share": "top_exotic_op", "top_op_set_share": "top_op_set",
+             "distinct_op_set_share": "distinct_op_sets"}
+
+
 def _target_value(real: dict[str, Any], key: str) -> str:
-    """A realism target's value as the card shows it; ``top_other_op_share`` names its op (figure
-    ``top_other_op``)."""
+    """A realism target's value as the card shows it; the diversity targets name what they measure (the top
+    exotic op, the top op set, the number of distinct op sets)."""
     v = real["targets"][key].get("value")
     if v is None:
         return "-"
-    op = real.get("figures", {}).get("top_other_op") if key == "top_other_op_share" else None
-    return _figure(key, v) + (f" ({op})" if op else "")
+    named = real.get("figures", {}).get(_NAMED_BY[key]) if key in _NAMED_BY else None
+    return _figure(key, v) + (f" ({_n(named)})" if named is not None else "")
 
 
 def _missed_targets(real: dict[str, Any] | None) -> list[str]:
@@ -577,8 +583,9 @@ def release_card(text: str, path: Path, funnel: dict[str, Any], run: dict[str, A
         elif title == "Environment":
             sec = re.sub(r"(?m)^\| filter fingerprint \|.*\n?", "", sec).rstrip()
             sec += f"\n| filter fingerprint | `{funnel['fingerprint']}` |\n"
-        elif title == "Limitations":
-            sec = sec.rstrip() + "\n" + "".join(f"- {x}\n" for x in _limitations(recheck, realism) if x not in sec)
+        elif title == "Limitations":  # the realism notes of an earlier release card are replaced, not kept
+            sec = re.sub(r"(?m)^- Realism target `.*\n?", "", sec).rstrip()
+            sec += "\n" + "".join(f"- {x}\n" for x in _limitations(recheck, realism) if x not in sec)
         elif title == "Licence" and not placed:  # a card without a funnel section: before the licence
             out.extend(added)
             placed = True
@@ -609,6 +616,146 @@ def _limitations(recheck: dict[str, Any] | None, realism: dict[str, Any] | None 
         notes.append(f"Realism target `{k}` is not met: {_target_value(realism, k)} against "
                      f"{realism['targets'][k].get('target')} (see Realism).")
     return notes
+
+
+def refresh_realism(folder: str | Path, realism: str | Path, reference: str | Path | None = None) -> dict[str, Any]:
+    """Re-render the realism figures of a release folder from realism reports of its own rows, leaving the rows,
+    plots and every other section as they are: the card's ``Realism`` section, its ``Limitations`` (realism
+    notes replaced: only targets the report misses), the diversity rows of its ``Side by side with B`` table
+    (``pipeline.compare.diversity_rows``, B's from ``reference``) and ``opforge_run.json``'s ``release.realism``
+    (and ``release.comparison.diversity``). For measures added after a release was assembled: the rows are the
+    published ones, so the figures are those ``opforge compare`` / ``opforge release`` would give.
+
+    Args:
+        folder: the release folder (``README.md``, ``opforge_run.json``, ``data/*.parquet``).
+        realism: a realism report (``{"figures", "targets"}``: ``benchmarks/realism_bench.py``) of the folder's rows.
+        reference: the same report of the compared dataset B (None: the side-by-side table is left as it is).
+
+    Returns:
+        The new ``release.realism`` block.
+
+    Raises:
+        ReleaseError: a file is missing or malformed, or the report counts another number of rows than the folder.
+    """
+    import pyarrow.parquet as pq
+    from opforge.pipeline.compare import diversity_rows
+
+    folder = Path(folder)
+    card_path, prov_path = folder / "README.md", folder / "opforge_run.json"
+    if not card_path.is_file():
+        raise ReleaseError(f"{card_path}: no such file (a release folder's card)")
+    prov = _read_json(prov_path, "a release's provenance")
+    if not isinstance(prov.get("release"), dict):
+        raise ReleaseError(f"{prov_path}: no `release` block (not a folder of `opforge release`)")
+    real = realism_summary(_read_json(Path(realism), "the realism report"), realism)
+    rows = sum(pq.ParquetFile(p).metadata.num_rows for p in sorted((folder / "data").glob("*.parquet")))
+    if real["figures"].get("rows") != rows:
+        raise ReleaseError(f"{realism}: a report of {real['figures'].get('rows')} rows, the folder holds {rows}")
+    ref = None if reference is None else realism_summary(_read_json(Path(reference), "the realism report"),
+                                                         reference)
+    text = card_path.read_text(encoding="utf-8")
+    head, sep, body = text.partition("\n---\n")
+    sections = split_sections(body)
+    source = f"report of this folder's rows by `benchmarks/realism_bench.py`, `{Path(realism).name}`"
+    for sec in sections:
+        if sec[0] == "Realism":
+            sec[1] = realism_section(real, source)
+        elif sec[0] == "Limitations":
+            keep = re.sub(r"(?m)^- Realism target `.*\n?", "", sec[1]).rstrip()
+            missed = [f"Realism target `{k}` is not met: {_target_value(real, k)} against "
+                      f"{real['targets'][k].get('target')} (see Realism)." for k in _missed_targets(real)]
+            sec[1] = keep + "\n" + "".join(f"- {x}\n" for x in missed)
+        elif sec[0].startswith(COMPARE_PREFIX) and ref is not None:
+            lines = [ln for ln in sec[1].split("\n")
+                     if not ln.startswith(("| realism: top exotic op", "| realism: top op set",
+                                           "| realism: distinct op sets"))]
+            last = max(i for i, ln in enumerate(lines) if ln.startswith("|"))
+            added = ["| " + " | ".join(r) + " |" for r in diversity_rows([real["figures"], ref["figures"]])]
+            lines[last + 1:last + 1] = [r.replace("; sample)", "; all rows)") for r in added]
+            sec[1] = "\n".join(lines)
+    card_path.write_text(head + sep + "\n" + join_sections(sections).rstrip() + "\n", encoding="utf-8")
+    prov["release"]["realism"] = real
+    if ref is not None and isinstance(prov["release"].get("comparison"), dict):
+        keys = ("top_exotic_op", "top_exotic_op_share", "top_op_set", "top_op_set_share", "distinct_op_sets",
+                "distinct_op_set_share")
+        prov["release"]["comparison"]["diversity"] = {
+            "a": {k: real["figures"].get(k) for k in keys}, "b": {k: ref["figures"].get(k) for k in keys},
+            "source": "benchmarks/realism_bench.py reports of both datasets' rows (task.realism)"}
+    prov_path.write_text(_dump(prov))
+    return real
+
+
+def refresh_card_statements(folder: str | Path) -> list[str]:
+    """Re-state, from a release folder's own rows, the card statements that ``opforge run`` once wrote as fixed
+    prose or from another measure: the ``data_source`` range (``hub_folder.column_doc``), the libraries motifs come
+    from, the first-input batch range, the size contexts (``run.size_contexts``), the selection note on a single
+    op's share (replaced by the diversity of multi-op rows, ``task.realism``, measured on the rows by
+    ``select.exotic_ops`` / ``select.op_sets``) and ``plots/op_count.png`` (``plots.op_count_figure``). Rows are not
+    touched. Returns what was changed (a statement not found is left as it is and not listed).
+
+    Raises:
+        ReleaseError: the folder has no card or no readable rows.
+    """
+    import pandas as pd
+    from opforge.data_cards.plots import op_count_figure
+    from opforge.pipeline.hub_folder import COLUMNS, column_doc
+    from opforge.pipeline.run import _shape_stats, _source_stats
+    from opforge.pipeline.select import exotic_ops, op_sets
+    from opforge.task.realism import op_set_name
+
+    folder = Path(folder)
+    card_path = folder / "README.md"
+    if not card_path.is_file():
+        raise ReleaseError(f"{card_path}: no such file (a release folder's card)")
+    shards = sorted((folder / "data").glob("*.parquet"))
+    if not shards:
+        raise ReleaseError(f"{folder / 'data'}: no *.parquet rows")
+    rows = pd.concat([_read_parquet(p) for p in shards], ignore_index=True)
+    text = card_path.read_text(encoding="utf-8")
+    changed: list[str] = []
+
+    def sub(pattern: str, repl: str, what: str) -> None:
+        nonlocal text
+        new, n = re.subn(pattern, lambda _m: repl, text, count=1, flags=re.M)
+        if n and new != text:
+            text = new
+            changed.append(what)
+
+    doc = next(d for name, _, _, d in COLUMNS if name == "data_source")
+    sub(r"^\| `data_source` \| string \| .*\|$", f"| `data_source` | string | {column_doc('data_source', doc, rows)} |",
+        "data_source range")
+    libs = _source_stats(rows)["libraries"]
+    if libs:
+        sub(r"forward pass of real models \([^)]*\)(?=, at the model's own)",
+            f"forward pass of real models ({', '.join(libs)})", "motif libraries")
+    shapes = _shape_stats(rows)
+    sub(r"; the batch \(first dim of the first input\) is at most \d+\.\nFirst-input batch: median",
+        f"; motifs keep their source model's sizes.\nFirst-input batch (first dim of the first input): "
+        f"{shapes['batch_min']} to {shapes['batch_max']},\nmedian", "batch range")
+    ctx = ", ".join(f"`{fam}` ({count})" for fam, count in shapes["contexts"])
+    none = f"; {shapes['no_context']} tasks have fixed sizes (no size context)" if shapes["no_context"] else ""
+    sub(r"^Most common size contexts .*$",
+        "Most common size contexts (the model family of a row's `size_context`, else its motif's source model), "
+        f"tasks each:\n{ctx}{none}.", "size contexts")
+    exotic = Counter(o for x in exotic_ops(rows) for o in x)
+    sets = Counter(op_sets(rows))
+    top_op = max(exotic.items(), key=lambda kv: (kv[1], kv[0]), default=("none", 0))
+    top_set = max(sets.items(), key=lambda kv: (kv[1], op_set_name(kv[0])))
+    n = len(rows)
+    sub(r"^- most frequent op outside the common ones: .*$",
+        f"- diversity of multi-op rows, measured on these rows (`ops` labels; layout ops left out): most frequent "
+        f"exotic op {top_op[0]} in {top_op[1] / n:.1%} of them, most frequent op set "
+        f"{op_set_name(top_set[0])} in {top_set[1] / n:.1%}, {len(sets):,} distinct op sets", "selection note")
+    card_path.write_text(text, encoding="utf-8")
+    if (folder / "plots").is_dir():
+        import matplotlib.pyplot as plt
+
+        fig = op_count_figure(rows)
+        fig.tight_layout()
+        fig.savefig(folder / "plots" / "op_count.png", dpi=110)
+        plt.close(fig)
+        changed.append("plots/op_count.png")
+    return changed
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -653,7 +653,8 @@ def run_selection(pool: pd.DataFrame, cfg: RunConfig):
                            keep_pool_mix=cfg.op_mix == "models")
     return select_tasks(pool, cfg.target, shares, seed=cfg.seed, max_per_signature=cfg.max_per_signature,
                         max_heavy_share=cfg.max_heavy_share, soft_min_fusion_gain=cfg.soft_min_fusion_gain,
-                        max_random_share=random_cap(cfg), max_op_share=cfg.max_op_share)
+                        max_random_share=random_cap(cfg), max_op_share=cfg.max_op_share,
+                        max_op_set_share=cfg.max_op_set_share)
 
 
 def cap_round(selection) -> bool:
@@ -814,7 +815,10 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
     steps.update(variants_s=round(time.perf_counter() - t_step, 2),
                  **{f"variants_{k}": v for k, v in variant_stats.items()})
     t_step = time.perf_counter()
+    from opforge.pipeline.funnel_counts import funnel_counts
+
     funnel = _funnel_summary(candidates, res, len(rounds), stop_reason, settings, len(not_filtered))
+    funnel["counts"] = funnel_counts(candidates["task_id"], res.verdicts, len(rows))  # run.json, card and status
     context = _card_context(cfg, rows, funnel, selection, res.funnel["environment"])
     context["variants"] = summary(variant_results)
     provenance = {"config": public_config(cfg, run_dir), "funnel": funnel, "environment": res.funnel["environment"],
@@ -836,7 +840,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
         "rounds": len(rounds), "stop_reason": stop_reason, "seconds": result.seconds, "sandbox_warm_up": warm_up,
         "not_filtered_full_signature": len(not_filtered) - n_heavy_skipped,
         "not_filtered_heavy_cap": n_heavy_skipped, "tasks_sent_ahead": job.prefed, "yield": round(funnel["yield"], 4),
-        "publication_steps": steps,
+        "publication_steps": steps, "funnel": funnel["counts"],
         "timeline": timeline.record(job.gpu_spans(), job.feed.spans if job.feed is not None else None)}, indent=2))
     return result
 
@@ -884,12 +888,33 @@ def _shape_stats(rows: pd.DataFrame) -> dict[str, Any]:
         odd += any(d % 8 for d in rest)
     n = max(1, len(batch))
     dtypes = rows["dtype"].value_counts(normalize=True) if "dtype" in rows else pd.Series(dtype=float)
-    ctx = rows["size_context"].replace("", np.nan).dropna() if "size_context" in rows else pd.Series(dtype=str)
+    ctx = pd.Series([c for c in size_contexts(rows) if c], dtype=str)
     return {"n": len(batch), "batch_p50": float(np.median(batch)) if batch else 0.0,
             "batch_p90": float(np.percentile(batch, 90)) if batch else 0.0,
+            "batch_min": int(min(batch)) if batch else 0, "batch_max": int(max(batch)) if batch else 0,
             "largest_p50": float(np.median(largest)) if largest else 0.0, "distinct_dims": len(dims),
             "odd_share": odd / n, "dtypes": [(str(k), float(v)) for k, v in dtypes.items()],
-            "contexts": [(str(k), int(v)) for k, v in ctx.value_counts().head(12).items()]}
+            "contexts": [(str(k), int(v)) for k, v in ctx.value_counts().head(12).items()],
+            "no_context": len(rows) - len(ctx)}
+
+
+def size_contexts(rows: pd.DataFrame) -> list[str]:
+    """Per row, where its sizes come from: its ``size_context`` (the model family of the random composer's shape
+    vocabulary), else the source model of its motif or block (``provenance``'s ``source``, e.g.
+    ``transformers:llama``), else ``""`` (fixed sizes)."""
+    out = []
+    ctxs = rows["size_context"] if "size_context" in rows else [""] * len(rows)
+    provs = rows["provenance"] if "provenance" in rows else [""] * len(rows)
+    for ctx, text in zip(ctxs, provs, strict=True):
+        if isinstance(ctx, str) and ctx:
+            out.append(ctx)
+            continue
+        try:
+            prov = json.loads(text) if isinstance(text, str) and text.strip() else {}
+        except json.JSONDecodeError:
+            prov = {}
+        out.append(str(prov.get("source") or "") if isinstance(prov, dict) else "")
+    return out
 
 
 def _source_stats(rows: pd.DataFrame) -> dict[str, Any]:
@@ -911,8 +936,9 @@ def _source_stats(rows: pd.DataFrame) -> dict[str, Any]:
         else:
             kinds["random"] += 1
     n = max(1, len(rows))
+    libraries = sorted({m.split(":")[0] for m in models if ":" in m})
     return {"kinds": [(k, v, v / n) for k, v in kinds.most_common()], "categories": cats.most_common(),
-            "models": models.most_common(12), "distinct_models": len(models)}
+            "models": models.most_common(12), "distinct_models": len(models), "libraries": libraries}
 
 
 def _selection_json(sel) -> dict[str, Any]:

@@ -60,10 +60,13 @@ class RunConfig(_EngineOptions):
             that asks for more random-composer candidates gets them; ``pipeline.run.random_cap``). Default 0.15:
             five blind reads judged 12 of 32 random-composer rows sensible and 116 of 117 others
             (``pipeline.select``, rule 6), so 15 % keeps the expected sensible share near 90 %.
-        max_op_share: the selection's soft cap on tasks sharing one op outside the common ones
-            (``pipeline.select``, rule 7; None = off). Default 0.08, the realistic-tasks issue's bound on
-            ``task.realism``'s ``top_other_op_share``: tasks with an op already in 8 % of the chosen ones are
-            published only where other tasks cannot fill a quota.
+        max_op_share: the selection's soft cap on tasks sharing one exotic op (``pipeline.select``, rule 7;
+            layout ops, the common ops and building blocks are free; None = off). Default 0.08, the bound on
+            ``task.realism``'s ``top_exotic_op_share``: tasks with an exotic op already in 8 % of the chosen ones
+            are published only where other tasks cannot fill a quota.
+        max_op_set_share: the selection's soft cap on tasks sharing one op set (the task's ops without the
+            layout ones; ``pipeline.select``, rule 7; None = off). Default 0.02, the bound on ``task.realism``'s
+            ``top_op_set_share``.
         cap_rounds: most rounds composed after the target is met while the selection does not hold
             ``max_heavy_share`` (each filters only the round's candidates without a heavy op when
             ``skip_full_signatures``); 0 stops at the target. Default 2: on 2 x H100 a round of 1,500 candidates
@@ -120,6 +123,7 @@ class RunConfig(_EngineOptions):
     soft_min_fusion_gain: float | None = Field(1.1, ge=1)
     max_random_share: float | None = Field(0.15, ge=0, le=1)
     max_op_share: float | None = Field(0.08, ge=0, le=1)
+    max_op_set_share: float | None = Field(0.02, ge=0, le=1)
     skip_full_signatures: bool = True
     skip_filters: list[str] = Field(default_factory=list)
     compile_autotune: bool = False

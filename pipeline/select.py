@@ -30,19 +30,22 @@ Rules, in order:
    GPU runs' rows judged 116 of 117 motif and model-block rows sensible and 12 of 32 random-composer rows
    (``benchmarks/results/cpu-2core/blind_read.json`` and its note, ``benchmarks/results/h200/
    release_v2_partial.json``), so their share bounds the share of rows a reader finds meaningless;
-7. op spread (``max_op_share``, a soft cap): a task is taken only where tasks without it cannot fill a quota
-   under rules 4 and 5 once one of its ops outside ``realism.COMMON_OPS`` (``other_ops``: add, sub, mul, div,
-   matmul, linear and conv2d are free) is in ``floor(N * max_op_share)`` chosen tasks already. The realistic-
-   tasks issue asks that no such op be in more than 8 % of the rows (``task.realism``'s ``top_other_op_share``),
-   so one norm or layout op does not make the dataset one kernel written many times. The pick water-fills: the
-   task whose most-chosen such op is in the fewest chosen tasks goes first (before rule 3's coverage order),
-   also in the passes past the cap, and the buckets take turns (at most a tenth of a bucket's remaining quota
-   per turn), so no bucket uses up an op the others need and an excess the pool forces is spread over the ops.
-   A pool of real-model motifs rarely lets the cap hold: their 3-8 ops carry several such ops each (a head
-   split's reshape and transpose, a norm, an activation). Choosing 1,000 of the 6,374 tasks the opforge-Ops-6K
-   v2.0 run accepted reaches 9.4 % for its most frequent such op (reshape 35.4 % in the pool) under rule 6's
-   15 % of random-composer tasks, 8.5 % at 25 %, and 7.1 % only with rule 6 off (43 % of them chosen). The
-   selection notes give the share reached.
+7. op spread (``max_op_share`` and ``max_op_set_share``, soft caps), by the diversity rule of multi-op rows
+   (``task.realism``, module docstring): layout ops (view, reshape, permute, ... dtype casts) do not count,
+   the common ops (add, sub, mul, div, matmul, linear, conv2d) and building blocks (norms, softmax, common
+   activations, pooling, mean / sum, bmm, cat, conv1d / conv3d, sqrt / rsqrt / exp / pow / neg) may recur, so
+   the cap on a single op holds only for the *exotic* ops (``exotic_ops``: every other op); and a task's *op
+   set* (``op_sets``: its op names without the layout ones) is capped too. A task is taken only where tasks
+   without it cannot fill a quota under rules 4 and 5 once one of its exotic ops is in ``floor(N *
+   max_op_share)`` chosen tasks already, or its op set is in ``floor(N * max_op_set_share)`` (at least 1).
+   Issue #60 bounds the exotic op in the most rows at 8 % (``top_exotic_op_share``) and the op set in the most
+   rows at 2 % (``top_op_set_share``): rows cut from real models carry layout ops and building blocks in most
+   blocks, so a bound on those would measure the models; one unusual op everywhere or one op combination
+   repeated would make the dataset one kernel written many times. The pick water-fills: the task whose
+   most-chosen exotic op, then whose op set, is in the fewest chosen tasks goes first (before rule 3's
+   coverage order), also in the passes past the caps, and the buckets take turns (at most a tenth of a
+   bucket's remaining quota per turn), so no bucket uses up an op the others need and an excess the pool
+   forces is spread. The selection notes give the shares reached.
 
 Rules 4-7 are applied in passes over all buckets, each pass relaxing one rule the one before kept.
 
@@ -199,17 +202,21 @@ def heavy_flags(rows: pd.DataFrame) -> list[bool]:
             for ops, source in zip(rows["ops"], rows["data_source"], strict=True)]
 
 
-def other_ops(rows: pd.DataFrame) -> list[frozenset[str]]:
-    """Per row, its op names outside ``realism.COMMON_OPS``: each ``ops`` label's ``_op_name`` (``nn.LayerNorm``
-    -> ``layer_norm``, ``Tensor.reshape`` -> ``reshape``), a module's dimension suffix dropped as the functional
-    it calls is named (``nn.BatchNorm2d`` -> ``batch_norm``)."""
-    import re
+def op_sets(rows: pd.DataFrame) -> list[frozenset[str]]:
+    """Per row, its op set (``task.realism.op_set``) read from its ``ops`` labels: each label's ``_op_name``
+    (``nn.LayerNorm`` -> ``layer_norm``, ``Tensor.reshape`` -> ``reshape``), layout ops left out and a module's
+    dimension suffix dropped (``nn.BatchNorm2d`` -> ``batch_norm``)."""
+    from opforge.task.realism import op_labels, op_set
 
-    from opforge.task.realism import COMMON_OPS, op_labels
+    return [op_set(_op_name(x) for x in op_labels(ops)) for ops in rows["ops"]]
 
-    suffix = re.compile(r"^((?:batch|instance)_norm)[123]d$")
-    return [frozenset(n for n in (suffix.sub(r"\1", _op_name(x)) for x in op_labels(ops)) if n not in COMMON_OPS)
-            for ops in rows["ops"]]
+
+def exotic_ops(rows: pd.DataFrame) -> list[frozenset[str]]:
+    """Per row, the exotic ops of its ``op_sets`` (``task.realism.op_kind``: neither layout, common nor a
+    building block)."""
+    from opforge.task.realism import op_kind
+
+    return [frozenset(o for o in s if op_kind(o) == "exotic") for s in op_sets(rows)]
 
 
 def random_composed(rows: pd.DataFrame) -> list[bool]:
@@ -231,20 +238,20 @@ def random_composed(rows: pd.DataFrame) -> list[bool]:
 def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int = 0,
                  max_per_signature: int = 3, max_heavy_share: float | None = None,
                  soft_min_fusion_gain: float | None = None, max_random_share: float | None = None,
-                 max_op_share: float | None = None) -> Selection:
+                 max_op_share: float | None = None, max_op_set_share: float | None = None) -> Selection:
     """Choose up to ``n`` rows of ``pool`` (columns ``task_id``, ``ops``, ``data_source``, optional
     ``categories``, ``dtype``, ``fusion_gain`` and ``provenance``) by the rules of the module docstring
-    (``max_heavy_share`` / ``soft_min_fusion_gain`` / ``max_random_share`` / ``max_op_share`` None: rule 4 / 5 /
-    6 / 7 off).
+    (``max_heavy_share`` / ``soft_min_fusion_gain`` / ``max_random_share`` None: rule 4 / 5 / 6 off;
+    ``max_op_share`` / ``max_op_set_share`` None: rule 7's cap on exotic ops / op sets off).
 
     Raises:
         ValueError: ``n`` < 0, ``max_per_signature`` < 1 or ``max_heavy_share`` / ``max_random_share`` /
-            ``max_op_share`` outside [0, 1].
+            ``max_op_share`` / ``max_op_set_share`` outside [0, 1].
     """
     if n < 0 or max_per_signature < 1:
         raise ValueError(f"select_tasks: n={n} and max_per_signature={max_per_signature} must be >= 0 / >= 1")
     for name, value in (("max_heavy_share", max_heavy_share), ("max_random_share", max_random_share),
-                        ("max_op_share", max_op_share)):
+                        ("max_op_share", max_op_share), ("max_op_set_share", max_op_set_share)):
         if value is not None and not 0 <= value <= 1:
             raise ValueError(f"select_tasks: {name}={value} must be in [0, 1]")
     pool = pool.drop_duplicates("task_id").reset_index(drop=True)
@@ -264,15 +271,19 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
         left_out = set(composed[random_cap:])
     signature = [sig for _, sig in signature_keys(pool)]
     heavy = heavy_flags(pool) if max_heavy_share is not None and len(pool) else [False] * len(pool)
-    others = other_ops(pool) if max_op_share is not None and len(pool) else [frozenset()] * len(pool)
+    others = exotic_ops(pool) if max_op_share is not None and len(pool) else [frozenset()] * len(pool)
     op_cap = math.floor(n * max_op_share + 1e-9) if max_op_share is not None else 0
+    sets = op_sets(pool) if max_op_set_share is not None and len(pool) else [None] * len(pool)
+    set_cap = max(1, math.floor(n * max_op_set_share + 1e-9)) if max_op_set_share is not None else 0
     other_count: Counter = Counter()
+    set_count: Counter = Counter()
 
     def held_back(i: int, heavy_full: bool, strong_only: bool, spread: bool) -> bool:
         """Task ``i`` waits for a later pass: a heavy-op task once the allowance is used, a weak one, or (rule
-        7) one with an op already in ``op_cap`` chosen tasks."""
+        7) one with an exotic op already in ``op_cap`` chosen tasks or an op set already in ``set_cap``."""
         return ((heavy_full and heavy[i]) or (strong_only and weak[i])
-                or (spread and any(other_count[o] >= op_cap for o in others[i])))
+                or (spread and (any(other_count[o] >= op_cap for o in others[i])
+                                or (sets[i] is not None and set_count[sets[i]] >= set_cap))))
 
     buckets: dict[str, dict[str, list[int]]] = {}
     for i in sorted(order, key=lambda i: weak[i]):  # stable: rank order, a signature's weak tasks last
@@ -305,17 +316,18 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
         return cats[i]
 
     def order_key(s: str, head: int) -> tuple:
-        """Least-covered seed ops / categories first; with rule 7 on, first the tasks whose most-chosen op
-        outside the common ones is in the fewest chosen tasks (water-filling the per-op cap, also in the passes
-        past it)."""
+        """Least-covered seed ops / categories first; with rule 7 on, first the tasks whose most-chosen exotic
+        op, then whose op set, is in the fewest chosen tasks (water-filling the caps, also in the passes past
+        them)."""
         fill = max((other_count[o] for o in others[head]), default=0)
-        return (fill, min((op_count[o] for o in sig_ops[s]), default=0),
+        fill_set = set_count[sets[head]] if sets[head] is not None else 0
+        return (fill, fill_set, min((op_count[o] for o in sig_ops[s]), default=0),
                 min((cat_count[c] for c in categories(head)), default=0), rank[head])
 
     # passes, each over all buckets in turn before the next relaxes a rule: tasks above the fusion-gain floor
     # within the heavy-op allowance and the op spread first, then those above the floor past the spread, then
     # those below it (within the spread, then past it), then whatever fills the quota
-    spreads = (True, False) if max_op_share is not None else (False,)
+    spreads = (True, False) if max_op_share is not None or max_op_set_share is not None else (False,)
     passes = [(True, strong, spread) for strong in (True, False) for spread in spreads] + [(False, False, False)]
     for capped, strong_only, spread in passes:
         moved = True
@@ -340,6 +352,8 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
                     st["got"] += 1
                     st["heavy"] += heavy[i]
                     other_count.update(others[i])
+                    if sets[i] is not None:
+                        set_count[sets[i]] += 1
                     op_count.update(sig_ops[s])
                     cat_count.update(categories(i))
                     moved = True
@@ -356,9 +370,16 @@ def select_tasks(pool: pd.DataFrame, n: int, shares: dict[str, float], seed: int
                      f"{sum(w for i, w in enumerate(weak) if i not in left_out)} in the pool")
     if max_op_share is not None and chosen:
         top = max(other_count.items(), key=lambda kv: (kv[1], kv[0]), default=("", 0))
-        notes.append(f"most frequent op outside the common ones: {top[0] or 'none'} in {top[1] / len(chosen):.1%} of "
+        notes.append(f"most frequent exotic op: {top[0] or 'none'} in {top[1] / len(chosen):.1%} of "
                      f"those chosen (soft cap {max_op_share:.0%}"
                      + ("; too few other accepted tasks to hold it)" if top[1] > op_cap else ")"))
+    if max_op_set_share is not None and chosen:
+        from opforge.task.realism import op_set_name
+
+        top_set = max(set_count.items(), key=lambda kv: (kv[1], op_set_name(kv[0])), default=(frozenset(), 0))
+        notes.append(f"most frequent op set: {op_set_name(top_set[0])} in {top_set[1] / len(chosen):.1%} of those "
+                     f"chosen (soft cap {max_op_set_share:.0%}, {len(set_count):,} distinct op sets"
+                     + ("; too few other accepted tasks to hold it)" if top_set[1] > set_cap else ")"))
     if max_heavy_share is not None and chosen:
         share = sum(heavy[i] for i in chosen) / len(chosen)
         notes.append(f"heavy-op tasks: {share:.1%} of those chosen (soft cap {max_heavy_share:.0%}"

@@ -116,6 +116,10 @@ def run_status(run_dir: str | Path, failures: int = 5) -> dict[str, Any]:
             out["result"] = None
         hf = run_dir / "hf"
         out["hub_folder"] = str(hf) if (hf / "README.md").is_file() else None
+        from opforge.pipeline.funnel_counts import run_funnel
+
+        # the counts of run.json and the card, recounted from the run's files (pipeline.funnel_counts)
+        out["funnel"] = run_funnel(run_dir) or (out["result"] or {}).get("funnel")
     elif not rounds:  # the first round streams: its shards are filtered while later ones compose
         out["stage"] = ("filter" if recs else "compose") if (run_dir / "seeds" / "catalog.parquet").is_file() \
             else "harvest"
@@ -147,6 +151,10 @@ def format_status(s: dict[str, Any]) -> str:
     if "candidates" in s:
         c = s["candidates"]
         lines.append(f"candidates: {c['rows']} in {c['rounds']} round(s), {c['unique']} unique")
+    if s.get("funnel"):
+        from opforge.pipeline.funnel_counts import format_funnel
+
+        lines.append(f"funnel: {format_funnel(s['funnel'])}")
     led = s["ledger"]
     todo = f" of {s['candidates']['unique']}" if "candidates" in s else ""
     lines.append(f"ledger: {led['verdicted']}{todo} verdicted, {led['accepted']} accepted, {led['rejected']} rejected"

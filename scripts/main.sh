@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up a virtual environment (CPU torch) and run the main job on the embedded default: `opforge run`
+# Set up a virtual environment (scripts/setup.sh: CPU torch unless a GPU is present or OPFORGE_TORCH=cuda) and run the main job on the embedded default: `opforge run`
 # harvests the seed catalog from the installed torch + transformers, composes candidate tasks in rounds,
 # filters them on an embedded Dask cluster (one sandboxed worker per core; CPU, runtime window off),
 # selects N (default 100) and writes the Hugging Face dataset folder RUN/hf (default runs/default/hf) with

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up a virtual environment (CPU torch) and run the test suite.
+# Set up a virtual environment (scripts/setup.sh: CPU torch unless a GPU is present or OPFORGE_TORCH=cuda) and run the test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/setup.sh

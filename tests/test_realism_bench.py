@@ -122,12 +122,17 @@ def test_figures_of_three_tasks(records):
     assert f["attention_share"] == 0 and f["rnn_share"] == pytest.approx(1 / 3)
     shares = dict(f["top20_ops"])
     assert shares["relu"] == pytest.approx(1 / 3) and shares["mul"] == pytest.approx(1 / 3)
-    # linear, conv2d and mul are common ops; the others each appear in one task
-    assert f["top_other_op"] in {"relu", "gru", "cumsum", "constant_pad_nd"}
-    assert f["top_other_op_share"] == pytest.approx(1 / 3)
+    # linear, conv2d and mul are common ops, relu a building block; gru, cumsum and constant_pad_nd are exotic,
+    # each in one task (ties go to the smaller name); three tasks, three op sets
+    assert f["top_exotic_op"] in {"constant_pad_nd", "cumsum", "gru"} and f["top_exotic_op"] == "constant_pad_nd"
+    assert f["top_exotic_op_share"] == pytest.approx(1 / 3)
+    assert f["top_op_set_share"] == pytest.approx(1 / 3)
+    assert (f["distinct_op_sets"], f["distinct_op_set_share"]) == (3, 1.0)
     assert f["internal_name_share"] == pytest.approx(1 / 3)
     assert f["n_transformers"] == 1 and f["transformers_models_import_share"] == 1.0
     checks = realism.check_targets(f)
+    assert "top_other_op_share" not in checks and checks["distinct_op_set_share"]["pass"] is True
+    assert checks["top_op_set_share"]["pass"] is False and checks["top_exotic_op_share"]["pass"] is False
     assert checks["batch_p50"]["pass"] is True and checks["largest_non_batch_p50"]["pass"] is False
     assert checks["transformers_models_import_share"]["pass"] is False
 
@@ -154,3 +159,21 @@ def test_bad_rows_become_records_and_a_hang_a_timeout():
     assert recs[2]["input_bytes"] == (4 * 8 * 32 * 32 + 4 * 16 * 32 * 32) * 2
     f = realism.summarise(recs)
     assert f["n_built"] == 2 and math.isclose(f["low_precision_share"], 0.5)
+
+
+def test_diversity_rule_of_multi_op_rows():
+    """Issue #60: layout ops do not count (neither as ops nor in op sets), building blocks and the common ops
+    may recur in any share, any other op is exotic; an op set is named by its sorted ops."""
+    assert [realism.op_kind(o) for o in ("reshape", "transpose", "getitem", "to")] == ["layout"] * 4
+    assert [realism.op_kind(o) for o in ("layer_norm", "batch_norm2d", "softmax", "gelu", "max_pool2d",
+                                         "adaptive_avg_pool1d", "cat", "conv3d", "rsqrt", "si_lu")] == ["block"] * 10
+    assert [realism.op_kind(o) for o in ("add", "matmul", "linear", "conv2d")] == ["common"] * 4
+    assert [realism.op_kind(o) for o in ("cumsum", "scaled_dot_product_attention", "embedding")] == ["exotic"] * 3
+    tasks = [["reshape", "layer_norm", "add"], ["layer_norm", "transpose", "add"], ["cumsum", "layer_norm"],
+             ["view", "permute"], ["cumsum", "softmax"]]
+    d = realism.diversity(tasks)
+    assert d["top_exotic_op"] == "cumsum" and d["top_exotic_op_share"] == pytest.approx(2 / 5)
+    assert d["top_op_set"] == "add + layer_norm" and d["top_op_set_share"] == pytest.approx(2 / 5)
+    assert (d["distinct_op_sets"], d["distinct_op_set_share"]) == (4, pytest.approx(4 / 5))
+    assert realism.op_set_name(realism.op_set(["view", "permute"])) == "(layout only)"
+    assert realism.diversity([])["top_op_set_share"] is None

@@ -84,6 +84,7 @@ the run's own funnel (last pass only)
 ## Limitations
 
 - Runtimes refer to the device above.
+- Realism target `top_other_op_share` is not met: 35.0 % (reshape) against <= 8 % (see Realism).
 
 ## Licence
 
@@ -157,8 +158,9 @@ def make_steps(run: Path, root: Path) -> dict[str, Path]:
         "eager_ratio": {"n": 2, "p10": 0.9, "p50": 1.0, "p90": 1.1},
         "device": {"recheck": "cpu", "published": {"cpu": 2}, "same": True},
         "source": str((run / "recheck_sample.parquet").resolve())}))  # an absolute path: made portable
-    figures = {"rows": 3, "batch_p50": 16.0, "heavy_op_share": 0.33, "top_other_op_share": 0.5,
-               "top_other_op": "softmax"}
+    figures = {"rows": 3, "batch_p50": 16.0, "heavy_op_share": 0.33, "top_exotic_op_share": 0.5,
+               "top_exotic_op": "cumsum", "top_op_set_share": 0.01, "top_op_set": "add + layer_norm",
+               "distinct_op_sets": 3, "distinct_op_set_share": 1.0}
     compare = root / "compare.json"
     compare.write_text(json.dumps({
         "benchmark": "compare", "measure_version": 2, "names": ["run", "reference"],
@@ -248,9 +250,12 @@ def test_release_of_a_small_run_passes_its_checks_and_loads(run, tmp_path):
     assert "| runtime_window | 1 | 1 | 50.0 % |" in card and "compile_agreement" not in card
     assert "The run was resumed" in card  # funnel.json says the last invocation resumed from the ledger
     assert "| share of rows with 9 ops |" not in card  # 0.0 % on both sides: left out
-    assert "**not met**" in card and "`top_other_op_share`" in card  # 50 % > the 8 % target
+    assert "**not met**" in card and "`top_exotic_op_share`" in card  # 50 % > the 8 % target
+    assert "| top_op_set_share | 1.0 % (add + layer_norm) | <= 2 % | met |" in card
+    assert "| distinct_op_set_share | 100.0 % (3) | >= 20 % | met |" in card
     limits = card.split("\n## Limitations\n", 1)[1].split("\n## ", 1)[0]
-    assert "Realism target `top_other_op_share` is not met: 50.0 % (softmax) against" in limits
+    assert "Realism target `top_exotic_op_share` is not met: 50.0 % (cumsum) against" in limits
+    assert "top_op_set_share" not in limits and "top_other_op_share" not in card  # an earlier card's note goes
     assert "`batch_p50`" not in limits  # a met target is not a limitation
     assert f"| filter fingerprint | `{FP}` |" in card
     assert "re-verdicted 2 of the 3 rows" in card
@@ -370,3 +375,64 @@ def test_out_is_replaced_only_when_it_is_a_release_and_the_cap_and_paths_are_che
         assemble_release(run, None, tmp_path / "leak")
     assert f"{tmp_path / 'leak' / 'opforge_run.json'}: names a folder of the building machine" in str(err.value)
     assert "/home/" in str(err.value) and not (tmp_path / "leak").exists()
+
+
+@pytest.mark.slow
+def test_refresh_realism_rerenders_the_release_card_and_leaves_the_rows(tmp_path):
+    """``refresh_realism`` on a copy of the shipped release: the Realism section and the realism notes of
+    Limitations come from the new report (a retired target is no longer reported missed, only missed targets are
+    named), the side-by-side table gains the three diversity rows for both datasets, the rows stay byte-identical."""
+    import shutil
+
+    from opforge.pipeline.release import refresh_realism
+    from opforge.task.realism import check_targets
+
+    src = Path(__file__).resolve().parents[1] / "releases" / "opforge-ops-6k"
+    folder = tmp_path / "rel"
+    shutil.copytree(src, folder)
+    data = {p.name: p.read_bytes() for p in (folder / "data").glob("*.parquet")}
+    rows = json.loads((folder / "opforge_run.json").read_text())["release"]["run"]["selected"]
+    ours = {"rows": rows, "batch_p50": 128.0, "top_exotic_op": "embedding", "top_exotic_op_share": 0.05,
+            "top_op_set": "layer_norm", "top_op_set_share": 0.03, "distinct_op_sets": 1500,
+            "distinct_op_set_share": 0.25}
+    theirs = {**ours, "top_exotic_op": "conv_transpose2d", "top_exotic_op_share": 0.13, "distinct_op_sets": 3000,
+              "distinct_op_set_share": 0.5}
+    for name, fig in (("a.json", ours), ("b.json", theirs)):
+        (tmp_path / name).write_text(json.dumps({"figures": fig, "targets": check_targets(fig)}))
+    with pytest.raises(ReleaseError, match="rows"):
+        (tmp_path / "bad.json").write_text(json.dumps({"figures": {**ours, "rows": 5}, "targets": {}}))
+        refresh_realism(folder, tmp_path / "bad.json")
+    refresh_realism(folder, tmp_path / "a.json", tmp_path / "b.json")
+    card = (folder / "README.md").read_text()
+    assert "top_other_op_share" not in card
+    realism = card.split("\n## Realism\n", 1)[1].split("\n## ", 1)[0]
+    assert "| top_op_set_share | 3.0 % (layer_norm) | <= 2 % | **not met** |" in realism
+    assert "| top_exotic_op_share | 5.0 % (embedding) | <= 8 % | met |" in realism
+    limits = card.split("\n## Limitations\n", 1)[1].split("\n## ", 1)[0]
+    assert "Realism target `top_op_set_share` is not met: 3.0 % (layer_norm) against <= 2 %" in limits
+    assert limits.count("Realism target") == 1
+    assert "| realism: top exotic op, share of rows (target <= 8 %; all rows) | embedding (5.0 %) | " \
+           "conv_transpose2d (13.0 %) |" in card
+    assert "| realism: distinct op sets, share of rows (target >= 20 %; all rows) | 1,500 (25.0 %) | 3,000 (50.0 %) |" \
+        in card
+    assert card.startswith("---\n") and "\n---\n\n# " in card
+    assert {p.name: p.read_bytes() for p in (folder / "data").glob("*.parquet")} == data
+    prov = json.loads((folder / "opforge_run.json").read_text())["release"]
+    assert prov["realism"]["figures"]["top_op_set"] == "layer_norm"
+    assert prov["comparison"]["diversity"]["b"]["distinct_op_sets"] == 3000
+
+    # the statements the run once wrote as fixed prose are re-stated from the rows
+    from opforge.pipeline.release import refresh_card_statements
+
+    before = (folder / "plots" / "op_count.png").read_bytes()
+    assert refresh_card_statements(folder) == ["data_source range", "motif libraries", "batch range",
+                                               "size contexts", "selection note", "plots/op_count.png"]
+    card = (folder / "README.md").read_text()
+    frame = pd.concat([pd.read_parquet(p) for p in sorted((folder / "data").glob("*.parquet"))])
+    ks = sorted(int(x.split("#")[1]) for x in set(frame["data_source"]) if x.startswith("torch#"))
+    assert f"k = {ks[0]}-{ks[-1]} in these rows" in card and "1-5)" not in card
+    batches = [json.loads(x)[0][0] for x in frame["input_shapes"]]
+    assert f"First-input batch (first dim of the first input): {min(batches)} to {max(batches)}," in card
+    assert "is at most 512" not in card and "most frequent op outside the common ones" not in card
+    assert (folder / "plots" / "op_count.png").read_bytes() != before
+    assert {p.name: p.read_bytes() for p in (folder / "data").glob("*.parquet")} == data

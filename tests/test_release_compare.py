@@ -165,6 +165,16 @@ def test_compare_counts(datasets):
     assert table.startswith(f"| measure | {datasets.name} | ops6k |")
     assert "| rows | 7 | 6 |" in table
     assert "| rows exactly duplicating a row of ops6k | 1 | - |" in table
+    # the diversity of multi-op rows (task.realism, issue #60), for both datasets: Ops-6K repeats tanh + sigmoid
+    d = ops6k["sample"]["realism"]
+    assert (d["top_op_set"], d["top_op_set_share"], d["distinct_op_sets"]) == ("sigmoid + tanh", 2 / 6, 5)
+    r = ours["sample"]["realism"]
+    assert (f"| realism: top exotic op, share of rows (target <= 8 %; sample) | {r['top_exotic_op']} "
+            f"({100 * r['top_exotic_op_share']:.1f} %) | {d['top_exotic_op']} ({100 * d['top_exotic_op_share']:.1f} %) |"
+            in table)
+    assert "| sigmoid + tanh (33.3 %) |" in table
+    assert (f"| realism: distinct op sets, share of rows (target >= 20 %; sample) | {r['distinct_op_sets']} "
+            f"({100 * r['distinct_op_set_share']:.1f} %) | 5 (83.3 %) |" in table)
 
 
 def test_sample_is_deterministic_and_in_row_order():

@@ -411,34 +411,58 @@ def test_selection_spreads_the_ops_it_cannot_hold_under_the_cap():
     assert max(counts) > 4
 
 
-def test_selection_soft_cap_on_one_op_outside_the_common_ones():
-    """Rule 7: once an op outside realism.COMMON_OPS is in floor(N * max_op_share) chosen tasks, tasks with it
-    are chosen only where tasks without it cannot fill the quota; common ops (add, linear...) are free, and a
-    module's dimension suffix does not split an op (nn.BatchNorm1d and nn.BatchNorm2d are one batch_norm)."""
-    rows = [{"task_id": f"n{i}", "ops": json.dumps(["nn.LayerNorm", "Tensor.add", f"F.op{i}"]),
-             "data_source": "torch#2", "fusion_gain": 2.0} for i in range(8)]
-    rows += [{"task_id": f"b{i}", "ops": json.dumps([f"nn.BatchNorm{1 + i % 2}d", "nn.Linear", f"F.ob{i}"]),
-              "data_source": "torch#2", "fusion_gain": 2.0} for i in range(4)]
-    rows += [{"task_id": f"o{i}", "ops": json.dumps(["Tensor.add", "nn.Linear", f"F.other{i}"]),
-              "data_source": "torch#2", "fusion_gain": 2.0} for i in range(6)]
+def test_selection_soft_cap_on_one_exotic_op():
+    """Rule 7: once an exotic op (task.realism.op_kind: not layout, common or a building block) is in
+    floor(N * max_op_share) chosen tasks, tasks with it are chosen only where the others cannot fill the quota;
+    layout ops (reshape) and building blocks (layer_norm) are free, and a module's dimension suffix does not
+    split an op (nn.BatchNorm1d and nn.BatchNorm2d are one batch_norm, a building block)."""
+    rows = [{"task_id": f"c{i}", "ops": json.dumps(["Tensor.reshape", "torch.cumsum", f"F.u{i}"]),
+             "data_source": "torch#3", "fusion_gain": 2.0} for i in range(20)]
+    rows += [{"task_id": f"n{i}", "ops": json.dumps(["Tensor.reshape", "nn.LayerNorm", f"F.v{i}"]),
+              "data_source": "torch#3", "fusion_gain": 2.0} for i in range(60)]
     pool = pd.DataFrame(rows)
-    assert select.other_ops(pool.iloc[[0, 8, 9, 12]]) == [frozenset({"layer_norm", "op0"}),
-                                                          frozenset({"batch_norm", "ob0"}),
-                                                          frozenset({"batch_norm", "ob1"}),
-                                                          frozenset({"other0"})]
-    shares = bucket_shares({2: 1.0}, 0.0)
-    sel = select_tasks(pool, 10, shares, seed=0, max_op_share=0.2)
-    ids = sel.rows["task_id"]
-    assert len(ids) == 10 and ids.str.startswith("n").sum() == 2 and ids.str.startswith("b").sum() == 2
-    assert any("in 20.0% of those chosen (soft cap 20%)" in n for n in sel.notes)
+    assert select.exotic_ops(pool.iloc[[0, 20]]) == [frozenset({"cumsum", "u0"}), frozenset({"v0"})]
+    assert select.op_sets(pd.DataFrame({"ops": [json.dumps(["nn.BatchNorm1d", "Tensor.view", "+"]),
+                                                json.dumps(["nn.BatchNorm2d", "Tensor.permute", "Tensor.add"])]})) \
+        == [frozenset({"batch_norm", "add"})] * 2
+    shares = bucket_shares({3: 1.0}, 0.0)
+    for seed in range(3):
+        sel = select_tasks(pool, 50, shares, seed=seed, max_op_share=0.08, max_op_set_share=0.02)
+        assert sel.shortfall == 0
+        assert sel.rows["task_id"].str.startswith("c").sum() <= 4  # 8 % of 50; 25 % of the pool
+    assert any(n.startswith("most frequent exotic op: ") and "(soft cap 8%)" in n for n in sel.notes)
     # the cap never leaves a quota short: past what the others fill, tasks over it are taken
-    full = select_tasks(pool, 16, shares, seed=0, max_op_share=0.2)
+    full = select_tasks(pool, 70, shares, seed=0, max_op_share=0.08)
     assert full.shortfall == 0 and any("too few other accepted tasks to hold it" in n for n in full.notes)
-    off = select_tasks(pool, 10, shares, seed=0)
-    assert off.rows["task_id"].str.startswith("n").sum() > 2  # without the rule, this seed takes more of them
     with pytest.raises(ValueError, match="max_op_share"):
         select_tasks(pool, 10, shares, max_op_share=-0.1)
-    assert RunConfig(target=10).max_op_share == 0.08
+    with pytest.raises(ValueError, match="max_op_set_share"):
+        select_tasks(pool, 10, shares, max_op_set_share=1.5)
+    assert RunConfig(target=10).max_op_share == 0.08 and RunConfig(target=10).max_op_set_share == 0.02
+
+
+def test_selection_soft_cap_on_one_op_set():
+    """Rule 7: once an op set (the task's ops without the layout ones) is in floor(N * max_op_set_share) chosen
+    tasks, tasks with it wait, even when every op of it is free (layer_norm + add); layout ops and dtypes do not
+    make another op set."""
+    layouts = [["Tensor.view"], ["Tensor.permute"], ["Tensor.transpose"], ["Tensor.reshape", "Tensor.contiguous"],
+               ["Tensor.unsqueeze"], ["Tensor.view", "Tensor.permute"], ["Tensor.flatten"], ["Tensor.squeeze"],
+               ["Tensor.expand"], ["Tensor.narrow"]]
+    rows = [{"task_id": f"s{k}{d}", "ops": json.dumps(["nn.LayerNorm", *lay, "Tensor.add"]), "dtype": dtype,
+             "data_source": "torch#3", "fusion_gain": 2.0}
+            for k, lay in enumerate(layouts) for d, dtype in enumerate(("float32", "bfloat16", "float16"))]
+    rows += [{"task_id": f"o{i}", "ops": json.dumps(["nn.GELU", "Tensor.mul", f"F.w{i}"]),
+              "data_source": "torch#3", "fusion_gain": 2.0} for i in range(150)]
+    pool = pd.DataFrame(rows)
+    assert len(set(select.op_sets(pool.iloc[:30]))) == 1
+    shares = bucket_shares({3: 1.0}, 0.0)
+    for seed in range(3):
+        sel = select_tasks(pool, 100, shares, seed=seed, max_op_share=0.08, max_op_set_share=0.02)
+        assert sel.shortfall == 0
+        assert sel.rows["task_id"].str.startswith("s").sum() <= 2  # 2 % of 100; 17 % of the pool
+    assert any("most frequent op set: add + layer_norm in 2.0% of those chosen (soft cap 2%" in n for n in sel.notes)
+    # without the op-set cap this pool puts more of them in
+    assert select_tasks(pool, 100, shares, seed=0, max_op_share=0.08).rows["task_id"].str.startswith("s").sum() > 2
 
 
 def test_selection_hard_cap_on_random_composer_tasks():
