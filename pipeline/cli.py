@@ -61,7 +61,7 @@ def _check_op_mix(value: str | None) -> str | None:
     """``--op-mix`` callback: ``ops6k``, ``uniform`` or ``1:0.2,2:0.3,...`` (op counts 1-5)."""
     if value is None:
         return value
-    from opforge.compose.sampler import parse_op_mix
+    from opforge.compose.graphs.sampler import parse_op_mix
 
     try:
         parse_op_mix(value)
@@ -216,7 +216,7 @@ def motifs_cmd(
 ):
     """Mine fusion motifs from real models (transformers, torchvision, timm as installed) and transformers'
     sampling heads into a library."""
-    from opforge.compose.motifs import write_motif_library
+    from opforge.compose.motifs.library import write_motif_library
 
     def models(value):
         return None if value is None else tuple(v for v in value.split(",") if v.strip())

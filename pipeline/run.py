@@ -644,9 +644,9 @@ def run_selection(pool: pd.DataFrame, cfg: RunConfig):
     (``select.bucket_shares``).
 
     Raises:
-        ValueError: ``cfg.op_mix`` does not parse (``compose.sampler.parse_op_mix``).
+        ValueError: ``cfg.op_mix`` does not parse (``compose.graphs.sampler.parse_op_mix``).
     """
-    from opforge.compose.sampler import parse_op_mix
+    from opforge.compose.graphs.sampler import parse_op_mix
     from opforge.pipeline.select import bucket_shares, select_tasks
 
     shares = bucket_shares(parse_op_mix(cfg.op_mix), cfg.transformers_share, pool,
@@ -683,7 +683,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
         ConfigError: the run directory holds another run, or a bad option.
         ValueError / InputError / ReferenceLoadError: from the stages, with the file or option named.
     """
-    from opforge.compose.sampler import parse_op_mix
+    from opforge.compose.graphs.sampler import parse_op_mix
     from opforge.filters.chain import check_thresholds
     from opforge.pipeline.select import heavy_flags, signature_cap
     from opforge.pipeline.timeline import Timeline

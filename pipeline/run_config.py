@@ -31,7 +31,7 @@ class RunConfig(_EngineOptions):
         op_mix: composer op-count mix (``models``, ``ops6k``, ``uniform`` or ``1:0.2,2:0.3,...``), also the
             selection quota (``models``: the accepted pool's own mix).
         transformers_share: share of self-contained transformers block tasks (composition and quota).
-        motif_share / motif_library: share of candidates drawn from the motif library (``compose.motifs``,
+        motif_share / motif_library: share of candidates drawn from the motif library (``compose.motifs.library``,
             fusions mined from real models) and its path (default: the packaged library).
         dtype_mix: share of tasks per floating dtype (``float32:0.7,bfloat16:0.18,float16:0.12``).
         op_weights: label -> weight replacing the composer's relevance-based default of each op listed.
@@ -85,7 +85,7 @@ class RunConfig(_EngineOptions):
         seeds_catalog: reuse this seed catalog instead of harvesting (copied into the run directory).
         harvest_transformers: also probe the modules of every transformers family when harvesting. Off by
             default: the composer draws seed ops from torch only and builds transformers tasks from the
-            self-contained block specs of ``compose.blocks``, so a run does not need them (``opforge seeds
+            self-contained block specs of ``compose.blocks.tasks``, so a run does not need them (``opforge seeds
             harvest`` still harvests them for the full catalog).
         pretty_name / license / repo_id: the card's title, licence (Hub licence id) and the id in its
             loading example.

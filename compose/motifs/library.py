@@ -1,8 +1,8 @@
 """The motif library: fusion motifs mined from the forward of real models, the composer's main source.
 
-``mine_motifs`` traces model families (``compose.motif_trace``: every transformers base model of the
+``mine_motifs`` traces model families (``compose.motifs.trace``: every transformers base model of the
 installed library from its default config, 1-2 layers, eager attention; torchvision and timm classification
-models when those are installed), cuts each trace into motifs (``compose.motif_cut``) and keeps each motif
+models when those are installed), cuts each trace into motifs (``compose.motifs.cut``) and keeps each motif
 once with every model it was found in. The library shipped with the package
 (``compose/data/motifs.json.gz``, ``DEFAULT_LIBRARY``) was mined this way; ``opforge motifs`` mines a new one
 from whatever is installed.
@@ -31,11 +31,11 @@ import warnings
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from opforge.compose.motif_cut import Motif, cut_motifs, dead_calls, merge, read_library, write_library
-from opforge.compose.motif_heads import head_jobs, head_motifs
-from opforge.compose.motif_trace import TraceError, trace_timm, trace_torchvision, trace_transformers
+from opforge.compose.motifs.cut import Motif, cut_motifs, dead_calls, merge, read_library, write_library
+from opforge.compose.motifs.heads import head_jobs, head_motifs
+from opforge.compose.motifs.trace import TraceError, trace_timm, trace_torchvision, trace_transformers
 
-DEFAULT_LIBRARY = Path(__file__).parent / "data" / "motifs.json.gz"
+DEFAULT_LIBRARY = Path(__file__).parent.parent / "data" / "motifs.json.gz"
 FEW_MOTIFS = 200  # a category with n < FEW_MOTIFS distinct motifs has its share scaled by sqrt(n / FEW_MOTIFS)
 TORCHVISION_MODELS = ("resnet50", "resnet18", "mobilenet_v2", "mobilenet_v3_large", "efficientnet_b0",
                       "convnext_tiny", "regnet_y_400mf", "densenet121", "shufflenet_v2_x1_0", "squeezenet1_1",
@@ -105,7 +105,7 @@ def mine_motifs(families: list[str] | None = None, torchvision_models: tuple[str
                 progress: bool = True) -> tuple[list[Motif], dict]:
     """Mine motifs from ``families`` (transformers model types; default all), the torchvision / timm
     models (default ``TORCHVISION_MODELS`` / ``TIMM_MODELS`` where the library imports; ``()`` for none) and
-    the sampling heads of ``compose.motif_heads`` at the vocabulary sizes of ``head_families``
+    the sampling heads of ``compose.motifs.heads`` at the vocabulary sizes of ``head_families``
     (default ``motif_heads.HEAD_FAMILIES``; ``()`` for none).
 
     Returns (motifs, meta); ``meta`` has the library versions, the models traced and ``skipped`` (model ->
