@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 from opforge.compose.device_profiles import DeviceProfile, get_profile, window_target
 from opforge.compose.graphs.cost_model import choose_batch, graph_cost
+from opforge.compose.graphs.op_weights import check_op_weights
 from opforge.compose.graphs.render import render_graph
 from opforge.compose.graphs.sampler import FLOAT_DTYPES, Sampler, SamplingError, parse_op_mix
 from opforge.compose.graphs.sizing import SizingError, fit_sizes
@@ -116,6 +117,9 @@ def _init(catalog: list[SeedOp], cfg: ComposeConfig):
 
     from opforge.compose.graphs.op_weights import default_op_weights, merge_op_weights
     from opforge.compose.graphs.sampler import DEFAULT_HEAVY_START
+    from opforge.seeds.optional_imports import guard_optional_imports
+
+    guard_optional_imports()  # a broken torchvision / timm is left out, not a dead composer
     from transformers.utils import logging as hf_logging
 
     warnings.filterwarnings("ignore")  # deprecation chatter from ops run on meta
@@ -166,11 +170,16 @@ def _motif_pool(cfg: ComposeConfig, profile):
     """The motif pool of ``cfg`` (``compose.motifs.library``); a fixed-size profile draws only motifs whose modules
     hold at most ``SMALL_PROFILE_BLOCK_PARAMS`` parameters."""
     from opforge.compose.motifs.candidates import small_enough
-    from opforge.compose.motifs.library import LIGHT_SHARE, MotifPool, load_motifs
+    from opforge.compose.motifs.library import LIGHT_SHARE, MotifPool, library_meta, load_motifs
 
     motifs = load_motifs(cfg.motif_library, shared=True)  # read-only here: MotifPool draws, mutants are copies
     if not profile.realistic:
         motifs = [m for m in motifs if small_enough(m, SMALL_PROFILE_BLOCK_PARAMS)]
+    weights = library_meta(cfg.motif_library).get("source_weights")
+    if weights:  # a merged library (``compose.motifs.sources``): a source by its weight, then a motif in it
+        from opforge.compose.motifs.sources import source_pool
+
+        return source_pool(motifs, weights, lambda ms: MotifPool(ms, light_share=LIGHT_SHARE))
     return MotifPool(motifs, light_share=LIGHT_SHARE)
 
 
@@ -370,6 +379,7 @@ def compose(catalog: list[SeedOp], cfg: ComposeConfig, workers: int = 1, progres
     parse_op_mix(cfg.op_mix)
     parse_dtype_mix(cfg.dtype_mix)
     profile_for(cfg)
+    check_op_weights(catalog, cfg.op_weights)
     if pool is not None and getattr(pool, "opforge_state_key", None) != _state_key(catalog, cfg):
         raise ValueError("compose: the process pool was made for another catalog or composer config "
                          "(composer_pool(catalog, cfg, workers) with this call's catalog and cfg)")

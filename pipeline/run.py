@@ -128,7 +128,8 @@ def _harvest(cfg: RunConfig, run_dir: Path, progress: bool = True) -> Path:
     try:
         # CPU runs: ``workers`` processes; CUDA runs (``workers`` = sandboxes per GPU): all usable cores
         pool = PoolSettings(workers=cfg.workers if cfg.device == "cpu" else None)
-        res = harvest(SPECS_DIR, progress=progress, pool=pool, with_transformers=cfg.harvest_transformers)
+        res = harvest(None if cfg.replace_specs else SPECS_DIR, progress=progress, pool=pool,
+                      with_transformers=cfg.harvest_transformers, extra_specs=cfg.specs or ())
         tmp = catalog.with_suffix(".tmp.parquet")
         write_catalog(res.ops, tmp)
         write_skip_report(res.skips, catalog.with_name("catalog_skipped.csv"))

@@ -99,7 +99,7 @@ def render_graph(graph: OpGraph, docstring: str) -> str:
         if label in _OPERATORS:
             expr = f"{args[0]} {_OPERATORS[label]} {args[1]}"
         elif seed.kind == "module":
-            cls = label if label.startswith("nn.") else seed.qualname
+            cls = label if label.startswith("nn.") or seed.library == "user" else seed.qualname
             attr = snake(label.split(".")[-1])
             while attr in used_attrs:
                 attr += "_"
@@ -127,9 +127,23 @@ def render_graph(graph: OpGraph, docstring: str) -> str:
     get_inputs = [f"{names[i]} = {_input_factory(graph, i)}" for i in inputs]
     return task_source(
         imports=["import torch.nn.functional as F"], docstring=docstring, init_lines=init_lines,
+        definitions=_own_op_sources(graph),
         forward_args=[names[i] for i in inputs], forward_lines=fwd_lines,
         constants=[f"{s} = {graph.sizes[s]}" for s in used_sizes],
         input_lines=get_inputs, returned=", ".join(names[i] for i in inputs))
+
+
+def _own_op_sources(graph: OpGraph) -> list[str]:
+    """The source of each own op (``SeedOp.library == "user"``, ``seeds.user_ops``) the graph calls, once each in
+    call order, so the task defines the class or function it names."""
+    from opforge.seeds.user_ops import user_source
+
+    out: dict[str, str] = {}
+    for n in graph.ops():
+        seed = graph.seeds[n]
+        if seed.library == "user" and seed.qualname not in out:
+            out[seed.qualname] = user_source(seed.qualname)
+    return list(out.values())
 
 
 def _meta_module(graph: OpGraph, node: str):

@@ -28,6 +28,7 @@ from opforge.compose.device_profiles import window_target
 from opforge.compose.motifs.cut import Motif
 from opforge.compose.motifs.render import RenderError, render_motif
 from opforge.compose.motifs.sizing import _ITEM, MotifCost, _module_params, choose_sizes
+from opforge.compose.motifs.sources import motif_source
 from opforge.task.identity import task_id_for
 
 # Activation functions real models use in the same place (MLP / gate / epilogue), by functional name.
@@ -212,6 +213,12 @@ def motif_candidate(state: dict, rng: random.Random, i: int, dtype: str) -> dict
     if not profile.realistic and sum(_prod(x) for x in shapes) * _ITEM.get(dtype, 4) > MAX_FIXED_INPUT_BYTES:
         return None
     family = source.split(":", 1)[-1]
+    prov = {"source": source, "found_in": len(motif.sources), "scopes": motif.scopes,
+            "modules": motif.scope_classes, "motif_id": motif.motif_id, "category": motif.category,
+            "mutation": mutation}
+    library = motif_source(motif)
+    if library:  # a merged library (``motifs.sources``): which library, and every model it was found in
+        prov.update(library=library, models=list(motif.sources))
     return {
         "task_id": task_id_for(code), "code": code, "ops": json.dumps(labels), "data_source": f"torch#{len(labels)}",
         "num_ops": len(labels), "graph": json.dumps({"motif": motif.motif_id, "calls": [c["name"] for c in motif.calls],
@@ -220,9 +227,7 @@ def motif_candidate(state: dict, rng: random.Random, i: int, dtype: str) -> dict
         "categories": json.dumps(sorted({motif.category})), "input_shapes": json.dumps(shapes), "dtype": dtype,
         "size_context": family if profile.realistic else "", "pattern": f"motif:{motif.category}", "predicted_ms": float(predicted),
         "device_profile": profile.name, "generator": C.GENERATOR, "generator_seed": cfg.seed, "candidate_index": i,
-        "provenance": json.dumps({"source": source, "found_in": len(motif.sources), "scopes": motif.scopes,
-                                  "modules": motif.scope_classes, "motif_id": motif.motif_id,
-                                  "category": motif.category, "mutation": mutation}, sort_keys=True),
+        "provenance": json.dumps(prov, sort_keys=True),
     }
 
 

@@ -111,8 +111,10 @@ def mine_motifs(families: list[str] | None = None, torchvision_models: tuple[str
     Returns (motifs, meta); ``meta`` has the library versions, the models traced and ``skipped`` (model ->
     why it could not be traced). Never raises for one model: its failure is recorded.
     """
+    from opforge.seeds.optional_imports import guard_optional_imports
     from tqdm import tqdm
 
+    guard_optional_imports()  # a broken torchvision / timm: its models are skipped, the others traced
     jobs: list[tuple[str, object]] = []
     for fam in (transformers_families() if families is None else families):
         jobs.append((f"transformers:{fam}", lambda f=fam: trace_transformers(f)))
@@ -166,6 +168,7 @@ def write_motif_library(path: Path, **kwargs) -> tuple[Path, dict]:
 # Libraries read in this process for shared use: (resolved path, mtime ns, size) -> motifs. Reading and
 # decoding the packaged library (26,445 motifs) takes about 3.6 s on cpu-2core, copying it about as long.
 _LIBRARIES: dict[tuple[str, int, int], list[Motif]] = {}
+_METAS: dict[tuple[str, int, int], dict] = {}
 
 
 def load_motifs(path: Path | None = None, shared: bool = False) -> list[Motif]:
@@ -186,11 +189,23 @@ def load_motifs(path: Path | None = None, shared: bool = False) -> list[Motif]:
     except OSError:
         return read_library(path)[0]  # raises MotifLibraryError naming the path
     if key not in _LIBRARIES:
-        motifs = read_library(path)[0]
+        motifs, meta = read_library(path)
         _LIBRARIES.clear()
         _LIBRARIES[key] = motifs
+        _METAS.clear()
+        _METAS[key] = meta
         gc.freeze()
     return _LIBRARIES[key]
+
+
+def library_meta(path: Path | None = None) -> dict:
+    """The meta of the library at ``path`` (default ``DEFAULT_LIBRARY``), read once per process with its
+    motifs (``load_motifs(shared=True)``): ``source_weights`` when it merges weighted sources
+    (``motifs.sources``)."""
+    path = Path(path) if path else DEFAULT_LIBRARY
+    load_motifs(path, shared=True)
+    st = path.stat()
+    return _METAS.get((str(path.resolve()), st.st_mtime_ns, st.st_size), {})
 
 
 def op_key(m: Motif) -> tuple[str, ...]:

@@ -609,7 +609,8 @@ def trace_torchvision(name: str) -> Trace:
     try:
         import torchvision
     except Exception as exc:  # noqa: BLE001 - torchvision absent or broken
-        raise TraceError(f"torchvision:{name}: torchvision unavailable ({type(exc).__name__})") from None
+        raise TraceError(f"torchvision:{name}: torchvision unavailable ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0][:160] if str(exc) else 'not installed'})") from None
     try:
         with torch.device("meta"):
             model = torchvision.models.get_model(name, weights=None)
@@ -627,7 +628,8 @@ def trace_timm(name: str) -> Trace:
     try:
         import timm
     except Exception as exc:  # noqa: BLE001
-        raise TraceError(f"timm:{name}: timm unavailable ({type(exc).__name__})") from None
+        raise TraceError(f"timm:{name}: timm unavailable ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0][:160] if str(exc) else 'not installed'})") from None
     try:
         with torch.device("meta"):
             model = timm.create_model(name, pretrained=False)
