@@ -59,8 +59,9 @@ def test_composed_task_with_an_own_op_is_self_contained(own_ops, tmp_path):
         assert "own_ops" not in code and "import own" not in code  # the source is inlined, no import
         assert "class SquaredReLU" in code or "def scaled_tanh" in code
         task = load_task(code, "own")  # runs on its own
-        out = task.model_cls(*task.init_inputs)(*task.get_inputs())
-        assert out is not None
+        m = task.module
+        out = m.Model(*m.get_init_inputs())(*m.get_inputs())
+        assert out.shape == m.get_inputs()[0].shape
 
 
 def test_unknown_op_weight_label_is_an_error_with_the_closest(own_ops):

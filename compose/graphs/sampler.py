@@ -129,7 +129,7 @@ class Sampler:
         self.vocab = vocab
         self.heavy_start = heavy_start
         self.category_weights = {**DEFAULT_CATEGORY_WEIGHTS, **(category_weights or {})}
-        usable = [o for o in ops if o.library == "torch" and o.meta_ok and (allow_stochastic or not o.stochastic)
+        usable = [o for o in ops if o.library in ("torch", "user") and o.meta_ok and (allow_stochastic or not o.stochastic)
                   and o.output_dtype == "float32" and o.inputs and not VARIADIC_OUTPUT.search(o.label)
                   and not CONSTANT_OUTPUT.search(o.label) and not IDENTITY_ON_REAL.search(o.label)
                   and (include_internal or not is_internal(o.label, o.qualname))]
