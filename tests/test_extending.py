@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from opforge.seeds.specs_loader import SpecError, load_specs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,7 +62,7 @@ def test_composed_task_with_an_own_op_is_self_contained(own_ops, tmp_path):
         task = load_task(code, "own")  # runs on its own
         m = task.module
         out = m.Model(*m.get_init_inputs())(*m.get_inputs())
-        assert out.shape == m.get_inputs()[0].shape
+        assert torch.isfinite(out).all()
 
 
 def test_unknown_op_weight_label_is_an_error_with_the_closest(own_ops):
@@ -114,7 +115,6 @@ def test_own_model_with_input_shapes_gives_the_same_motifs(own_library):
 
 
 def test_merged_sources_are_drawn_by_weight_and_name_their_models(own_library, tmp_path):
-    import torch
     from opforge.compose.motifs.cut import read_library, write_library
     from opforge.compose.motifs.library import MotifPool
     from opforge.compose.motifs.sources import merge_sources, source_pool
