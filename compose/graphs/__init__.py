@@ -9,7 +9,8 @@ vocabulary with the roofline of ``graphs.cost_model``; ``graphs.render`` writes 
 (``compose.source``). ``compose.composer`` calls this room for the share of candidates not drawn from motifs.
 
 Extension points:
-* a seed op: one YAML entry under ``seeds/specs/`` (``docs/seeds.md``), or a user spec file (``--specs``);
+* a seed op: one YAML entry under ``seeds/specs/`` (``docs/seeds.md``), or in your own spec file (``--specs``),
+  which may name your own module or function (``seeds.user_ops``, docs/extending.md);
 * an op's draw weight: ``--op-weights FILE`` (label -> weight, ``graphs.op_weights.merge_op_weights``);
 * an op's weight by position: a class in ``compose/data/op_positions.yaml`` (``graphs.positions``);
 * a DAG pattern: a branch of ``Sampler.sample``.

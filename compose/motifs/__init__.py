@@ -8,6 +8,8 @@ the sampling step of ``generate``; ``motifs.library`` mines, loads and draws (``
 layout (``compose.source``); ``motifs.candidates`` turns a drawn motif into a candidate row.
 
 Extension points:
+* your own model as a motif source: ``motifs.sources.trace_user_model`` (``opforge motifs --model``), and its
+  library merged with the packaged one at a weight (``motifs.sources.merge_sources``, ``--motifs PATH:W``);
 * a model family of an installed library: ``motifs.library.mine_motifs`` (``opforge motifs``);
 * a mutation of a motif: ``motifs.candidates.MUTATIONS``;
 * a motif category: ``motifs.cut.CATEGORY_RULES`` and its share in ``motifs.library.CATEGORY_SHARES``.
@@ -30,6 +32,8 @@ _EXPORTS = {
     "write_library": "opforge.compose.motifs.cut",
     "trace_module": "opforge.compose.motifs.trace",
     "render_motif": "opforge.compose.motifs.render",
+    "merge_sources": "opforge.compose.motifs.sources",
+    "trace_user_model": "opforge.compose.motifs.sources",
 }
 __all__ = sorted(_EXPORTS)
 
