@@ -4,9 +4,9 @@ Each file holds a YAML list of mappings with ``SeedOp`` fields. An entry whose `
 and that lists ``templates`` gets its primary shape from each template in turn (the probe keeps those that
 work). Errors name the file, the entry (index and label) and the field.
 
-A ``qualname`` outside ``torch`` and ``transformers`` is a researcher's own op (``library: user``,
-``seeds.user_ops``): a module or function by import path or ``file.py:Name`` (relative to the spec file); its
-label must be its class / function name. Every entry's ``qualname`` must import: one that does not is an error
+An entry whose ``qualname`` is outside ``torch`` and ``transformers`` and whose label is a plain name is a
+researcher's own op (``library: user``, ``seeds.user_ops``): a module or function by import path or
+``file.py:Name`` (relative to the spec file); its label must be its class / function name. Every entry's ``qualname`` must import: one that does not is an error
 naming the entry and the closest names.
 
 ``spec_paths(extra, replace)``: user spec files or folders add to the packaged ``seeds/specs/`` (a user entry
@@ -55,7 +55,7 @@ def load_spec_file(path: Path, library_versions: dict[str, str] | None = None) -
         data = {"source": f"spec:{path.name}", **entry}
         if isinstance(data.get("qualname"), str):
             data["qualname"] = absolute(data["qualname"], path.parent)
-            if "library" not in entry and is_user(data["qualname"]):
+            if "library" not in entry and is_user(data["qualname"]) and str(data.get("label", "")).isidentifier():
                 data["library"] = "user"
             _check_resolves(where, data)
         lib = data.get("library", "torch")
