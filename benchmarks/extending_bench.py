@@ -62,7 +62,8 @@ def main() -> None:
         "n": len(df), "weight": args.weight, "compose_s": round(compose_s, 1),
         "own_share": round(len(own) / len(df), 4), "own_op_share": round(float(own_op.mean()), 4),
         "own_motif_share": round(float(own_motif.mean()), 4),
-        "filter_sample": len(sample), "filter_s": round(filter_s, 1), "verdicts": reasons, "funnel": funnel,
+        "filter_sample": len(sample), "filter_s": round(filter_s, 1), "verdicts": reasons,
+        "funnel": {k: funnel[k] for k in ("verdicted_rows", "unique_tasks", "wall_s", "tasks_per_min") if k in funnel},
     }
     print(json.dumps(payload, indent=1))
     print(record.write("extending", payload))
