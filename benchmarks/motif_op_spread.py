@@ -1,7 +1,7 @@
 """How far the composer's motif draw can spread its ops: the realistic-tasks issue's bound that no op outside
 ``task.realism.COMMON_OPS`` is in more than 8 % of the rows, asked of the motif library before any filter.
 
-``compose.motifs.MotifPool.draw`` picks a class (``LIGHT_SHARE``), a category by its weight, then an op set
+``compose.motifs.library.MotifPool.draw`` picks a class (``LIGHT_SHARE``), a category by its weight, then an op set
 (``op_key``) of that category uniformly. For the packaged library (or ``--library``) this reports:
 
 * ``uniform``: each op's expected share of motif draws as the composer draws them now (an op counts once per op
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 import record  # noqa: E402 - benchmarks/record.py, beside this script
-from opforge.compose.motif_cut import read_library
-from opforge.compose.motifs import DEFAULT_LIBRARY, LIGHT_SHARE, MotifPool
+from opforge.compose.motifs.cut import read_library
+from opforge.compose.motifs.library import DEFAULT_LIBRARY, LIGHT_SHARE, MotifPool
 from opforge.pipeline.select import exotic_ops as other_ops
 
 

@@ -129,7 +129,7 @@ def accepted_pool(run_dir: Path, workers: int, known: dict[str, dict] | None = N
     acc["room"] = best / pd.to_numeric(acc["roofline_ms"], errors="coerce")
     acc["heavy"] = [r.get("heavy") for r in static_records(list(acc["code"]), workers, known)]
     acc["category"] = [_category(t) for t in acc["provenance"]]
-    # per category: candidates drawn, accepted, and kept by min_room 2 (compose.motifs.CATEGORY_YIELD)
+    # per category: candidates drawn, accepted, and kept by min_room 2 (compose.motifs.library.CATEGORY_YIELD)
     cands["category"] = [_category(t) for t in cands["provenance"]]
     kept_ids = set(acc.loc[acc["room"] >= 2, "task_id"])
     draws = {}

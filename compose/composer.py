@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-from opforge.compose.cost_model import choose_batch, graph_cost
-from opforge.compose.device_profiles import DeviceProfile, get_profile
-from opforge.compose.render import render_graph
-from opforge.compose.sampler import FLOAT_DTYPES, Sampler, SamplingError, parse_op_mix
-from opforge.compose.sizing import SizingError, fit_sizes, window_target
+from opforge.compose.device_profiles import DeviceProfile, get_profile, window_target
+from opforge.compose.graphs.cost_model import choose_batch, graph_cost
+from opforge.compose.graphs.op_weights import check_op_weights
+from opforge.compose.graphs.render import render_graph
+from opforge.compose.graphs.sampler import FLOAT_DTYPES, Sampler, SamplingError, parse_op_mix
+from opforge.compose.graphs.sizing import SizingError, fit_sizes
 from opforge.seeds.catalog import read_catalog
 from opforge.seeds.seed_op import SeedOp
 from opforge.task.identity import task_id_for
@@ -30,7 +31,7 @@ COLUMNS = ["task_id", "code", "ops", "data_source", "num_ops", "graph", "categor
            "size_context", "pattern", "predicted_ms", "device_profile", "generator", "generator_seed",
            "candidate_index", "provenance"]
 DEFAULT_DTYPE_MIX = "float32:0.7,bfloat16:0.18,float16:0.12"
-# Op counts of the random composer's graphs (``compose.sampler.OP_MIXES``): ``models`` follows what real models
+# Op counts of the random composer's graphs (``compose.graphs.sampler.OP_MIXES``): ``models`` follows what real models
 # fuse (3-8 ops are common); ``ops6k`` keeps CUDA-Agent-Ops-6K's mix (84 % two-op chains).
 DEFAULT_OP_MIX = "models"
 # Share of candidates drawn from the motif library. In a blind read of 30 published rows of a 1,000-task run on
@@ -69,12 +70,12 @@ class ComposeConfig:
 
     ``dtype_mix``: share of tasks per floating dtype (bfloat16 / float16 tasks have inputs, parameters and
     modules in that dtype and are judged at its tolerance, ``opforge.task.precision``). ``op_weights``: label ->
-    weight overriding the relevance-based defaults (``compose.op_weights``). ``vocabulary``: path of a shape
+    weight overriding the relevance-based defaults (``compose.graphs.op_weights``). ``vocabulary``: path of a shape
     vocabulary JSON (default: the packaged one, ``opforge.seeds.vocabulary.default_vocabulary``).
-    ``transformers_share``: share of self-contained transformers block tasks (``compose.blocks``).
+    ``transformers_share``: share of self-contained transformers block tasks (``compose.blocks.tasks``).
     ``window_ms``: the runtime window (ms) the tasks are sized into, the filter run's (``opforge run`` passes
     its own); None = the device profile's ``window_ms``. ``motif_share``: share of candidates drawn from the
-    motif library (``compose.motifs``; ``motif_library`` a path, default the packaged library), the rest from
+    motif library (``compose.motifs.library``; ``motif_library`` a path, default the packaged library), the rest from
     the random composer and transformers blocks. ``op_mix``: op counts of the random composer's graphs
     (``DEFAULT_OP_MIX``, or ``ops6k`` for CUDA-Agent-Ops-6K's mix)."""
 
@@ -114,8 +115,11 @@ _STATE: dict = {}
 def _init(catalog: list[SeedOp], cfg: ComposeConfig):
     import warnings
 
-    from opforge.compose.op_weights import default_op_weights, merge_op_weights
-    from opforge.compose.sampler import DEFAULT_HEAVY_START
+    from opforge.compose.graphs.op_weights import default_op_weights, merge_op_weights
+    from opforge.compose.graphs.sampler import DEFAULT_HEAVY_START
+    from opforge.seeds.optional_imports import guard_optional_imports
+
+    guard_optional_imports()  # a broken torchvision / timm is left out, not a dead composer
     from transformers.utils import logging as hf_logging
 
     warnings.filterwarnings("ignore")  # deprecation chatter from ops run on meta
@@ -154,7 +158,7 @@ SMALL_PROFILE_BLOCK_PARAMS = 10_000_000
 
 def _block_specs(profile):
     """Block specs the composer draws from: all on a realistic profile, the small ones otherwise."""
-    from opforge.compose.blocks import block_specs
+    from opforge.compose.blocks.tasks import block_specs
 
     specs = block_specs()
     if profile.realistic:
@@ -163,14 +167,19 @@ def _block_specs(profile):
 
 
 def _motif_pool(cfg: ComposeConfig, profile):
-    """The motif pool of ``cfg`` (``compose.motifs``); a fixed-size profile draws only motifs whose modules
+    """The motif pool of ``cfg`` (``compose.motifs.library``); a fixed-size profile draws only motifs whose modules
     hold at most ``SMALL_PROFILE_BLOCK_PARAMS`` parameters."""
-    from opforge.compose.motif_candidates import small_enough
-    from opforge.compose.motifs import LIGHT_SHARE, MotifPool, load_motifs
+    from opforge.compose.motifs.candidates import small_enough
+    from opforge.compose.motifs.library import LIGHT_SHARE, MotifPool, library_meta, load_motifs
 
     motifs = load_motifs(cfg.motif_library, shared=True)  # read-only here: MotifPool draws, mutants are copies
     if not profile.realistic:
         motifs = [m for m in motifs if small_enough(m, SMALL_PROFILE_BLOCK_PARAMS)]
+    weights = library_meta(cfg.motif_library).get("source_weights")
+    if weights:  # a merged library (``compose.motifs.sources``): a source by its weight, then a motif in it
+        from opforge.compose.motifs.sources import source_pool
+
+        return source_pool(motifs, weights, lambda ms: MotifPool(ms, light_share=LIGHT_SHARE))
     return MotifPool(motifs, light_share=LIGHT_SHARE)
 
 
@@ -193,7 +202,7 @@ def _candidate(i: int) -> dict | None:
     for attempt in range(40):
         rng = random.Random(f"{cfg.seed}:{i}:{attempt}")
         if motif:
-            from opforge.compose.motif_candidates import motif_candidate
+            from opforge.compose.motifs.candidates import motif_candidate
 
             row = motif_candidate(_STATE, rng, i, dtype)
             if row is not None:
@@ -232,9 +241,9 @@ def _candidate(i: int) -> dict | None:
 
 
 def _block_candidate(rng: random.Random, i: int, dtype: str) -> dict | None:
-    """A self-contained transformers block task (``compose.blocks``) sized to the window: the batch and the
+    """A self-contained transformers block task (``compose.blocks.tasks``) sized to the window: the batch and the
     sequence come from the vocabulary (a realistic profile) or stay small (others); None when no size fits."""
-    from opforge.compose.blocks import render_block
+    from opforge.compose.blocks.tasks import render_block
 
     cfg, profile = _STATE["cfg"], _STATE["profile"]
     spec = rng.choice(_STATE["blocks"])
@@ -370,6 +379,7 @@ def compose(catalog: list[SeedOp], cfg: ComposeConfig, workers: int = 1, progres
     parse_op_mix(cfg.op_mix)
     parse_dtype_mix(cfg.dtype_mix)
     profile_for(cfg)
+    check_op_weights(catalog, cfg.op_weights)
     if pool is not None and getattr(pool, "opforge_state_key", None) != _state_key(catalog, cfg):
         raise ValueError("compose: the process pool was made for another catalog or composer config "
                          "(composer_pool(catalog, cfg, workers) with this call's catalog and cfg)")

@@ -7,13 +7,14 @@ times (benchmarks/results/h200/filter_run.json: predicted / measured eager time)
 loosely: ~20 GFLOP/s fp32 GEMM, ~5 GB/s effective elementwise bandwidth).
 
 Sizing: a ``realistic`` profile takes every non-batch size from the shape vocabulary of real model configs
-(``opforge.seeds.vocabulary``; ``compose.sizing``) and the batch from the vocabulary's batch axis (1-512); the
+(``opforge.seeds.vocabulary``; ``compose.graphs.sizing``) and the batch from the vocabulary's batch axis (1-512); the
 ``cpu`` and ``test`` profiles keep small fixed size lists (``sizes``) so that tasks run in milliseconds on a
 CI machine, and scale the batch up to ``max_batch``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from opforge.engine.timing import WINDOW_FLOOR_MS
@@ -81,3 +82,11 @@ def get_profile(name: str) -> DeviceProfile:
         return PROFILES[name.lower()]
     except KeyError:
         raise ValueError(f"unknown device profile {name!r}; known: {', '.join(PROFILES)}") from None
+
+
+def window_target(profile: DeviceProfile) -> tuple[float, float, float]:
+    """(lowest, highest, target) predicted eager ms a sized task may take: the profile's window shrunk by
+    ``window_margin`` on both sides, and its log-midpoint."""
+    lo, hi = profile.window_ms
+    ok_lo, ok_hi = lo * profile.window_margin, hi / profile.window_margin
+    return ok_lo, ok_hi, math.sqrt(max(ok_lo, 1e-3) * ok_hi)

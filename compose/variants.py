@@ -13,7 +13,7 @@ Which constants move:
 
 * the batch (``batch_size`` and the usual spellings, ``BATCH_NAMES``), to other values of the shape vocabulary's
   ``batch`` axis (1-512, ``seeds.vocabulary``);
-* for rows with a ``size_context`` (composed from real model configs, ``compose.sizing``), also the sequence
+* for rows with a ``size_context`` (composed from real model configs, ``compose.graphs.sizing``), also the sequence
   length (``seq_len``...: vocabulary ``seq`` values 16-8192, ``sizing.SEQ_MIN`` / ``SEQ_MAX``), the feature-map
   side (``height`` and ``width`` together: ``spatial`` values 4-512) or the video depth (``depth``: ``depth``
   values), each to a vocabulary value within a factor ``AXIS_FACTOR`` of the public one;
@@ -22,7 +22,7 @@ Which constants move:
 
 Each candidate is validated on the ``meta`` device (no memory, no compute): the task's ``Model`` built at the
 public sizes runs ``forward`` on the variant's inputs, op by op under a counter of FLOPs and bytes
-(``compose.cost_model.Cost``, the roofline of the ``h200`` profile). A candidate is kept when it runs, its input
+(``compose.graphs.cost_model.Cost``, the roofline of the ``h200`` profile). A candidate is kept when it runs, its input
 shapes differ from the public ones and from every kept variant, its inputs hold at most ``input_cap_bytes``
 (the composer's cap, 0.9 GB) and its predicted time is at most ``work_ratio_cap`` times the public one
 (``max_work_ratio``; with a GPU-measured ``eager_ms``, also at most the top of the runtime window shrunk by the
@@ -128,7 +128,7 @@ def _axes(free: set[str], constants: dict[str, int], realistic: bool) -> _Axes:
 
 
 def _vocab_values(vocab, axis: str, public: int) -> list[int]:
-    from opforge.compose.sizing import SEQ_MAX, SEQ_MIN
+    from opforge.compose.graphs.sizing import SEQ_MAX, SEQ_MIN
 
     if axis == "batch":
         vals = vocab.values("batch", 1, 512)
@@ -245,8 +245,8 @@ class _Run:
 
 def _meta_run(model, inputs: list[Any], dtype: str):
     import torch
-    from opforge.compose.cost_model import Cost
     from opforge.compose.device_profiles import get_profile
+    from opforge.compose.graphs.cost_model import Cost
 
     shapes = [list(x.shape) if isinstance(x, torch.Tensor) else None for x in inputs]
     input_bytes = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))

@@ -1,7 +1,7 @@
 """A scripted (non-LLM) agent for ``opforge.harness.env.KernelEnv``, and the small task it solves.
 
 The task: ``relu(x * scale + 1)`` over ``x`` of shape ``[batch_size, seq_len, channels]`` with a learnable
-per-channel ``scale``, in the composer's layout (module-level size constants, ``compose.render``), so that its
+per-channel ``scale``, in the composer's layout (module-level size constants, ``compose.graphs.render``), so that its
 hidden shape variants (``compose.variants``) move the batch and the sequence length.
 
 The agent writes one kernel source holding three functions and a ``model_new.py`` that calls one of them:

@@ -55,6 +55,11 @@ class Reward(enum.StrEnum):
 DeviceProfileName = enum.StrEnum("DeviceProfileName", {name: name for name in PROFILES})
 
 
+MOTIFS_HELP = ("Your motif library PATH[:WEIGHT] (`opforge motifs --model`), repeatable: added to the packaged "
+               "one (or --motif-library); WEIGHT is its share of the motif draws (default: the sources without one "
+               "split what is left); `packaged:W` weighs the packaged one.")
+
+
 def _value(choice):
     """An enum choice's string (None stays None)."""
     return choice.value if isinstance(choice, enum.Enum) else choice
@@ -64,7 +69,7 @@ def _check_op_mix(value: str | None) -> str | None:
     """``--op-mix`` callback: ``ops6k``, ``uniform`` or ``1:0.2,2:0.3,...`` (op counts 1-5)."""
     if value is None:
         return value
-    from opforge.compose.sampler import parse_op_mix
+    from opforge.compose.graphs.sampler import parse_op_mix
 
     try:
         parse_op_mix(value)
@@ -120,12 +125,18 @@ def _version_callback(value: bool) -> None:
 def main(version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
                                       help="Print opforge's version and exit.")) -> None:
     """opforge: build, filter and publish KernelBench-format fused-operator datasets, and score kernels."""
+    from opforge.seeds.optional_imports import guard_optional_imports
+
+    for name, why in guard_optional_imports().items():  # one line each, then the command runs without it
+        typer.echo(f"warning: {name} does not import ({why}); running without it", err=True)
 
 
 @seeds_app.command("harvest")
 def seeds_harvest(
     out: Path = typer.Option(DEFAULT_CATALOG, help="Catalog Parquet to write; the skip report goes beside it."),
-    specs: Path = typer.Option(None, help="Folder of curated YAML specs (default: the packaged seeds/specs)."),
+    specs: list[Path] = typer.Option(None, help="Your YAML spec file or folder, repeatable: added to the packaged "
+                                                "seeds/specs (an entry with a packaged label replaces it)."),
+    replace_specs: bool = typer.Option(False, "--replace-specs", help="Read only --specs, not the packaged ones."),
     no_transformers: bool = typer.Option(False, "--no-transformers", help="Harvest torch ops only."),
     workers: int = typer.Option(None, help="Probe processes (default: all usable cores; the catalog does not "
                                            "depend on it)."),
@@ -144,8 +155,8 @@ def seeds_harvest(
     executor, vocab = start_vocabulary_harvest(vocab_path)  # overlaps the probes
     try:
         pool = PoolSettings(workers=workers, timeout_s=probe_timeout_s, memory_gib=probe_memory_gib)
-        res = harvest(specs or SPECS_DIR, with_transformers=not no_transformers, pool=pool,
-                      progress=_progress(quiet))
+        res = harvest(None if replace_specs else SPECS_DIR, with_transformers=not no_transformers, pool=pool,
+                      progress=_progress(quiet), extra_specs=specs or ())
     except (SpecError, ValueError) as exc:
         executor.shutdown(wait=False, cancel_futures=True)
         typer.echo(f"error: {exc}", err=True)
@@ -215,18 +226,40 @@ def motifs_cmd(
     timm: str = typer.Option(None, help="timm models, comma-separated (default: a fixed list; '' for none)."),
     heads: str = typer.Option(None, help="Decoder families whose vocabulary sizes the sampling heads are "
                                          "traced at, comma-separated (default: a fixed list; '' for none)."),
+    model: list[str] = typer.Option(None, "--model", help="Your nn.Module class (or factory) by import path "
+                                    "(pkg.mod:Net, file.py:Net), repeatable: mine only these models."),
+    input_shape: list[str] = typer.Option(None, "--input-shape", help="With --model: one positional input's "
+                                          "shape, e.g. batch,seq,256 (ints, batch, seq); repeat per input."),
+    inputs_fn: str = typer.Option(None, "--inputs-fn", help="With --model: a function (batch, seq) -> input "
+                                  "tensor(s) or dict, by import path (pkg.mod:make_inputs, file.py:make_inputs)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ):
     """Mine fusion motifs from real models (transformers, torchvision, timm as installed) and transformers'
-    sampling heads into a library."""
-    from opforge.compose.motifs import write_motif_library
+    sampling heads into a library; with --model, from your own models only (compose with
+    `opforge compose --motifs OUT:WEIGHT`)."""
+    from opforge.compose.motifs.cut import write_library
+    from opforge.compose.motifs.library import write_motif_library
+    from opforge.compose.motifs.sources import mine_user_models
 
     def models(value):
         return None if value is None else tuple(v for v in value.split(",") if v.strip())
 
-    path, meta = write_motif_library(out, families=_names(families), torchvision_models=models(torchvision),
-                                     timm_models=models(timm), head_families=models(heads),
-                                     progress=_progress(quiet))
+    if model:
+        motifs, meta = mine_user_models(model, input_shape or None, inputs_fn)
+        if motifs:
+            path = write_library(motifs, out, meta)
+    else:
+        path, meta = write_motif_library(out, families=_names(families), torchvision_models=models(torchvision),
+                                         timm_models=models(timm), head_families=models(heads),
+                                         progress=_progress(quiet))
+    for why in sorted({k.split(":")[0]: v for k, v in meta["skipped"].items() if "unavailable" in v}.values()):
+        typer.echo(f"warning: {why.split(': ', 1)[-1]}: its models are skipped", err=True)
+    if model:
+        for why in meta["skipped"].values():
+            typer.echo(f"warning: {why}", err=True)
+    if not meta["categories"]:
+        _fail(f"no motif mined ({len(meta['skipped'])} models skipped"
+              + (f"; first: {next(iter(meta['skipped'].values()))}" if meta["skipped"] else "") + "); nothing written")
     cats = ", ".join(f"{k} {v}" for k, v in sorted(meta["categories"].items(), key=lambda kv: -kv[1]))
     typer.echo(f"wrote {path}: {sum(meta['categories'].values())} motifs from {len(meta['traced'])} models "
                f"({len(meta['skipped'])} skipped); per category: {cats}")
@@ -262,6 +295,20 @@ def blind_read_cmd(
         _fail(str(exc))
     typer.echo(f"wrote {folder}/packet.md ({n * len(pairs)} rows), key.json (keep it from the reader), "
                f"judgments.template.json")
+
+
+@seeds_app.command("explain")
+def seeds_explain(
+    label: str = typer.Argument(..., help="Seed-op label (F.threshold, torch.special.erfcx, SquaredReLU...)."),
+    catalog: Path = typer.Option(DEFAULT_CATALOG, help="Seed catalog Parquet; its skip report is read beside it."),
+):
+    """Why LABEL is in the catalog or was skipped, and what to change (reason codes: docs/extending.md)."""
+    from opforge.seeds.skip_reasons import explain
+
+    try:
+        typer.echo(explain(label, catalog))
+    except (KeyError, FileNotFoundError, ValueError) as exc:
+        _fail(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc))
 
 
 @seeds_app.command("list")
@@ -300,8 +347,9 @@ def compose_cmd(
                                     "the random composer)."),
     motif_share: float = typer.Option(0.9, min=0.0, max=1.0, help="Share of candidates drawn from the motif "
                                       "library (fusions mined from real models)."),
-    motif_library: Path = typer.Option(None, help="Motif library (default: the packaged one; `opforge "
+    motif_library: Path = typer.Option(None, help="Motif library replacing the packaged one (`opforge "
                                                   "motifs` mines one)."),
+    motifs: list[str] = typer.Option(None, "--motifs", help=MOTIFS_HELP),
     device_profile: DeviceProfileName = typer.Option("h100", case_sensitive=False,
                                                      help="Cost-model profile for sizing."),
     transformers_share: float = typer.Option(0.04, help="Share of self-contained transformers block tasks."),
@@ -335,6 +383,8 @@ def compose_cmd(
             raise typer.Exit(2) from None
     try:
         overrides = _op_weights(op_weights)
+        if motifs:
+            motif_library = _merged_motifs(motifs, motif_library, out.with_name(out.stem + ".motifs.json.gz"))
         cfg = ComposeConfig(n=n, seed=seed, op_mix=op_mix, device_profile=_value(device_profile),
                             transformers_share=transformers_share, category_weights=weights,
                             op_weights=overrides, dtype_mix=dtype_mix,
@@ -356,6 +406,17 @@ def compose_cmd(
     typer.echo(f"wrote {len(df)} candidates to {out} in {time.perf_counter() - t0:.1f} s; "
                f"op counts: " + ", ".join(f"{k}: {v:.1%}" for k, v in mix.items())
                + f"; DAG share: {(~df.pattern.isin(['chain', 'transformers'])).mean():.1%}")
+
+
+def _merged_motifs(sources: list[str], base: Path | None, out: Path) -> Path:
+    """The ``--motifs`` sources merged with ``base`` (None: the packaged library) into ``out``
+    (``compose.motifs.sources.merge_sources``); prints one line per source. Raises ValueError naming a bad one."""
+    from opforge.compose.motifs.sources import merge_sources
+
+    path, meta = merge_sources(sources, out, str(base) if base else None)
+    typer.echo("motif sources: " + ", ".join(f"{k} {meta['source_motifs'][k]} motifs at weight {w:.2f}"
+                                              for k, w in meta["source_weights"].items()) + f" -> {path}")
+    return path
 
 
 def _op_weights(path: Path | None) -> dict[str, float] | None:
@@ -458,7 +519,11 @@ def run_cmd(
                                     "quota; default models: the accepted pool's own mix)."),
     motif_share: float = typer.Option(None, min=0.0, max=1.0, help="Share of candidates drawn from the motif "
                                       "library (default 0.9)."),
-    motif_library: Path = typer.Option(None, help="Motif library (default: the packaged one)."),
+    motif_library: Path = typer.Option(None, help="Motif library replacing the packaged one."),
+    motifs: list[str] = typer.Option(None, "--motifs", help=MOTIFS_HELP + " Merged into RUN_DIR/motifs.merged.json.gz."),
+    specs: list[Path] = typer.Option(None, help="Your YAML spec file or folder, repeatable: added to the packaged "
+                                                "seeds/specs when the run harvests."),
+    replace_specs: bool = typer.Option(None, "--replace-specs", help="Read only --specs, not the packaged ones."),
     runtime_window_ms: tuple[float, float] = typer.Option(None, help="LO HI eager window in ms (default: 0.04 100 "
                                                           "on cuda, off on cpu)."),
     no_window: bool = typer.Option(None, "--no-window", help="Record runtimes only."),
@@ -502,8 +567,12 @@ def run_cmd(
                  "skip_filters": _names(skip), "kernelbench": kernelbench,
                  "seeds_catalog": seeds_catalog, "repo_id": repo_id, "dtype_mix": dtype_mix,
                  **(settings_given or {}), **(gpu_given or {})}
+    overrides.update(specs=[str(s.resolve()) for s in specs] if specs else None, replace_specs=replace_specs)
     try:
         overrides["op_weights"] = _op_weights(op_weights)
+        if motifs:
+            merged = Path(out or "runs/default") / "motifs.merged.json.gz"
+            overrides["motif_library"] = str(_merged_motifs(motifs, motif_library, merged).resolve())
         cfg = load_config(config, overrides, thresholds=threshold)
         if compose_rounds:
             import pandas as pd

@@ -121,16 +121,16 @@ def compose_shard(options: dict[str, Any], start: int, n: int, fingerprints: boo
 
 def warm_composer(motif_library: bool = True) -> float:
     """Dask task: import the composer's modules and, with ``motif_library``, read the packaged motif library
-    and the transformers block specs into this process's caches (``compose.motifs.load_motifs``,
-    ``compose.blocks.block_specs``), so the worker's first shard does not (about 8 s on cpu-2core, 17-19 s
+    and the transformers block specs into this process's caches (``compose.motifs.library.load_motifs``,
+    ``compose.blocks.tasks.block_specs``), so the worker's first shard does not (about 8 s on cpu-2core, 17-19 s
     on a 4 x H200 host while its sandboxes started). Needs no seed catalog: ``opforge run`` sends it while
     the catalog is harvested. Returns the seconds it took."""
     t0 = time.perf_counter()
     from opforge.compose import composer  # noqa: F401 - the import is the warm-up
 
     if motif_library:
-        from opforge.compose.blocks import block_specs
-        from opforge.compose.motifs import load_motifs
+        from opforge.compose.blocks.tasks import block_specs
+        from opforge.compose.motifs.library import load_motifs
 
         load_motifs(None, shared=True)
         block_specs()

@@ -128,7 +128,8 @@ def _harvest(cfg: RunConfig, run_dir: Path, progress: bool = True) -> Path:
     try:
         # CPU runs: ``workers`` processes; CUDA runs (``workers`` = sandboxes per GPU): all usable cores
         pool = PoolSettings(workers=cfg.workers if cfg.device == "cpu" else None)
-        res = harvest(SPECS_DIR, progress=progress, pool=pool, with_transformers=cfg.harvest_transformers)
+        res = harvest(None if cfg.replace_specs else SPECS_DIR, progress=progress, pool=pool,
+                      with_transformers=cfg.harvest_transformers, extra_specs=cfg.specs or ())
         tmp = catalog.with_suffix(".tmp.parquet")
         write_catalog(res.ops, tmp)
         write_skip_report(res.skips, catalog.with_name("catalog_skipped.csv"))
@@ -644,9 +645,9 @@ def run_selection(pool: pd.DataFrame, cfg: RunConfig):
     (``select.bucket_shares``).
 
     Raises:
-        ValueError: ``cfg.op_mix`` does not parse (``compose.sampler.parse_op_mix``).
+        ValueError: ``cfg.op_mix`` does not parse (``compose.graphs.sampler.parse_op_mix``).
     """
-    from opforge.compose.sampler import parse_op_mix
+    from opforge.compose.graphs.sampler import parse_op_mix
     from opforge.pipeline.select import bucket_shares, select_tasks
 
     shares = bucket_shares(parse_op_mix(cfg.op_mix), cfg.transformers_share, pool,
@@ -684,7 +685,7 @@ def run_pipeline(cfg: RunConfig, progress: bool = True) -> RunResult:
         ConfigError: the run directory holds another run, or a bad option.
         ValueError / InputError / ReferenceLoadError: from the stages, with the file or option named.
     """
-    from opforge.compose.sampler import parse_op_mix
+    from opforge.compose.graphs.sampler import parse_op_mix
     from opforge.filters.chain import check_thresholds
     from opforge.pipeline.select import heavy_flags, signature_cap
     from opforge.pipeline.timeline import Timeline

@@ -31,7 +31,7 @@ class RunConfig(_EngineOptions):
         op_mix: composer op-count mix (``models``, ``ops6k``, ``uniform`` or ``1:0.2,2:0.3,...``), also the
             selection quota (``models``: the accepted pool's own mix).
         transformers_share: share of self-contained transformers block tasks (composition and quota).
-        motif_share / motif_library: share of candidates drawn from the motif library (``compose.motifs``,
+        motif_share / motif_library: share of candidates drawn from the motif library (``compose.motifs.library``,
             fusions mined from real models) and its path (default: the packaged library).
         dtype_mix: share of tasks per floating dtype (``float32:0.7,bfloat16:0.18,float16:0.12``).
         op_weights: label -> weight replacing the composer's relevance-based default of each op listed.
@@ -86,9 +86,11 @@ class RunConfig(_EngineOptions):
             --threshold``); ``compile_autotune`` adds ``compile.autotune``.
         kernelbench / kernelbench_levels: the contamination filter's reference.
         seeds_catalog: reuse this seed catalog instead of harvesting (copied into the run directory).
+        specs / replace_specs: the user's YAML spec files or folders, added to the packaged ``seeds/specs``
+            (``replace_specs``: read alone) when the run harvests.
         harvest_transformers: also probe the modules of every transformers family when harvesting. Off by
             default: the composer draws seed ops from torch only and builds transformers tasks from the
-            self-contained block specs of ``compose.blocks``, so a run does not need them (``opforge seeds
+            self-contained block specs of ``compose.blocks.tasks``, so a run does not need them (``opforge seeds
             harvest`` still harvests them for the full catalog).
         pretty_name / license / repo_id: the card's title, licence (Hub licence id) and the id in its
             loading example.
@@ -131,6 +133,8 @@ class RunConfig(_EngineOptions):
     kernelbench: str | None = None
     kernelbench_levels: tuple[int, ...] = (1, 2, 3)
     seeds_catalog: Path | None = None
+    specs: list[str] | None = None  # user spec files / folders added to seeds/specs (docs/extending.md)
+    replace_specs: bool = False  # read only ``specs``, not the packaged ones
     harvest_transformers: bool = False
     pretty_name: str = "opforge fused operator tasks"
     license: str = "apache-2.0"
@@ -179,7 +183,7 @@ def default_device_profile(device: str, gpu_name: str | None = None) -> str:
 IDENTITY_FIELDS = ("seed", "op_mix", "motif_share", "motif_library", "transformers_share", "device_profile", "device", "runtime_window_ms",
                    "round_size", "skip_filters", "kernelbench", "kernelbench_levels", "seeds_catalog", "dtype_mix",
                    "op_weights", "vocabulary", "include_internal", "heavy_start",
-                   "harvest_transformers")
+                   "harvest_transformers", "specs", "replace_specs")
 
 
 def load_config(path: str | Path | None, overrides: dict[str, Any], thresholds: list[str] | None = None

@@ -32,8 +32,9 @@ def library_versions() -> dict[str, str]:
     return {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__}
 
 
-def harvest(specs_dir: Path = SPECS_DIR, with_transformers: bool = True, families: list[str] | None = None,
-            progress: bool = True, pool: PoolSettings | None = None, with_torch: bool = True) -> HarvestResult:
+def harvest(specs_dir: Path | None = SPECS_DIR, with_transformers: bool = True, families: list[str] | None = None,
+            progress: bool = True, pool: PoolSettings | None = None, with_torch: bool = True,
+            extra_specs: list[Path] | tuple = ()) -> HarvestResult:
     """Introspect torch (and transformers), probe every candidate, merge curated YAML entries.
 
     Probes run in parallel in sandboxed child processes (``seeds.probe_pool``; ``pool`` sets the workers,
@@ -43,7 +44,8 @@ def harvest(specs_dir: Path = SPECS_DIR, with_transformers: bool = True, familie
     workers are spawned, so a script that calls this must guard its entry point
     (``if __name__ == "__main__":``), as for any spawned ``multiprocessing`` child.
 
-    YAML entries override automatically harvested ops with the same label. ``with_torch=False`` probes the
+    YAML entries override automatically harvested ops with the same label. ``extra_specs``: the user's spec
+    files or folders, added to those of ``specs_dir`` (None: the user's alone; ``specs_loader.load_specs``). ``with_torch=False`` probes the
     YAML entries only (no introspected torch ops). Returns validated ops sorted by (library, label) and the
     skip report. Raises ``SpecError`` for a malformed YAML entry before any probing.
     """
@@ -52,7 +54,7 @@ def harvest(specs_dir: Path = SPECS_DIR, with_transformers: bool = True, familie
 
     t0 = time.perf_counter()
     versions = library_versions()
-    specs = load_specs(specs_dir, versions)  # fail fast on a bad spec
+    specs = load_specs(specs_dir, versions, extra_specs)  # fail fast on a bad spec
     spec_labels = {s.label for s in specs}
     drafts = [d for d in torch_candidates() if not (isinstance(d, SeedOp) and d.label in spec_labels)] \
         if with_torch else []

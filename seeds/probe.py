@@ -15,7 +15,6 @@ accepts. Probes run in sandboxed child processes during a harvest (``seeds.probe
 
 from __future__ import annotations
 
-import importlib
 import warnings
 from typing import Any
 
@@ -41,20 +40,14 @@ class ProbeFailure(Exception):
 
 
 def resolve_qualname(qualname: str) -> Any:
-    """Import ``pkg.mod.Name`` (or ``pkg.mod.Class.attr``) and return the object.
+    """Import ``pkg.mod.Name`` (or ``pkg.mod.Class.attr``, ``pkg.mod:Name``, ``/abs/file.py:Name``) and return
+    the object (``seeds.user_ops.resolve``).
 
-    Raises ImportError / AttributeError naming the path when it does not resolve.
+    Raises ImportError / AttributeError naming the path (and the closest names) when it does not resolve.
     """
-    parts = qualname.split(".")
-    for i in range(len(parts) - 1, 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
-            continue
-        for p in parts[i:]:
-            obj = getattr(obj, p)
-        return obj
-    raise ImportError(f"cannot import {qualname!r}")
+    from opforge.seeds.user_ops import resolve
+
+    return resolve(qualname)
 
 
 def first_tensor(out) -> tuple[torch.Tensor | None, int | None]:

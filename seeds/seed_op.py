@@ -92,7 +92,8 @@ class SeedOp(BaseModel):
     Attributes:
         label: Ops-6K spelling (``nn.Conv2d``, ``F.gelu``, ``torch.cumsum``; transformers: class name).
         qualname: importable dotted path of the class or function.
-        library / library_version: ``torch`` or ``transformers`` and its installed version.
+        library / library_version: ``torch``, ``transformers`` (and its installed version) or ``user``: a
+            researcher's own module or function (``seeds.user_ops``; its label is its class / function name).
         kind: ``module`` (instantiated in ``__init__``) or ``function`` (called in ``forward``).
         category: coarse op family (``seeds.categories.CATEGORIES``).
         init_args: constructor keyword arguments (modules); ``"$C"`` etc. bind to the input's sizes.
@@ -117,7 +118,7 @@ class SeedOp(BaseModel):
 
     label: str
     qualname: str
-    library: Literal["torch", "transformers"] = "torch"
+    library: Literal["torch", "transformers", "user"] = "torch"
     library_version: str = ""
     kind: Literal["module", "function"]
     category: str = ""

@@ -1,5 +1,6 @@
 """Enumerate candidate seed ops from the installed torch: ``torch.nn`` modules, ``torch.nn.functional``
-functions and ``torch.*`` tensor functions, each turned into a probe draft by the argument-name rules."""
+functions, ``torch.*`` tensor functions and the functions of the public namespaces of ``NAMESPACES``
+(``torch.special.*``), each turned into a probe draft by the argument-name rules."""
 
 from __future__ import annotations
 
@@ -134,8 +135,38 @@ def torch_function_candidates(version: str) -> Iterator[SeedOp | SkipRecord]:
         yield _function_draft(label, qual, fn, sig, version)
 
 
+# Public torch namespaces whose functions are seed-op candidates besides ``torch.*`` and ``F.*``, labelled
+# ``<namespace>.<name>`` (``torch.special.erfcx``). ``torch.linalg`` and ``torch.fft`` are left out: their
+# functions are matrix factorisations or complex-valued, not fusion epilogues.
+NAMESPACES = ("torch.special",)
+
+
+def namespace_candidates(version: str, namespace: str) -> Iterator[SeedOp | SkipRecord]:
+    """Drafts for the public functions of ``namespace`` (e.g. ``torch.special``) that torch lists as
+    overridable tensor functions; one whose name is also a ``torch.*`` or ``F.*`` function (``expm1``,
+    ``softmax``: the same operation) is left to that one."""
+    import importlib
+
+    overrides = get_testing_overrides()
+    ns = importlib.import_module(namespace)
+    for name in sorted(dir(ns)):
+        fn = getattr(ns, name, None)
+        if name.startswith("_") or fn is None or isinstance(fn, type) or not callable(fn) or fn not in overrides \
+                or hasattr(torch, name) or hasattr(F, name):
+            continue
+        label = qual = f"{namespace}.{name}"
+        try:
+            sig = inspect.signature(overrides[fn])
+        except (TypeError, ValueError):
+            yield _draft_skip(label, qual, "no_signature")
+            continue
+        yield _function_draft(label, qual, fn, sig, version)
+
+
 def torch_candidates() -> Iterator[SeedOp | SkipRecord]:
     version = torch.__version__.split("+")[0]
     yield from module_candidates(version)
     yield from functional_candidates(version)
     yield from torch_function_candidates(version)
+    for ns in NAMESPACES:
+        yield from namespace_candidates(version, ns)

@@ -100,9 +100,10 @@ def canonical_name(name: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _label_index() -> dict[int, tuple[str, ...]]:
-    """Map ``id(callable)`` -> Ops-6K labels for every public torch / F function (aliases kept)."""
+    """Map ``id(callable)`` -> Ops-6K labels for every public torch / F / torch.special function (aliases
+    kept)."""
     index: dict[int, list[str]] = {}
-    for prefix, ns in (("F", F), ("torch", torch)):
+    for prefix, ns in (("F", F), ("torch", torch), ("torch.special", torch.special)):
         for attr in dir(ns):
             if attr.startswith("_"):
                 continue

@@ -2,7 +2,7 @@
 and write a copy of the source with other values.
 
 A *size constant* is a top-level assignment of a positive int literal (``batch_size = 512``). Composed tasks
-write every input size this way (``compose.render``), and so do most KernelBench / Ops-6K tasks. A constant is
+write every input size this way (``compose.graphs.render``), and so do most KernelBench / Ops-6K tasks. A constant is
 *free* when nothing but ``get_inputs`` depends on it: no reference from ``Model``, ``get_init_inputs``, any
 other top-level definition, or a top-level constant that one of those uses (followed transitively through
 constants derived from it, ``dim = seq_len * 2``). Changing a free constant changes the input shapes and

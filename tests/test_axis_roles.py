@@ -1,4 +1,4 @@
-"""Axis roles of the random composer (``compose.axes``): misuses are rejected, dims are drawn from the roles an
+"""Axis roles of the random composer (``compose.graphs.axes``): misuses are rejected, dims are drawn from the roles an
 op exists for, roles follow layout ops; composed candidates pass ``task.axis_misuse``; trained-like values keep
 saturating ops in their working range on a real draw; op weights follow positions."""
 
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from opforge.compose.axes import (
+from opforge.compose.graphs.axes import (
     BATCH,
     CHANNEL,
     FEATURE,
@@ -23,7 +23,7 @@ from opforge.compose.axes import (
     output_roles,
     template_fits,
 )
-from opforge.compose.magnitude import out_rms, saturates
+from opforge.compose.graphs.magnitude import out_rms, saturates
 
 FN = SimpleNamespace(kind="function")
 MOD = SimpleNamespace(kind="module")
@@ -183,9 +183,9 @@ def candidates(harvested):
 
 
 def test_sampled_graphs_carry_roles_and_respect_them(harvested):
-    from opforge.compose.axes import op_dims, op_name
     from opforge.compose.device_profiles import get_profile
-    from opforge.compose.sampler import Sampler
+    from opforge.compose.graphs.axes import op_dims, op_name
+    from opforge.compose.graphs.sampler import Sampler
 
     s = Sampler(harvested.ops, get_profile("test"))
     rng = random.Random(7)
@@ -234,8 +234,8 @@ def test_composed_candidates_read_every_parameter(candidates):
 
 def _linear_sigmoid_task(harvested, scaled: bool) -> str:
     """F.linear (768 -> 768 features) -> sigmoid, rendered by the composer."""
-    from opforge.compose.graph import OpGraph
-    from opforge.compose.render import render_graph
+    from opforge.compose.graphs.graph import OpGraph
+    from opforge.compose.graphs.render import render_graph
 
     ops = {o.label: o for o in harvested.ops}
     g = OpGraph(sizes={"batch_size": 4, "seq_len": 64, "channels": 768})
@@ -295,8 +295,8 @@ def test_saturating_ops_of_composed_candidates_stay_in_range(candidates):
 
 def test_special_functions_are_weighted_by_position(harvested):
     from opforge.compose.device_profiles import get_profile
-    from opforge.compose.positions import PositionTable
-    from opforge.compose.sampler import Sampler
+    from opforge.compose.graphs.positions import PositionTable
+    from opforge.compose.graphs.sampler import Sampler
 
     s = Sampler(harvested.ops, get_profile("test"))
     assert s.position_weights["producer"]["torch.i0"] == 0.0

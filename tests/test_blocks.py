@@ -1,4 +1,4 @@
-"""Self-contained transformers block tasks (compose/blocks.py).
+"""Self-contained transformers block tasks (compose/blocks/tasks.py).
 
 Fidelity: for each family, a one-layer transformers base model is built from a small config of the
 family's own config class; the module the block task mirrors (found by its class name) is hooked to
@@ -15,7 +15,14 @@ import textwrap
 
 import pytest
 import torch
-from opforge.compose.blocks import DTYPES, FAMILIES, BlockSpec, block_specs, config_from_hf, render_block
+from opforge.compose.blocks.tasks import (
+    DTYPES,
+    FAMILIES,
+    BlockSpec,
+    block_specs,
+    config_from_hf,
+    render_block,
+)
 from opforge.task.source import load_task
 
 BATCH, SEQ = 2, 16

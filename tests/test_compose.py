@@ -5,9 +5,9 @@ import pytest
 import torch
 from opforge.compose.composer import ComposeConfig, compose
 from opforge.compose.device_profiles import get_profile
-from opforge.compose.graph import OpGraph
+from opforge.compose.graphs.graph import OpGraph
+from opforge.compose.graphs.sampler import Sampler, SamplingError, parse_op_mix
 from opforge.compose.labels import labels_match, recovered_labels
-from opforge.compose.sampler import Sampler, SamplingError, parse_op_mix
 from opforge.filters.runtime import measure_eager_ms
 from opforge.task.identity import task_id_for
 from opforge.task.source import load_task
@@ -141,7 +141,7 @@ def test_cpu_profile_sizes_land_in_window_often(harvested):
 
 def test_the_runs_runtime_window_reaches_the_composers_sizing():
     from opforge.compose.composer import ComposeConfig, profile_for
-    from opforge.compose.sizing import window_target
+    from opforge.compose.device_profiles import window_target
     from opforge.filters.runtime import resolve_window
 
     default = profile_for(ComposeConfig(n=1, device_profile="h100"))

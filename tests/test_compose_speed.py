@@ -5,14 +5,14 @@ import random
 
 import pytest
 import torch
-from opforge.compose import graph as graph_module
 from opforge.compose.composer import ComposeConfig, compose
-from opforge.compose.cost_model import graph_cost
 from opforge.compose.device_profiles import get_profile
-from opforge.compose.graph import _meta_input, _MetaMemo, bilinear_meta
-from opforge.compose.motif_sizing import MotifCost
-from opforge.compose.motifs import load_motifs
-from opforge.compose.sampler import Sampler, SamplingError
+from opforge.compose.graphs import graph as graph_module
+from opforge.compose.graphs.cost_model import graph_cost
+from opforge.compose.graphs.graph import _meta_input, _MetaMemo, bilinear_meta
+from opforge.compose.graphs.sampler import Sampler, SamplingError
+from opforge.compose.motifs.library import load_motifs
+from opforge.compose.motifs.sizing import MotifCost
 from opforge.seeds.seed_op import TensorSpec
 from opforge.seeds.tensors import make_tensor
 

@@ -1,4 +1,4 @@
-"""Sampling-head motifs (compose.motif_heads): generate's logits processors traced at a family's vocabulary,
+"""Sampling-head motifs (compose.motifs.heads): generate's logits processors traced at a family's vocabulary,
 cut to windows that end in the probabilities, rendered as float32 tasks whose outputs an all-zeros answer
 cannot match, and equal to transformers' own processors on real values."""
 
@@ -7,9 +7,9 @@ import random
 import pytest
 import torch
 from opforge.compose.labels import recovered_labels
-from opforge.compose.motif_candidates import fixed_dtype
-from opforge.compose.motif_cut import cut_motifs
-from opforge.compose.motif_heads import (
+from opforge.compose.motifs.candidates import fixed_dtype
+from opforge.compose.motifs.cut import cut_motifs
+from opforge.compose.motifs.heads import (
     LOGIT_SCALE,
     SAMPLING_CHAINS,
     family_vocab,
@@ -17,7 +17,7 @@ from opforge.compose.motif_heads import (
     head_motifs,
     trace_sampling_head,
 )
-from opforge.compose.motif_render import render_motif
+from opforge.compose.motifs.render import render_motif
 from opforge.task.source import load_task
 
 
@@ -90,7 +90,7 @@ def test_every_family_and_chain_is_traced():
 
 
 def test_unknown_family_is_a_head_error():
-    from opforge.compose.motif_heads import HeadError
+    from opforge.compose.motifs.heads import HeadError
 
     with pytest.raises(HeadError, match="no_such_family"):
         family_vocab("no_such_family")
@@ -100,8 +100,8 @@ def test_the_default_library_holds_heads_the_composer_draws(harvested, tmp_path)
     """The shipped library has sampling heads at many vocabulary sizes; candidates composed from them are
     float32 whatever the run's dtype mix, and run to finite probabilities."""
     from opforge.compose.composer import ComposeConfig, compose
-    from opforge.compose.motif_cut import write_library
-    from opforge.compose.motifs import load_motifs
+    from opforge.compose.motifs.cut import write_library
+    from opforge.compose.motifs.library import load_motifs
 
     lib = [m for m in load_motifs(None) if m.category == "sampling_head"]
     assert len({m.inputs[0]["shape"][-1] for m in lib}) >= 15
@@ -120,7 +120,7 @@ def test_the_default_library_holds_heads_the_composer_draws(harvested, tmp_path)
 
 def test_heads_are_never_mutated():
     """A residual added to probabilities (or any other mutation) is no model's computation."""
-    from opforge.compose.motif_candidates import MUTATIONS, mutate
+    from opforge.compose.motifs.candidates import MUTATIONS, mutate
 
     m = head_motifs(trace_sampling_head("default_top_k", "llama"))[0]
     assert all(mutate(m, kind, random.Random(0)) is None for kind in MUTATIONS)

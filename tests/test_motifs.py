@@ -7,10 +7,10 @@ import random
 import pytest
 import torch
 from opforge.compose.labels import labels_match, recovered_labels
-from opforge.compose.motif_cut import Motif, MotifLibraryError, cut_motifs, read_library, write_library
-from opforge.compose.motif_render import render_motif
-from opforge.compose.motif_sizing import MotifCost, choose_sizes
-from opforge.compose.motif_trace import BATCH, SEQ, trace_transformers
+from opforge.compose.motifs.cut import Motif, MotifLibraryError, cut_motifs, read_library, write_library
+from opforge.compose.motifs.render import render_motif
+from opforge.compose.motifs.sizing import MotifCost, choose_sizes
+from opforge.compose.motifs.trace import BATCH, SEQ, trace_transformers
 from opforge.task.source import load_task
 
 
@@ -139,7 +139,7 @@ def test_shared_library_is_read_once_per_file_and_version(llama, tmp_path):
     import gc
     import os
 
-    from opforge.compose.motifs import load_motifs
+    from opforge.compose.motifs.library import load_motifs
 
     path = write_library(llama, tmp_path / "m.json.gz", {})
     gc.unfreeze()
@@ -159,12 +159,12 @@ def test_shared_library_is_read_once_per_file_and_version(llama, tmp_path):
 
 
 def test_mutations_swap_the_activation_and_add_a_residual(llama):
-    from opforge.compose.motif_candidates import mutate
+    from opforge.compose.motifs.candidates import mutate
 
     gated = next(m for m in llama if m.category == "gated_mlp" and "silu" in _calls(m))
     swapped = mutate(gated, "activation", random.Random(0))
     assert "silu" not in _calls(swapped) and _calls(swapped) & {"gelu", "relu", "mish"}
-    from opforge.compose.motif_candidates import ends_in_residual
+    from opforge.compose.motifs.candidates import ends_in_residual
 
     single = next(m for m in llama if len(m.outputs) == 1 and not ends_in_residual(m))
     res = mutate(single, "residual", random.Random(0))
@@ -174,7 +174,7 @@ def test_mutations_swap_the_activation_and_add_a_residual(llama):
 
 
 def test_norm_mutation_swaps_layernorm_for_rmsnorm(bert):
-    from opforge.compose.motif_candidates import mutate
+    from opforge.compose.motifs.candidates import mutate
 
     ln = next(m for m in bert if any(c["name"] == "LayerNorm" for c in m.calls))
     swapped = mutate(ln, "norm", random.Random(0))
@@ -215,7 +215,7 @@ def test_composer_draws_motifs_with_provenance_and_exact_labels(catalog_path, ll
 def test_fixed_size_profiles_keep_motif_inputs_under_the_cap(catalog_path, llama, tmp_path, monkeypatch):
     """On a fixed-size profile a motif candidate whose inputs exceed ``MAX_FIXED_INPUT_BYTES`` is not made; the
     composer draws another one for that index."""
-    from opforge.compose import motif_candidates
+    from opforge.compose.motifs import candidates as motif_candidates
 
     cap = 256 * 1024  # llama motifs at the test sizes read 128 KB (batch 1, 8 positions) to 512 KB
     monkeypatch.setattr(motif_candidates, "MAX_FIXED_INPUT_BYTES", cap)
@@ -239,7 +239,7 @@ def test_sizes_vary_inside_the_window_band(llama):
 
 
 def test_overflow_guard_clamps_are_left_out():
-    from opforge.compose.motif_trace import is_overflow_guard
+    from opforge.compose.motifs.trace import is_overflow_guard
 
     assert is_overflow_guard("clamp", [{"T": 1}], {"min": -64504.0, "max": 64504.0})
     assert is_overflow_guard("clamp", [{"T": 1}, -65000.0, {"lit": 65000}], {})
@@ -275,7 +275,7 @@ def test_motif_candidates_take_sizes_from_the_vocabulary_within_the_caps(catalog
 def test_no_second_residual_on_a_motif_that_ends_in_one(llama):
     """A motif whose output is already a residual sum (pre-norm ``h + attn(norm(h))``) gets no second one; the
     mutated motif itself ends in one."""
-    from opforge.compose.motif_candidates import ends_in_residual, mutate
+    from opforge.compose.motifs.candidates import ends_in_residual, mutate
 
     summed = [m for m in llama if len(m.outputs) == 1 and ends_in_residual(m)]
     assert summed
@@ -288,7 +288,7 @@ def test_a_copy_of_a_contiguous_value_is_not_rendered():
     """``.contiguous()`` calls the motifs traced (after views, slices and transposes) are rendered only where
     they copy at the rendered sizes: run on ``meta``, no rendered one receives a contiguous tensor, and the real
     copies (after a transpose of two non-trivial dims) stay."""
-    from opforge.compose.motifs import load_motifs
+    from opforge.compose.motifs.library import load_motifs
     from torch.overrides import TorchFunctionMode
 
     motifs = [m for m in load_motifs(None) if any(c["name"] == "contiguous" for c in m.calls)]
@@ -317,8 +317,8 @@ def test_no_rendered_motif_returns_an_input_unchanged():
     """Casts to the dtype a value already has are left out when rendering; a motif output that thereby became
     one of its inputs is not returned (no work, no result), so no rendered task's forward returns an input
     object, in any task dtype."""
-    from opforge.compose.motif_render import SAME_DTYPE_CASTS, RenderError
-    from opforge.compose.motifs import load_motifs
+    from opforge.compose.motifs.library import load_motifs
+    from opforge.compose.motifs.render import SAME_DTYPE_CASTS, RenderError
 
     motifs = [m for m in load_motifs(None) if any(c["name"] in SAME_DTYPE_CASTS for c in m.calls)]
     assert motifs
@@ -345,7 +345,7 @@ def test_no_rendered_motif_returns_an_input_unchanged():
 def test_categories_are_drawn_by_share_over_yield(llama):
     from collections import Counter
 
-    from opforge.compose.motifs import YIELD_FLOOR, MotifPool
+    from opforge.compose.motifs.library import YIELD_FLOOR, MotifPool
 
     cats = Counter(m.category for m in llama)
     a, b = cats.most_common(2)[0][0], cats.most_common(2)[1][0]
@@ -371,7 +371,7 @@ def test_op_sets_are_drawn_uniformly_within_a_category(llama):
     import copy
     from collections import Counter
 
-    from opforge.compose.motifs import MotifPool, op_key
+    from opforge.compose.motifs.library import MotifPool, op_key
 
     by_cat = Counter(m.category for m in llama)
     cat = max(by_cat, key=lambda c: len({op_key(m) for m in llama if m.category == c}))
@@ -398,7 +398,7 @@ def test_light_share_splits_draws_between_motifs_with_and_without_a_heavy_call(l
     recurrent call, whatever the category weights; a class with no motif leaves its draws to the other."""
     from collections import Counter
 
-    from opforge.compose.motifs import MotifPool
+    from opforge.compose.motifs.library import MotifPool
 
     light = [m for m in llama if not m.n_heavy]
     heavy = [m for m in llama if m.n_heavy]
@@ -422,8 +422,8 @@ def test_a_motif_that_discards_a_result_is_never_drawn(llama):
     and such a motif in a library is not drawn."""
     import copy
 
-    from opforge.compose.motif_cut import dead_calls
-    from opforge.compose.motifs import MotifPool
+    from opforge.compose.motifs.cut import dead_calls
+    from opforge.compose.motifs.library import MotifPool
 
     assert not any(dead_calls(m) for m in llama)
     m = copy.deepcopy(llama[0])
@@ -443,7 +443,7 @@ def test_batch_norm_motifs_are_never_sized_at_batch_one(llama):
     import copy
 
     import torch
-    from opforge.compose.motif_candidates import min_batch
+    from opforge.compose.motifs.candidates import min_batch
 
     assert {min_batch(m) for m in llama} == {1}
     m = copy.deepcopy(next(x for x in llama if any(c["spelling"] == "module" for c in x.calls)))
@@ -459,8 +459,8 @@ def test_module_constructors_drop_a_keyword_an_older_torch_lacks(monkeypatch):
     """On a torch whose ``nn.BatchNorm2d`` takes no ``bias`` (before 2.13), the library's ``bias=True`` (the
     default the torch that added it gave it) is left out, so the module and the library's conv + batch-norm
     motifs build there; another value is kept, and that constructor rejects it."""
-    from opforge.compose import motif_render
-    from opforge.compose.motifs import load_motifs
+    from opforge.compose.motifs import render as motif_render
+    from opforge.compose.motifs.library import load_motifs
 
     class OldBatchNorm2d(torch.nn.BatchNorm2d):
         def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True,
@@ -495,8 +495,8 @@ def test_module_constructors_leave_out_default_keywords_and_build_the_same_modul
     """An extra_repr lists every constructor argument, also those a newer torch added (BatchNorm's ``bias``):
     rendered without the ones at their default, the constructor runs on an older torch and builds the same
     module here."""
-    from opforge.compose.motif_render import module_source
-    from opforge.compose.motifs import load_motifs
+    from opforge.compose.motifs.library import load_motifs
+    from opforge.compose.motifs.render import module_source
 
     assert module_source("nn.BatchNorm1d(384, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True)") \
         == "nn.BatchNorm1d(384)"

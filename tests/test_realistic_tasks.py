@@ -6,11 +6,11 @@ import random
 
 import pytest
 import torch
-from opforge.compose.avoid import noop_reason
 from opforge.compose.composer import ComposeConfig, compose, parse_dtype_mix
 from opforge.compose.device_profiles import get_profile
-from opforge.compose.graph import OpGraph
-from opforge.compose.render import render_graph
+from opforge.compose.graphs.avoid import noop_reason
+from opforge.compose.graphs.graph import OpGraph
+from opforge.compose.graphs.render import render_graph
 from opforge.engine.execution import TaskRun, tolerance_error
 from opforge.filters.chain import FilterSettings, make_chain, run_chain
 from opforge.seeds.vocabulary import AXES, default_vocabulary
@@ -22,7 +22,7 @@ from .filter_tasks import task
 @pytest.fixture(scope="module")
 def gpu_sized(harvested):
     """Random-composer candidates sized for an H200 (composition only runs on ``meta``; motif candidates are
-    sized by ``compose.motif_sizing``, tested in test_motifs.py)."""
+    sized by ``compose.motifs.sizing``, tested in test_motifs.py)."""
     return compose(harvested.ops, ComposeConfig(n=60, seed=7, device_profile="h200", transformers_share=0.0,
                                                 motif_share=0.0), progress=False)
 
@@ -151,7 +151,7 @@ def test_ops_that_matter_are_kept(harvested, labels, call_args):
 def test_composer_generates_no_noop_construct(harvested):
     df = compose(harvested.ops, ComposeConfig(n=80, seed=3, device_profile="test", transformers_share=0.0,
                                               op_mix="1:0,2:0.5,3:0.5", motif_share=0.0), progress=False)
-    from opforge.compose.sampler import Sampler
+    from opforge.compose.graphs.sampler import Sampler
 
     s = Sampler(harvested.ops, get_profile("test"))
     for row in df.itertuples():
@@ -178,7 +178,7 @@ def _rebuild(sampler, graph_json: str) -> OpGraph:
 
 
 def test_realistic_profile_needs_a_vocabulary(harvested):
-    from opforge.compose.sampler import Sampler
+    from opforge.compose.graphs.sampler import Sampler
 
     with pytest.raises(ValueError, match="vocabulary"):
         Sampler(harvested.ops, get_profile("h200"))
@@ -190,8 +190,8 @@ def test_realistic_profile_needs_a_vocabulary(harvested):
 def test_no_composed_task_is_one_dominant_op(harvested, gpu_sized):
     """Multi-op H200 candidates have no op above ``max_op_share`` of the predicted time (the trivial filter
     rejects >= 99 % measured), and identities on real tensors are never drawn."""
-    from opforge.compose.cost_model import graph_cost
-    from opforge.compose.sampler import Sampler
+    from opforge.compose.graphs.cost_model import graph_cost
+    from opforge.compose.graphs.sampler import Sampler
 
     profile = get_profile("h200")
     s = Sampler(harvested.ops, get_profile("test"))

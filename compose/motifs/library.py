@@ -1,8 +1,8 @@
 """The motif library: fusion motifs mined from the forward of real models, the composer's main source.
 
-``mine_motifs`` traces model families (``compose.motif_trace``: every transformers base model of the
+``mine_motifs`` traces model families (``compose.motifs.trace``: every transformers base model of the
 installed library from its default config, 1-2 layers, eager attention; torchvision and timm classification
-models when those are installed), cuts each trace into motifs (``compose.motif_cut``) and keeps each motif
+models when those are installed), cuts each trace into motifs (``compose.motifs.cut``) and keeps each motif
 once with every model it was found in. The library shipped with the package
 (``compose/data/motifs.json.gz``, ``DEFAULT_LIBRARY``) was mined this way; ``opforge motifs`` mines a new one
 from whatever is installed.
@@ -31,11 +31,11 @@ import warnings
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from opforge.compose.motif_cut import Motif, cut_motifs, dead_calls, merge, read_library, write_library
-from opforge.compose.motif_heads import head_jobs, head_motifs
-from opforge.compose.motif_trace import TraceError, trace_timm, trace_torchvision, trace_transformers
+from opforge.compose.motifs.cut import Motif, cut_motifs, dead_calls, merge, read_library, write_library
+from opforge.compose.motifs.heads import head_jobs, head_motifs
+from opforge.compose.motifs.trace import TraceError, trace_timm, trace_torchvision, trace_transformers
 
-DEFAULT_LIBRARY = Path(__file__).parent / "data" / "motifs.json.gz"
+DEFAULT_LIBRARY = Path(__file__).parent.parent / "data" / "motifs.json.gz"
 FEW_MOTIFS = 200  # a category with n < FEW_MOTIFS distinct motifs has its share scaled by sqrt(n / FEW_MOTIFS)
 TORCHVISION_MODELS = ("resnet50", "resnet18", "mobilenet_v2", "mobilenet_v3_large", "efficientnet_b0",
                       "convnext_tiny", "regnet_y_400mf", "densenet121", "shufflenet_v2_x1_0", "squeezenet1_1",
@@ -105,14 +105,16 @@ def mine_motifs(families: list[str] | None = None, torchvision_models: tuple[str
                 progress: bool = True) -> tuple[list[Motif], dict]:
     """Mine motifs from ``families`` (transformers model types; default all), the torchvision / timm
     models (default ``TORCHVISION_MODELS`` / ``TIMM_MODELS`` where the library imports; ``()`` for none) and
-    the sampling heads of ``compose.motif_heads`` at the vocabulary sizes of ``head_families``
+    the sampling heads of ``compose.motifs.heads`` at the vocabulary sizes of ``head_families``
     (default ``motif_heads.HEAD_FAMILIES``; ``()`` for none).
 
     Returns (motifs, meta); ``meta`` has the library versions, the models traced and ``skipped`` (model ->
     why it could not be traced). Never raises for one model: its failure is recorded.
     """
+    from opforge.seeds.optional_imports import guard_optional_imports
     from tqdm import tqdm
 
+    guard_optional_imports()  # a broken torchvision / timm: its models are skipped, the others traced
     jobs: list[tuple[str, object]] = []
     for fam in (transformers_families() if families is None else families):
         jobs.append((f"transformers:{fam}", lambda f=fam: trace_transformers(f)))
@@ -166,6 +168,7 @@ def write_motif_library(path: Path, **kwargs) -> tuple[Path, dict]:
 # Libraries read in this process for shared use: (resolved path, mtime ns, size) -> motifs. Reading and
 # decoding the packaged library (26,445 motifs) takes about 3.6 s on cpu-2core, copying it about as long.
 _LIBRARIES: dict[tuple[str, int, int], list[Motif]] = {}
+_METAS: dict[tuple[str, int, int], dict] = {}
 
 
 def load_motifs(path: Path | None = None, shared: bool = False) -> list[Motif]:
@@ -186,11 +189,23 @@ def load_motifs(path: Path | None = None, shared: bool = False) -> list[Motif]:
     except OSError:
         return read_library(path)[0]  # raises MotifLibraryError naming the path
     if key not in _LIBRARIES:
-        motifs = read_library(path)[0]
+        motifs, meta = read_library(path)
         _LIBRARIES.clear()
         _LIBRARIES[key] = motifs
+        _METAS.clear()
+        _METAS[key] = meta
         gc.freeze()
     return _LIBRARIES[key]
+
+
+def library_meta(path: Path | None = None) -> dict:
+    """The meta of the library at ``path`` (default ``DEFAULT_LIBRARY``), read once per process with its
+    motifs (``load_motifs(shared=True)``): ``source_weights`` when it merges weighted sources
+    (``motifs.sources``)."""
+    path = Path(path) if path else DEFAULT_LIBRARY
+    load_motifs(path, shared=True)
+    st = path.stat()
+    return _METAS.get((str(path.resolve()), st.st_mtime_ns, st.st_size), {})
 
 
 def op_key(m: Motif) -> tuple[str, ...]:

@@ -50,3 +50,15 @@ def merge_op_weights(defaults: dict[str, float], overrides: dict[str, float] | N
             raise ValueError(f"op weight of {label!r} is negative ({w})")
         out[label] = float(w)
     return out
+
+
+def check_op_weights(catalog: list[SeedOp], overrides: dict[str, float] | None) -> None:
+    """Raise ValueError naming each label of ``overrides`` that no op of ``catalog`` has, with the closest
+    labels (a misspelled label would otherwise leave its op at the default weight)."""
+    from opforge.seeds.user_ops import closest
+
+    known = {o.label for o in catalog}
+    unknown = [lab for lab in (overrides or {}) if lab not in known]
+    if unknown:
+        raise ValueError("op weights: " + "; ".join(f"unknown label {lab!r}{closest(lab, known)}" for lab in unknown)
+                         + " (the catalog's labels: `opforge seeds list`)")

@@ -1,6 +1,6 @@
 """Cut motifs out of traced models: connected windows of 2-8 ops around the work kernel engineers fuse.
 
-A *window* is a run of consecutive data calls of one trace (``compose.motif_trace``: calls that read a model
+A *window* is a run of consecutive data calls of one trace (``compose.motifs.trace``: calls that read a model
 input or parameter, in call order) that starts and ends with an op and holds ``MIN_OPS``-``MAX_OPS`` ops
 (casts, views reads and copies ride along uncounted). A window becomes a motif when:
 
@@ -17,7 +17,7 @@ Motifs are keyed by their structure (calls, literals, shapes): the same window i
 is one motif with several ``sources``. ``category`` names the fusion the motif is (``norm``,
 ``norm_residual``, ``gated_mlp``, ``rotary``, ``attention``, ``softmax``, ``conv_norm_act``, ``gemm_epilogue``,
 ``activation``, ``pool_head``, ``embedding``, ``elementwise``, and ``sampling_head`` for the heads of
-``compose.motif_heads``), the first rule of ``CATEGORY_RULES`` that holds.
+``compose.motifs.heads``), the first rule of ``CATEGORY_RULES`` that holds.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from opforge.compose.motif_render import RenderError, Symbols, expression
-from opforge.compose.motif_trace import BATCH, SEQ, Call, Trace, is_overflow_guard, template_refs
+from opforge.compose.motifs.render import RenderError, Symbols, expression
+from opforge.compose.motifs.trace import BATCH, SEQ, Call, Trace, is_overflow_guard, template_refs
 
 MOTIF_VERSION = 1
 MIN_OPS, MAX_OPS = 2, 8

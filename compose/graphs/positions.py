@@ -2,7 +2,7 @@
 
 The curated table ``compose/data/op_positions.yaml`` puts ops in classes (special functions, encodings, head
 ops, scans) and gives each class a weight factor per position; the file states the rule. The sampler multiplies
-an op's draw weight (its relevance, ``compose.op_weights``) by ``factor(op, position)``: so Bessel i0 or
+an op's draw weight (its relevance, ``compose.graphs.op_weights``) by ``factor(op, position)``: so Bessel i0 or
 rad2deg of a GEMM output is drawn with a fiftieth of its weight, never as the first op, and a sort mostly ends
 a task.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 POSITIONS = ("producer", "epilogue", "head")
-DEFAULT_PATH = Path(__file__).parent / "data" / "op_positions.yaml"
+DEFAULT_PATH = Path(__file__).parent.parent / "data" / "op_positions.yaml"
 
 
 class PositionTableError(ValueError):
@@ -22,7 +22,7 @@ class PositionTableError(ValueError):
 
 @dataclass
 class PositionTable:
-    """classes: class -> {position: factor >= 0}; ops: op name (``compose.axes.op_name``) -> class."""
+    """classes: class -> {position: factor >= 0}; ops: op name (``compose.graphs.axes.op_name``) -> class."""
 
     classes: dict[str, dict[str, float]] = field(default_factory=dict)
     ops: dict[str, str] = field(default_factory=dict)

@@ -4,7 +4,7 @@
 next-token probabilities through the logits processors its ``GenerationConfig`` names, in the order
 ``GenerationMixin._get_logits_processor`` builds them (temperature, then top-k, then top-p), then
 ``softmax`` (``transformers.generation.logits_process``); ``torch.multinomial`` then draws the token. That step
-is not part of ``model.forward``, so the model traces of ``compose.motif_trace`` never see it.
+is not part of ``model.forward``, so the model traces of ``compose.motifs.trace`` never see it.
 
 Each processor chain of ``SAMPLING_CHAINS`` is traced with those transformers classes themselves, at the
 vocabulary size of a decoder family's default config (``HEAD_FAMILIES``), on ``meta`` like a model
@@ -29,8 +29,8 @@ from __future__ import annotations
 import warnings
 
 import torch
-from opforge.compose.motif_cut import Motif, cut_motifs
-from opforge.compose.motif_trace import Trace, TraceError, trace_module
+from opforge.compose.motifs.cut import Motif, cut_motifs
+from opforge.compose.motifs.trace import Trace, TraceError, trace_module
 
 # Processor chains of generate(do_sample=True): (transformers class, constructor kwargs), in generate's order,
 # from the generation_config.json of released checkpoints (Llama 3: temperature 0.6, top_p 0.9; Qwen2.5:

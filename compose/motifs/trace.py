@@ -16,7 +16,7 @@ itself (models upcast to ``float32`` explicitly and cast back to the input's dty
 literal in a call stands for "the task's dtype" and a motif can be rendered in any floating dtype. The batch
 and sequence sizes are the sentinel primes ``BATCH`` and ``SEQ``, so integer literals and shapes built from
 them are recognised and become the size symbols ``batch_size`` and ``seq_len`` when a motif is rendered
-(``compose.motif_render.symbolic``).
+(``compose.motifs.render.symbolic``).
 
 Usage::
 
@@ -110,7 +110,7 @@ class Call:
         name: the function's bare name (``linear``, ``__getitem__``, ``view``) or the module class name.
         spelling: how it is written in source: ``F.silu`` / ``torch.rsqrt`` (a namespace function),
             ``method`` (``x.view(...)``), ``operator`` (``a + b``, ``x[...]``) or ``module``.
-        args / kwargs: templates; a tensor is ``{"T": vid}`` (``compose.motif_trace.encode``).
+        args / kwargs: templates; a tensor is ``{"T": vid}`` (``compose.motifs.trace.encode``).
         outputs: value ids of the tensors returned (a tuple output keeps its positions, None for non-tensors).
         module: ``nn.X(<extra_repr>)`` constructor source of a module call.
         scope: dotted path of the innermost user module running the call (``layers.0.mlp``) and its class.
@@ -522,7 +522,7 @@ def _count_flops(trace: Trace) -> None:
 
 def call_flops(trace: Trace, call: Call) -> float:
     """FLOPs of one call, re-run on meta tensors of the traced shapes. Raises when it cannot be re-run."""
-    from opforge.compose.motif_render import call_expression_fn
+    from opforge.compose.motifs.render import call_expression_fn
 
     fn, tensors = call_expression_fn(trace, call)
     counter = FlopCounterMode(display=False)
@@ -609,7 +609,8 @@ def trace_torchvision(name: str) -> Trace:
     try:
         import torchvision
     except Exception as exc:  # noqa: BLE001 - torchvision absent or broken
-        raise TraceError(f"torchvision:{name}: torchvision unavailable ({type(exc).__name__})") from None
+        raise TraceError(f"torchvision:{name}: torchvision unavailable ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0][:160] if str(exc) else 'not installed'})") from None
     try:
         with torch.device("meta"):
             model = torchvision.models.get_model(name, weights=None)
@@ -627,7 +628,8 @@ def trace_timm(name: str) -> Trace:
     try:
         import timm
     except Exception as exc:  # noqa: BLE001
-        raise TraceError(f"timm:{name}: timm unavailable ({type(exc).__name__})") from None
+        raise TraceError(f"timm:{name}: timm unavailable ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0][:160] if str(exc) else 'not installed'})") from None
     try:
         with torch.device("meta"):
             model = timm.create_model(name, pretrained=False)

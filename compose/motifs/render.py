@@ -1,13 +1,13 @@
-"""Render a motif (a window of traced calls, ``compose.motif_cut.Motif``) as a self-contained KernelBench task.
+"""Render a motif (a window of traced calls, ``compose.motifs.cut.Motif``) as a self-contained KernelBench task.
 
 The task's ``Model`` holds the motif's parameters (``nn.Parameter``, trained-like values: a norm scale
 ``N(1, 0.1^2)``, a bias ``N(0, 0.02^2)``, a matrix ``N(0, 1 / fan_in)`` as ``nn.Linear`` / ``nn.Conv``
 initialise theirs in scale) and its ``torch.nn`` modules (their constructor from the traced module's
 ``extra_repr``, less the keyword arguments at their default, ``module_source``; normalisation layers get the
-trained-like statistics of ``compose.render``), and its
+trained-like statistics of ``compose.source``), and its
 ``forward`` makes the motif's calls in trace order. Integer literals and shapes built from the trace's
 sentinel sizes become ``batch_size`` / ``seq_len`` (module-level constants) and a ``float16`` literal the
-task's dtype (``compose.motif_trace``), so the same motif renders at any batch, sequence length and dtype.
+task's dtype (``compose.motifs.trace``), so the same motif renders at any batch, sequence length and dtype.
 
 Inputs are drawn by the kind the miner found for them (``Motif.inputs[i]["kind"]``): ``normal``
 (activations: ``randn``), ``trig`` (``cos`` / ``sin`` values: uniform in [-1, 1]), ``mask`` (an additive
@@ -23,8 +23,8 @@ import math
 import re
 from functools import lru_cache
 
-from opforge.compose.motif_trace import is_overflow_guard, template_refs
-from opforge.compose.render import _norm_state_lines, task_source
+from opforge.compose.motifs.trace import is_overflow_guard, template_refs
+from opforge.compose.source import _norm_state_lines, task_source
 from opforge.task.op_names import snake
 
 TASK_DTYPE = "DTYPE"  # placeholder of the task's dtype in rendered expressions
@@ -114,7 +114,7 @@ class Symbols:
 
 
 def literal(obj, sym: Symbols, names: dict[int, str], in_index: bool = False) -> str:
-    """Source of one argument template (``compose.motif_trace._Recorder.encode``)."""
+    """Source of one argument template (``compose.motifs.trace._Recorder.encode``)."""
     if isinstance(obj, bool) or obj is None or isinstance(obj, str):
         return repr(obj)
     if isinstance(obj, int):
@@ -234,7 +234,7 @@ _SCALE_NAMES = ("weight", "gamma", "scale", "alpha", "g", "ls", "layer_scale", "
 def _param_init(p: dict, sym: Symbols) -> str:
     """Trained-like values of a parameter read directly by the motif: a vector (one non-unit dim) named like a
     scale (``weight``, ``gamma``, ``layer_scale``...) ~ N(1, 0.1^2), any other vector (a bias, a shift) ~
-    N(0, 0.1^2) (the magnitudes ``compose.render`` gives normalisation state), a matrix ~ N(0, 1 / fan_in)."""
+    N(0, 0.1^2) (the magnitudes ``compose.source`` gives normalisation state), a matrix ~ N(0, 1 / fan_in)."""
     shape = p["shape"]
     dims = _shape(shape, sym, [False] * len(shape)) or "()"
     leaf = re.sub(r"_?\d+$", "", p["name"].split(".")[-1].lower())

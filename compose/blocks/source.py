@@ -1,4 +1,4 @@
-"""Source text of the transformer block classes and helpers that ``compose.blocks`` writes into a task.
+"""Source text of the transformer block classes and helpers that ``compose.blocks.tasks`` writes into a task.
 
 Each function returns the Python source of one top-level definition (a helper function or an
 ``nn.Module`` class) as a task holds it. The computations are written from the math of each family (the

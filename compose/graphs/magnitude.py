@@ -3,7 +3,7 @@ working range (sigmoid, tanh, softmax, exp, special functions) is drawn only whe
 
 Trained networks keep activations near unit scale: weights are initialised by fan-in (``nn.Linear`` /
 ``nn.Conv*``: uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)); functional weights of composed tasks are drawn
-``randn / sqrt(fan_in)``, ``compose.render``) and normalisation layers reset the scale. A sum over n values, a
+``randn / sqrt(fan_in)``, ``compose.graphs.render``) and normalisation layers reset the scale. A sum over n values, a
 cumulative sum over n steps, an exponential or a product grows it; a sigmoid or tanh after such an op saturates
 to 0 / 1 (or -1 / 1), a softmax becomes one-hot, an exponential overflows. ``out_rms`` propagates an estimate
 (the RMS of N(0, 1) inputs is 1) through the op kinds that change it; other ops keep the largest input RMS.

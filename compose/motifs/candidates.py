@@ -7,7 +7,7 @@ block (the output plus a second input of its shape; not to a motif whose output 
 of the same size and eps and back (Llama-style models replaced the one with the other). The dtype is the family's own (``native_dtype``) with
 probability ``composer.NATIVE_DTYPE_SHARE``, else the run's dtype mix; a motif whose code casts every input
 to one dtype itself has that dtype (``fixed_dtype``). Batch and sequence length come from
-the shape vocabulary (``compose.motif_sizing.choose_sizes``: a random pair among those predicted inside the
+the shape vocabulary (``compose.motifs.sizing.choose_sizes``: a random pair among those predicted inside the
 window shrunk by its margin, so candidates of one motif differ in size; at least ``min_batch``), the sequence
 never past the family's ``max_positions``; on a fixed-size profile (``cpu``, ``test``) they come from
 ``FIXED_SIZES``, and a candidate whose inputs exceed ``MAX_FIXED_INPUT_BYTES`` is not made. A motif whose
@@ -24,10 +24,11 @@ import copy
 import json
 import random
 
-from opforge.compose.motif_cut import Motif
-from opforge.compose.motif_render import RenderError, render_motif
-from opforge.compose.motif_sizing import _ITEM, MotifCost, _module_params, choose_sizes
-from opforge.compose.sizing import window_target
+from opforge.compose.device_profiles import window_target
+from opforge.compose.motifs.cut import Motif
+from opforge.compose.motifs.render import RenderError, render_motif
+from opforge.compose.motifs.sizing import _ITEM, MotifCost, _module_params, choose_sizes
+from opforge.compose.motifs.sources import motif_source
 from opforge.task.identity import task_id_for
 
 # Activation functions real models use in the same place (MLP / gate / epilogue), by functional name.
@@ -115,7 +116,7 @@ RESIDUAL_ADDS = frozenset({"add", "__add__", "__radd__", "__iadd__", "add_"})
 def ends_in_residual(m: Motif) -> bool:
     """Whether ``m``'s output is a sum of two tensors of its shape (a residual connection already): a
     ``residual`` mutation would add a second one."""
-    from opforge.compose.motif_trace import template_refs
+    from opforge.compose.motifs.trace import template_refs
 
     if len(m.outputs) != 1:
         return False
@@ -212,6 +213,12 @@ def motif_candidate(state: dict, rng: random.Random, i: int, dtype: str) -> dict
     if not profile.realistic and sum(_prod(x) for x in shapes) * _ITEM.get(dtype, 4) > MAX_FIXED_INPUT_BYTES:
         return None
     family = source.split(":", 1)[-1]
+    prov = {"source": source, "found_in": len(motif.sources), "scopes": motif.scopes,
+            "modules": motif.scope_classes, "motif_id": motif.motif_id, "category": motif.category,
+            "mutation": mutation}
+    library = motif_source(motif)
+    if library:  # a merged library (``motifs.sources``): which library, and every model it was found in
+        prov.update(library=library, models=list(motif.sources))
     return {
         "task_id": task_id_for(code), "code": code, "ops": json.dumps(labels), "data_source": f"torch#{len(labels)}",
         "num_ops": len(labels), "graph": json.dumps({"motif": motif.motif_id, "calls": [c["name"] for c in motif.calls],
@@ -220,9 +227,7 @@ def motif_candidate(state: dict, rng: random.Random, i: int, dtype: str) -> dict
         "categories": json.dumps(sorted({motif.category})), "input_shapes": json.dumps(shapes), "dtype": dtype,
         "size_context": family if profile.realistic else "", "pattern": f"motif:{motif.category}", "predicted_ms": float(predicted),
         "device_profile": profile.name, "generator": C.GENERATOR, "generator_seed": cfg.seed, "candidate_index": i,
-        "provenance": json.dumps({"source": source, "found_in": len(motif.sources), "scopes": motif.scopes,
-                                  "modules": motif.scope_classes, "motif_id": motif.motif_id,
-                                  "category": motif.category, "mutation": mutation}, sort_keys=True),
+        "provenance": json.dumps(prov, sort_keys=True),
     }
 
 
@@ -238,7 +243,7 @@ def min_batch(m: Motif) -> int:
 
 def fixed_dtype(m: Motif) -> str | None:
     """The dtype of a motif whose floating inputs the traced code itself casts to one dtype (their traced
-    dtype is not ``motif_trace.TRACE_DTYPE``, e.g. generate's float32 logits in ``compose.motif_heads``), else
+    dtype is not ``motif_trace.TRACE_DTYPE``, e.g. generate's float32 logits in ``compose.motifs.heads``), else
     None: such a motif is drawn in that dtype only, since every tensor it reads has it whatever the task's."""
     dts = {d["dtype"] for d in m.inputs + m.params if d["dtype"] in ("float16", "float32", "bfloat16", "float64")}
     return dts.pop() if len(dts) == 1 and "float16" not in dts else None

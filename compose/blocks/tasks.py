@@ -34,8 +34,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from opforge.compose import blocks_source as src
-from opforge.compose.render import literal, task_source
+from opforge.compose.blocks import source as src
+from opforge.compose.source import literal, task_source
 
 DTYPES = ("float32", "bfloat16", "float16")
 NORM_SEED = 0  # seed of the generator that draws the norm parameters in every rendered block

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 
-from opforge.compose.graph import OpGraph
+from opforge.compose.graphs.graph import OpGraph
 from opforge.task.op_names import label_op
 
 CONSTANT_OUTPUT = re.compile(r"(^|\.)(zeros|ones|empty|full|new_zeros|new_ones|new_empty|new_full)(_like)?$")

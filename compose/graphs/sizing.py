@@ -24,9 +24,9 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from opforge.compose.cost_model import Cost, graph_cost
-from opforge.compose.device_profiles import DeviceProfile
-from opforge.compose.graph import OpGraph
+from opforge.compose.device_profiles import DeviceProfile, window_target
+from opforge.compose.graphs.cost_model import Cost, graph_cost
+from opforge.compose.graphs.graph import OpGraph
 
 SEQ_MAX = 8192  # longest sequence a task uses (long-context positions beyond it are not a fusion problem)
 SEQ_MIN = 16
@@ -208,14 +208,6 @@ def _try_cost(graph: OpGraph, sizes: dict[str, int], memo: dict | None = None) -
     if memo is not None:
         memo[key] = out
     return out
-
-
-def window_target(profile: DeviceProfile) -> tuple[float, float, float]:
-    """(lowest, highest, target) predicted eager ms a sized task may take: the profile's window shrunk by
-    ``window_margin`` on both sides, and its log-midpoint."""
-    lo, hi = profile.window_ms
-    ok_lo, ok_hi = lo * profile.window_margin, hi / profile.window_margin
-    return ok_lo, ok_hi, math.sqrt(max(ok_lo, 1e-3) * ok_hi)
 
 
 def fit_sizes(graph: OpGraph, profile: DeviceProfile, batches: list[int], knobs: dict[str, list[int]],

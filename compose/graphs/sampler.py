@@ -7,18 +7,18 @@ Patterns (``k`` = number of ops, the combining op included):
   ``reduce_broadcast`` y = chain_{k-2}(x); r = reduce(y, dim=-1, keepdim=True); out = y - r
   ``concat``           a = op(x), b = op'(x); c = torch.cat([a, b], dim=1); then k-3 more ops
 Op choice: each op is drawn with its weight (``op_weights``: by default its relevance, how often real models
-run it, ``compose.op_weights``) times the weight of its category (``category_weights``); with probability
+run it, ``compose.graphs.op_weights``) times the weight of its category (``category_weights``); with probability
 ``heavy_start`` the first op is a GEMM, convolution, attention or recurrent op (the producer + epilogue shape of
 KernelBench level 2 and of most fused kernels in real models). Sizes: on a ``realistic`` device profile every
-non-batch size comes from one size context of the shape vocabulary (``compose.sizing``), otherwise from the
-profile's fixed lists. Constructs that change nothing (``compose.avoid``) are never generated; internal
+non-batch size comes from one size context of the shape vocabulary (``compose.graphs.sizing``), otherwise from the
+profile's fixed lists. Constructs that change nothing (``compose.graphs.avoid``) are never generated; internal
 ATen-level ops (``seeds.public_api.is_internal``) are left out unless ``include_internal``.
-Meaning: every tensor axis carries a role (batch, sequence, feature, channel, spatial, head; ``compose.axes``):
+Meaning: every tensor axis carries a role (batch, sequence, feature, channel, spatial, head; ``compose.graphs.axes``):
 an op's dim arguments are drawn from the axes whose roles it exists for, layout-sensitive ops (convolutions,
 pooling, norms, GEMMs) take only inputs in their layout, and the batch stays axis 0 alone. Each tensor carries
-an estimated RMS (``compose.magnitude``): a saturating op (sigmoid, tanh, softmax, exp, special functions) is
+an estimated RMS (``compose.graphs.magnitude``): a saturating op (sigmoid, tanh, softmax, exp, special functions) is
 drawn only where its input is in its working range. An op's weight is multiplied by its factor at its
-position (producer, epilogue, head; ``compose.positions``).
+position (producer, epilogue, head; ``compose.graphs.positions``).
 Deterministic: everything is drawn from the ``random.Random`` passed in.
 """
 
@@ -29,8 +29,9 @@ import random
 import re
 from collections import defaultdict
 
-from opforge.compose.avoid import CONSTANT_OUTPUT, IDENTITY_ON_REAL, noop_reason
-from opforge.compose.axes import (
+from opforge.compose.device_profiles import DeviceProfile
+from opforge.compose.graphs.avoid import CONSTANT_OUTPUT, IDENTITY_ON_REAL, noop_reason
+from opforge.compose.graphs.axes import (
     BATCH,
     batch_stays_first,
     bind_dims,
@@ -41,11 +42,10 @@ from opforge.compose.axes import (
     output_roles,
     template_fits,
 )
-from opforge.compose.device_profiles import DeviceProfile
-from opforge.compose.graph import OpGraph
-from opforge.compose.magnitude import INPUT_RMS, out_rms, saturates
-from opforge.compose.positions import PositionTable, load_positions
-from opforge.compose.sizing import SizeContext, draw_context, layout_kind
+from opforge.compose.graphs.graph import OpGraph
+from opforge.compose.graphs.magnitude import INPUT_RMS, out_rms, saturates
+from opforge.compose.graphs.positions import PositionTable, load_positions
+from opforge.compose.graphs.sizing import SizeContext, draw_context, layout_kind
 from opforge.seeds.public_api import is_internal
 from opforge.seeds.seed_op import TEMPLATES, SeedOp
 from opforge.seeds.tensors import resolve_value
@@ -82,7 +82,7 @@ OP_MIXES = {
     # CUDA-Agent-Ops-6K: share of rows with 1..5 ops (204/5026/457/168/74 of 5,929 torch rows).
     "ops6k": {1: 0.034, 2: 0.838, 3: 0.076, 4: 0.028, 5: 0.012},
     "uniform": {1: 0.2, 2: 0.2, 3: 0.2, 4: 0.2, 5: 0.2},
-    # what real models fuse: 3-5 ops common (the mined motifs, compose.motifs: p50 5 ops); the selection keeps
+    # what real models fuse: 3-5 ops common (the mined motifs, compose.motifs.library: p50 5 ops); the selection keeps
     # the accepted pool's own op-count mix (pipeline.select.bucket_shares)
     "models": {2: 0.2, 3: 0.3, 4: 0.3, 5: 0.2},
 }
@@ -117,7 +117,7 @@ class Sampler:
     whose weight is 0 is never drawn. ``vocab`` (a ``ShapeVocabulary``) is required by realistic profiles.
     ``heavy_start`` is the probability that the first op is of ``HEAVY_CATEGORIES``. ``positions`` (default: the
     packaged ``compose/data/op_positions.yaml``) multiplies an op's weight by its factor at its position in the
-    graph (producer, epilogue, head; ``compose.positions``)."""
+    graph (producer, epilogue, head; ``compose.graphs.positions``)."""
 
     def __init__(self, ops: list[SeedOp], profile: DeviceProfile, allow_stochastic: bool = False,
                  category_weights: dict[str, float] | None = None, *, vocab=None,
@@ -129,7 +129,7 @@ class Sampler:
         self.vocab = vocab
         self.heavy_start = heavy_start
         self.category_weights = {**DEFAULT_CATEGORY_WEIGHTS, **(category_weights or {})}
-        usable = [o for o in ops if o.library == "torch" and o.meta_ok and (allow_stochastic or not o.stochastic)
+        usable = [o for o in ops if o.library in ("torch", "user") and o.meta_ok and (allow_stochastic or not o.stochastic)
                   and o.output_dtype == "float32" and o.inputs and not VARIADIC_OUTPUT.search(o.label)
                   and not CONSTANT_OUTPUT.search(o.label) and not IDENTITY_ON_REAL.search(o.label)
                   and (include_internal or not is_internal(o.label, o.qualname))]
@@ -232,7 +232,7 @@ class Sampler:
     def _apply(self, rng, g: OpGraph, seed: SeedOp, args: list[str], local: dict[str, int],
                first_shape: list | None = None, extra_from: list[str] | None = None) -> str | None:
         """Add ``seed`` consuming ``args`` (primary first); create graph inputs for its other tensors. None
-        when it does not fit the shapes or would change nothing (``compose.avoid``)."""
+        when it does not fit the shapes or would change nothing (``compose.graphs.avoid``)."""
         local = dict(local)
         local.setdefault("K", self._k_options(rng))
         ctx = self.context.values if self.profile.realistic and self.context is not None else {}
@@ -277,7 +277,7 @@ class Sampler:
             return None
         init, call, node_attrs = bound
         if name in RIGHT_OPERAND_OPS and new_inputs:
-            # the right operand of a batched GEMM is scaled by its fan-in, as a weight is (compose.magnitude)
+            # the right operand of a batched GEMM is scaled by its fan-in, as a weight is (compose.graphs.magnitude)
             right = g.g.nodes[new_inputs[-1]]
             right["fan_in_axis"] = len(right["shape"]) - 2
             right["rms"] = right["rms"] / math.sqrt(max(g.input_shape(new_inputs[-1])[-2], 1))

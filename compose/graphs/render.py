@@ -1,23 +1,15 @@
-"""Render an ``OpGraph`` to KernelBench-format task source; ``task_source`` is the layout every rendered task
-shares (``compose.blocks`` renders transformers blocks with it)."""
+"""Render an ``OpGraph`` to KernelBench-format task source in the layout every rendered task shares
+(``compose.source.task_source``)."""
 
 from __future__ import annotations
 
-import math
-
-from opforge.compose.axes import fan_in, op_name
-from opforge.compose.graph import OpGraph
+from opforge.compose.graphs.axes import fan_in, op_name
+from opforge.compose.graphs.graph import OpGraph
+from opforge.compose.source import _norm_state_lines, literal, task_source
 from opforge.task.op_names import snake
 
 _OPERATORS = {"+": "+", "-": "-", "*": "*", "/": "/"}
 _INPUT_NAMES = ("x", "y", "z", "w", "u", "v", "s", "t")
-
-
-def literal(v) -> str:
-    """Python source of a constant (non-finite floats as ``float('inf')``)."""
-    if isinstance(v, float):
-        return repr(float(v)) if math.isfinite(v) else f"float('{v}')"
-    return repr(v)
 
 
 def _kwargs(d: dict) -> str:
@@ -38,31 +30,6 @@ def _factory(shape: list, dtype: str, values: str, float_dtype: str = "float32")
     if values == "positive":
         return f"torch.rand({dims}{kw}) + 0.1"
     return f"torch.randn({dims}{kw})"
-
-
-# Trained-like state of normalisation modules, set in ``__init__`` (seeded by the task's build seed): with
-# PyTorch's defaults (running mean 0, variance 1, weight 1, bias 0) an eval-mode BatchNorm is x / sqrt(1 + eps),
-# which a kernel could drop. Values: running mean ~ N(0, 0.1^2), running variance ~ U(0.5, 1.5), weight ~
-# N(1, 0.1^2), bias ~ N(0, 0.1^2) (magnitudes of trained ResNet-50 BatchNorm statistics, order of magnitude).
-_NORM_STATE = (("running_mean", "normal_(0.0, 0.1)"), ("running_var", "uniform_(0.5, 1.5)"),
-               ("weight", "normal_(1.0, 0.1)"), ("bias", "normal_(0.0, 0.1)"))
-
-
-def _norm_state_lines(module, attr: str) -> list[str]:
-    """``with torch.no_grad()`` body lines giving ``self.<attr>`` trained-like statistics and affine parameters,
-    for a module that has running statistics or is a normalisation layer; [] otherwise."""
-    import torch
-
-    has_stats = isinstance(getattr(module, "running_mean", None), torch.Tensor)
-    is_norm = has_stats or "Norm" in type(module).__name__
-    lines = []
-    if not is_norm or "Lazy" in type(module).__name__:
-        return lines
-    for name, init in _NORM_STATE:
-        t = getattr(module, name, None)
-        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() >= 1:
-            lines.append(f"self.{attr}.{name}.{init}")
-    return lines
 
 
 # Trained-like values of the parameters of functional normalisation ops (``F.batch_norm``, ``F.layer_norm``...),
@@ -132,7 +99,7 @@ def render_graph(graph: OpGraph, docstring: str) -> str:
         if label in _OPERATORS:
             expr = f"{args[0]} {_OPERATORS[label]} {args[1]}"
         elif seed.kind == "module":
-            cls = label if label.startswith("nn.") else seed.qualname
+            cls = label if label.startswith("nn.") or seed.library == "user" else seed.qualname
             attr = snake(label.split(".")[-1])
             while attr in used_attrs:
                 attr += "_"
@@ -160,55 +127,27 @@ def render_graph(graph: OpGraph, docstring: str) -> str:
     get_inputs = [f"{names[i]} = {_input_factory(graph, i)}" for i in inputs]
     return task_source(
         imports=["import torch.nn.functional as F"], docstring=docstring, init_lines=init_lines,
+        definitions=_own_op_sources(graph),
         forward_args=[names[i] for i in inputs], forward_lines=fwd_lines,
         constants=[f"{s} = {graph.sizes[s]}" for s in used_sizes],
         input_lines=get_inputs, returned=", ".join(names[i] for i in inputs))
 
 
+def _own_op_sources(graph: OpGraph) -> list[str]:
+    """The source of each own op (``SeedOp.library == "user"``, ``seeds.user_ops``) the graph calls, once each in
+    call order, so the task defines the class or function it names."""
+    from opforge.seeds.user_ops import user_source
+
+    out: dict[str, str] = {}
+    for n in graph.ops():
+        seed = graph.seeds[n]
+        if seed.library == "user" and seed.qualname not in out:
+            out[seed.qualname] = user_source(seed.qualname)
+    return list(out.values())
+
+
 def _meta_module(graph: OpGraph, node: str):
     """The module of op ``node`` built on ``meta`` (no memory), to read which state it has."""
-    from opforge.compose.graph import _module
+    from opforge.compose.graphs.graph import _module
 
     return _module(graph.seeds[node], graph.g.nodes[node]["init_args"], "meta")
-
-
-def task_source(imports: list[str], docstring: str, init_lines: list[str], forward_args: list[str],
-                forward_lines: list[str], constants: list[str], input_lines: list[str], returned: str,
-                definitions: list[str] = (), header: list[str] = ()) -> str:
-    """The KernelBench layout shared by every rendered task (fused graphs and transformers blocks):
-    ``header`` lines, the torch imports and ``imports``, top-level ``definitions`` (helper functions and
-    classes, each a source block), ``Model``, size constants, ``get_inputs()`` returning ``[returned]`` and an
-    empty ``get_init_inputs()``."""
-    ind = "        "
-    defs = [line for block in definitions for line in ("", block, "")]
-    return "\n".join([
-        *header,
-        "import torch",
-        "import torch.nn as nn",
-        *imports,
-        "",
-        *defs,
-        "",
-        "class Model(nn.Module):",
-        f'    """{docstring}"""',
-        "",
-        "    def __init__(self):",
-        "        super().__init__()",
-        *[ind + line for line in init_lines],
-        "",
-        f"    def forward(self, {', '.join(forward_args)}):",
-        *[ind + line for line in forward_lines],
-        "",
-        "",
-        *constants,
-        "",
-        "",
-        "def get_inputs():",
-        *["    " + line for line in input_lines],
-        f"    return [{returned}]",
-        "",
-        "",
-        "def get_init_inputs():",
-        "    return []",
-        "",
-    ])

@@ -5,7 +5,7 @@ Every traced size is a monomial ``c * batch^p * seq^q`` of the trace's sentinel 
 and outputs, read or written once) and FLOPs (a traced heavy op's FLOPs scale with its output's element
 count: a GEMM, convolution or attention product does a fixed amount of work per output element at fixed
 inner sizes). The predicted eager time is the profile's roofline per op plus its launch overhead
-(``compose.cost_model``'s rule); ``choose_sizes`` picks the batch and sequence length from the shape
+(``compose.graphs.cost_model``'s rule); ``choose_sizes`` picks the batch and sequence length from the shape
 vocabulary whose predicted time is nearest the window's log-midpoint, inside the memory caps and never past
 the family's longest sequence.
 """
@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 
 from opforge.compose.device_profiles import DeviceProfile
-from opforge.compose.motif_cut import Motif
-from opforge.compose.motif_trace import template_refs
+from opforge.compose.motifs.cut import Motif
+from opforge.compose.motifs.trace import template_refs
 
 _ITEM = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int64": 8, "int32": 4, "bool": 1,
          "int8": 1, "uint8": 1}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 from opforge.compose.device_profiles import DeviceProfile
-from opforge.compose.graph import RECURRENT_GATES, OpGraph
+from opforge.compose.graphs.graph import RECURRENT_GATES, OpGraph
 
 
 @dataclass
