@@ -1,4 +1,4 @@
-// cuDNN forward convolution (NCHW, one handle per device, algorithm chosen once per shape by
+// cuDNN forward convolution (NCHW or NHWC, one handle per device, algorithm chosen once per shape by
 // cudnnFindConvolutionForwardAlgorithm and cached; the heuristic choice while a CUDA graph is being captured).
 #pragma once
 #include <torch/extension.h>
@@ -21,13 +21,16 @@ static inline cudnnHandle_t dnn_handle() {
     return handles[dev];
 }
 
-// y (N, K, OH, OW) = conv2d(x (N, C, H, W), w (K, C, R, S)), stride / padding symmetric, no bias.
+// y = conv2d(x, w), stride / padding symmetric, no bias. NCHW: x (N, C, H, W), w (K, C, R, S), y (N, K, OH, OW);
+// nhwc: the same logical sizes stored channels-last: x (N, H, W, C), w (K, R, S, C), y (N, OH, OW, K).
 static inline void dnn_conv_forward(const torch::Tensor& x, const torch::Tensor& w, torch::Tensor& y, int pad, int stride,
-                                    cudnnDataType_t dtype, cudaStream_t stream) {
+                                    cudnnDataType_t dtype, cudaStream_t stream, bool nhwc = false) {
     cudnnHandle_t h = dnn_handle();
     DNN_CHECK(cudnnSetStream(h, stream));
-    const int N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
-    const int K = w.size(0), R = w.size(2), S = w.size(3);
+    const int N = x.size(0), C = nhwc ? x.size(3) : x.size(1), H = nhwc ? x.size(1) : x.size(2), W = nhwc ? x.size(2) : x.size(3);
+    const int K = w.size(0), R = nhwc ? w.size(1) : w.size(2), S = nhwc ? w.size(2) : w.size(3);
+    const int OH = nhwc ? y.size(1) : y.size(2), OW = nhwc ? y.size(2) : y.size(3);
+    const cudnnTensorFormat_t fmt = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
     cudnnTensorDescriptor_t xd, yd;
     cudnnFilterDescriptor_t wd;
     cudnnConvolutionDescriptor_t cd;
@@ -35,13 +38,13 @@ static inline void dnn_conv_forward(const torch::Tensor& x, const torch::Tensor&
     DNN_CHECK(cudnnCreateTensorDescriptor(&yd));
     DNN_CHECK(cudnnCreateFilterDescriptor(&wd));
     DNN_CHECK(cudnnCreateConvolutionDescriptor(&cd));
-    DNN_CHECK(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NCHW, dtype, N, C, H, W));
-    DNN_CHECK(cudnnSetFilter4dDescriptor(wd, dtype, CUDNN_TENSOR_NCHW, K, C, R, S));
+    DNN_CHECK(cudnnSetTensor4dDescriptor(xd, fmt, dtype, N, C, H, W));
+    DNN_CHECK(cudnnSetFilter4dDescriptor(wd, dtype, fmt, K, C, R, S));
     DNN_CHECK(cudnnSetConvolution2dDescriptor(cd, pad, pad, stride, stride, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     DNN_CHECK(cudnnSetConvolutionMathType(cd, CUDNN_TENSOR_OP_MATH));
-    DNN_CHECK(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NCHW, dtype, N, K, y.size(2), y.size(3)));
+    DNN_CHECK(cudnnSetTensor4dDescriptor(yd, fmt, dtype, N, K, OH, OW));
     static std::map<std::vector<int>, std::pair<cudnnConvolutionFwdAlgo_t, size_t>> cache;
-    std::vector<int> key = {x.get_device(), (int)dtype, N, C, H, W, K, R, S, pad, stride};
+    std::vector<int> key = {x.get_device(), (int)dtype, (int)nhwc, N, C, H, W, K, R, S, pad, stride};
     auto it = cache.find(key);
     cudnnConvolutionFwdAlgo_t algo;
     size_t ws_size = 0;

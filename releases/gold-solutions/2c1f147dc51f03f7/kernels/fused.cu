@@ -1,35 +1,49 @@
 // ResNet BasicBlock tail + head: conv3x3 -> BN(eval) -> + y -> ReLU -> global avg pool -> Linear, bfloat16.
-// Design: the 3x3 conv (512 -> 512 channels, the FLOP bulk: 118 GFLOP at N = 512) by cuDNN on tensor cores; ONE
-// kernel for BN (folded to scale / shift) + residual + ReLU + average pool, a warp per (image, channel) plane,
-// writing only the pooled (N, C) matrix (the activated map is never stored); the Linear by cuBLASLt with its bias
-// epilogue. Bytes (N = 512): conv 25.7 MB in / 25.7 MB out, epilogue 51 MB read, fc 0.5 MB -> the conv dominates
-// (about 0.17-0.2 ms on an H200; roofline_ms 0.120, compile_ms 0.253).
+// Design: the 3x3 conv (512 -> 512 channels, the FLOP bulk: 118 GFLOP at N = 512) by cuDNN on tensor cores in
+// channels-last layout (its native layout: x and the filter are transposed to NHWC / KRSC by our own tiled
+// shared-memory transpose, the conv output stays NHWC); ONE kernel for BN (folded to scale / shift) + residual
+// (y read in its NCHW layout) + ReLU + average pool, a thread per (image, channel), writing only the pooled (N, C)
+// matrix (the activated map is never stored); the Linear by cuBLASLt with its bias epilogue.
+// Bytes (N = 512): transpose 25.7 MB in / out, conv 25.7 MB in / out, epilogue 51 MB read, fc 0.5 MB -> the
+// conv dominates (about 0.2 ms on an H200; roofline_ms 0.120, compile_ms 0.253).
 #include "dnn.cuh"
 #include "lib.cuh"
 
 typedef __nv_bfloat16 bf16;
 
-__global__ void __launch_bounds__(256) bn_add_relu_pool(const bf16* __restrict__ conv, const bf16* __restrict__ y,
-                                                        const bf16* __restrict__ g, const bf16* __restrict__ b,
-                                                        const bf16* __restrict__ m, const bf16* __restrict__ v,
-                                                        float eps, bf16* __restrict__ pooled, int64_t planes, int C,
-                                                        int HW) {
-    const int64_t plane = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
-    if (plane >= planes) return;
-    const int c = (int)(plane % C);
+// out[n, p, c] = in[n, c, p] for planes of (C, P): 32 x 32 tiles through shared memory
+__global__ void to_channels_last(const bf16* __restrict__ in, bf16* __restrict__ out, int C, int P) {
+    __shared__ bf16 tile[32][33];
+    const int64_t n = blockIdx.z;
+    const int p0 = blockIdx.x * 32, c0 = blockIdx.y * 32;
+    const bf16* src = in + n * C * P;
+    bf16* dst = out + n * C * P;
+    for (int r = threadIdx.y; r < 32; r += blockDim.y) {
+        const int c = c0 + r, p = p0 + threadIdx.x;
+        if (c < C && p < P) tile[r][threadIdx.x] = src[(int64_t)c * P + p];
+    }
+    __syncthreads();
+    for (int r = threadIdx.y; r < 32; r += blockDim.y) {
+        const int p = p0 + r, c = c0 + threadIdx.x;
+        if (c < C && p < P) dst[(int64_t)p * C + c] = tile[threadIdx.x][r];
+    }
+}
+
+// pooled[n, c] = mean_p ReLU(conv[n, p, c] * s[c] + t[c] + y[n, c, p])
+__global__ void bn_add_relu_pool(const bf16* __restrict__ conv, const bf16* __restrict__ y, const bf16* __restrict__ g,
+                                 const bf16* __restrict__ b, const bf16* __restrict__ m, const bf16* __restrict__ v,
+                                 float eps, bf16* __restrict__ pooled, int C, int HW) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t n = blockIdx.y;
+    if (c >= C) return;
     const float s = __bfloat162float(g[c]) * rsqrtf(__bfloat162float(v[c]) + eps);
     const float t = __bfloat162float(b[c]) - __bfloat162float(m[c]) * s;
-    const bf16* cp = conv + plane * HW;
-    const bf16* yp = y + plane * HW;
+    const bf16* cp = conv + n * HW * C + c;
+    const bf16* yp = y + (n * C + c) * HW;
     float sum = 0.f;
-    for (int j = lane; j < HW; j += 32) {
-        const float a = __bfloat162float(cp[j]) * s + t + __bfloat162float(yp[j]);
-        sum += fmaxf(a, 0.f);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (lane == 0) pooled[plane] = __float2bfloat16_rn(sum / HW);
+#pragma unroll 7
+    for (int p = 0; p < HW; ++p) sum += fmaxf(__bfloat162float(cp[(int64_t)p * C]) * s + t + __bfloat162float(yp[p]), 0.f);
+    pooled[n * C + c] = __float2bfloat16_rn(sum / HW);
 }
 
 torch::Tensor block_head_forward(torch::Tensor x, torch::Tensor y, torch::Tensor wconv, torch::Tensor g,
@@ -37,19 +51,29 @@ torch::Tensor block_head_forward(torch::Tensor x, torch::Tensor y, torch::Tensor
                                  torch::Tensor bfc) {
     TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kBFloat16 && x.dim() == 4, "x: bfloat16 CUDA NCHW expected");
     x = x.contiguous(); y = y.contiguous(); wconv = wconv.contiguous(); wfc = wfc.contiguous(); bfc = bfc.contiguous();
-    const int64_t N = x.size(0), K = wconv.size(0), H = x.size(2), W = x.size(3);
+    g = g.contiguous(); b = b.contiguous(); m = m.contiguous(); v = v.contiguous();
+    const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+    const int64_t K = wconv.size(0), R = wconv.size(2), S = wconv.size(3);
     const int64_t F = wfc.size(0);
+    TORCH_CHECK(wconv.size(1) == C && R == S && R % 2 == 1, "conv weight (K, C, R, R) with odd R expected");
     auto out = torch::empty({N, F}, x.options());
     if (N == 0) return out;
     cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-    auto conv = torch::empty({N, K, H, W}, x.options());
-    dnn_conv_forward(x, wconv, conv, (int)((wconv.size(2) - 1) / 2), 1, CUDNN_DATA_BFLOAT16, stream);
+    auto xl = torch::empty({N, H, W, C}, x.options());
+    auto wl = torch::empty({K, R, S, C}, x.options());
+    dim3 tb(32, 8);
+    to_channels_last<<<dim3((unsigned)((H * W + 31) / 32), (unsigned)((C + 31) / 32), (unsigned)N), tb, 0, stream>>>(
+        (const bf16*)x.data_ptr(), (bf16*)xl.data_ptr(), (int)C, (int)(H * W));
+    to_channels_last<<<dim3((unsigned)((R * S + 31) / 32), (unsigned)((C + 31) / 32), (unsigned)K), tb, 0, stream>>>(
+        (const bf16*)wconv.data_ptr(), (bf16*)wl.data_ptr(), (int)C, (int)(R * S));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    const int pad = (int)((R - 1) / 2);
+    auto conv = torch::empty({N, H, W, K}, x.options());
+    dnn_conv_forward(xl, wl, conv, pad, 1, CUDNN_DATA_BFLOAT16, stream, /*nhwc=*/true);
     auto pooled = torch::empty({N, K}, x.options());
-    const int64_t planes = N * K;
-    bn_add_relu_pool<<<(unsigned)((planes + 7) / 8), 256, 0, stream>>>(
+    bn_add_relu_pool<<<dim3((unsigned)((K + 127) / 128), (unsigned)N), 128, 0, stream>>>(
         (const bf16*)conv.data_ptr(), (const bf16*)y.data_ptr(), (const bf16*)g.data_ptr(), (const bf16*)b.data_ptr(),
-        (const bf16*)m.data_ptr(), (const bf16*)v.data_ptr(), (float)eps, (bf16*)pooled.data_ptr(), planes, (int)K,
-        (int)(H * W));
+        (const bf16*)m.data_ptr(), (const bf16*)v.data_ptr(), (float)eps, (bf16*)pooled.data_ptr(), (int)K, (int)(H * W));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     // out^T (F x N, column-major) = Wfc (F x K) * pooled^T (K x N) + bias
     LtArgs a;

@@ -36,7 +36,7 @@ __global__ void cat_bn_relu(const float* __restrict__ y, const float* __restrict
         const int64_t n = i / per, e = (i - n * per) * VEC;
         const float* src = e < ey ? y + n * ey + e : v + n * ev + (e - ey);
         float vals[VEC];
-        if (VEC == 4) {
+        if constexpr (VEC == 4) {
             float4 a = *reinterpret_cast<const float4*>(src);
             vals[0] = a.x; vals[1] = a.y; vals[2] = a.z; vals[3] = a.w;
         } else {
@@ -48,7 +48,7 @@ __global__ void cat_bn_relu(const float* __restrict__ y, const float* __restrict
             vals[q] = fmaxf(fmaf(vals[q], st.x, st.y), 0.f);
         }
         float* dst = out + i * VEC;
-        if (VEC == 4) *reinterpret_cast<float4*>(dst) = make_float4(vals[0], vals[1], vals[2], vals[3]);
+        if constexpr (VEC == 4) *reinterpret_cast<float4*>(dst) = make_float4(vals[0], vals[1], vals[2], vals[3]);
         else dst[0] = vals[0];
     }
 }
