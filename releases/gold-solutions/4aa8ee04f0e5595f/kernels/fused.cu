@@ -1,25 +1,30 @@
 // Flint shared-expert tail: out = z + (y + x @ Wd^T), bfloat16.
-// Design: the GEMM (30000 x 2048 x 1024, 126 GFLOP) is compute-bound, the two residual adds memory-bound
-// (y, z, out: 369 MB). cuBLASLt's C operand takes the residual (beta = 1), so the only extra pass is S = y + z.
-// It runs on a side stream in row chunks, and the GEMM of chunk i (on the current stream) waits only for S of
-// chunk i: all but the first chunk's sum hide under the GEMM. Forks / joins are event record + wait (CUDA-graph
-// safe). Bytes: x 61 MB, y + z 246 MB read, S 123 MB written + read, out 123 MB -> about 0.2 ms on an H200
+// Design: the GEMM (30000 x 2048 x 1024, 126 GFLOP) is compute-bound, the two residual adds memory-bound.
+// The rows are split into 8 chunks: cuBLASLt computes v0 = x Wd^T of chunk i (bf16, rounded as the reference's
+// Linear output) on the current stream, and a side stream finishes chunk i with one 16-byte-vector pass
+// out = bf16(z + bf16(y + v0)) - the reference's own rounding order - while the GEMM of chunk i + 1 runs.
+// Forks / joins are event record + wait (CUDA-graph safe); only the last chunk's pass is not hidden.
+// Bytes: x 61 MB, v0 123 MB written + read, y + z 246 MB read, out 123 MB -> about 0.2 ms on an H200
 // (GEMM-bound; roofline_ms 0.127, eager_ms 0.349, compile_ms 0.291).
 #include "lib.cuh"
 #include "side.cuh"
 
 typedef __nv_bfloat16 bf16;
 
-__global__ void add_vec(const uint4* __restrict__ a, const uint4* __restrict__ b, uint4* __restrict__ out, int64_t n8) {
+// out = bf16(z + bf16(y + v0)), n8 vectors of 8 values
+__global__ void residual2(const uint4* __restrict__ v0, const uint4* __restrict__ y, const uint4* __restrict__ z,
+                          uint4* __restrict__ out, int64_t n8) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8; i += (int64_t)gridDim.x * blockDim.x) {
-        uint4 x = a[i], y = b[i], r;
-        const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&x);
-        const __nv_bfloat162* y2 = reinterpret_cast<const __nv_bfloat162*>(&y);
+        uint4 a = v0[i], b = y[i], c = z[i], r;
+        const __nv_bfloat162* a2 = reinterpret_cast<const __nv_bfloat162*>(&a);
+        const __nv_bfloat162* b2 = reinterpret_cast<const __nv_bfloat162*>(&b);
+        const __nv_bfloat162* c2 = reinterpret_cast<const __nv_bfloat162*>(&c);
         __nv_bfloat162* r2 = reinterpret_cast<__nv_bfloat162*>(&r);
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-            float2 fa = __bfloat1622float2(x2[q]), fb = __bfloat1622float2(y2[q]);
-            r2[q] = __floats2bfloat162_rn(fa.x + fb.x, fa.y + fb.y);
+            const float2 fa = __bfloat1622float2(a2[q]), fb = __bfloat1622float2(b2[q]), fc = __bfloat1622float2(c2[q]);
+            const float2 t = __bfloat1622float2(__floats2bfloat162_rn(fb.x + fa.x, fb.y + fa.y));
+            r2[q] = __floats2bfloat162_rn(fc.x + t.x, fc.y + t.y);
         }
         out[i] = r;
     }
@@ -36,29 +41,27 @@ torch::Tensor shared_expert_residual_forward(torch::Tensor x, torch::Tensor y, t
     cudaStream_t main = at::cuda::getCurrentCUDAStream();
     const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
     SideStream& side = side_stream();
-    auto S = torch::empty({M, F}, x.options());
-    const int chunks = (int)std::max<int64_t>(1, std::min<int64_t>(6, M / 2048));
+    auto v0 = torch::empty({M, F}, x.options());
+    const int chunks = (int)std::max<int64_t>(1, std::min<int64_t>(8, M / 1024));
     const int64_t rows = ((M + chunks - 1) / chunks + 7) / 8 * 8;
-    stream_wait(side.stream, main, 0);  // fork
-    int slot = 1;
+    int slot = 0;
     for (int64_t r0 = 0; r0 < M; r0 += rows, ++slot) {
         const int64_t r = std::min(rows, M - r0);
         const int64_t n8 = r * F / 8, off = r0 * F;
-        add_vec<<<(unsigned)std::min<int64_t>((n8 + 255) / 256, sms * 8), 256, 0, side.stream>>>(
-            (const uint4*)((const bf16*)y.data_ptr() + off), (const uint4*)((const bf16*)z.data_ptr() + off),
-            (uint4*)((bf16*)S.data_ptr() + off), n8);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-        stream_wait(main, side.stream, slot);
-        // column-major: out^T chunk (F x r) = Wd (F x K) * x^T chunk (K x r) + S^T chunk
+        // column-major: v0^T chunk (F x r) = Wd (F x K) * x^T chunk (K x r)
         LtArgs a;
         a.ab_type = a.cd_type = CUDA_R_16BF;
         a.transa = true; a.m = F; a.n = r; a.k = K;
         a.A = wd.data_ptr(); a.lda = K;
         a.B = (const bf16*)x.data_ptr() + r0 * K; a.ldb = K;
-        a.C = (const bf16*)S.data_ptr() + off; a.ldc = F;
-        a.D = (bf16*)out.data_ptr() + off; a.ldd = F;
-        a.beta = 1.f;
+        a.D = (bf16*)v0.data_ptr() + off; a.ldd = F;
         lt_matmul(a, x.device(), main);
+        stream_wait(side.stream, main, slot);  // the side stream finishes this chunk beside the next GEMM
+        residual2<<<(unsigned)std::min<int64_t>((n8 + 255) / 256, sms * 8), 256, 0, side.stream>>>(
+            (const uint4*)((const bf16*)v0.data_ptr() + off), (const uint4*)((const bf16*)y.data_ptr() + off),
+            (const uint4*)((const bf16*)z.data_ptr() + off), (uint4*)((bf16*)out.data_ptr() + off), n8);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
+    stream_wait(main, side.stream, 15);  // join
     return out;
 }
