@@ -107,8 +107,9 @@ constexpr size_t kLtWorkspace = 32u << 20;
 // D[M,N] = epilogue(A[M,K] @ W[N,K]^T + beta * C[M,N] + bias[N]), all row-major and contiguous, float32
 // accumulation (CUBLAS_COMPUTE_32F: no TF32 for float32 data). C may be null (beta ignored). bias may be null
 // when the epilogue has no bias. epi: CUBLASLT_EPILOGUE_DEFAULT / _BIAS / _RELU_BIAS / _GELU_BIAS.
-inline void lt_linear(const void* A, const void* W, const void* bias, const void* C, void* D, int64_t M, int64_t N,
-                      int64_t K, cudaDataType_t dt, cublasLtEpilogue_t epi, float beta, const torch::Device& device) {
+// Returns false (and launches nothing) when cuBLASLt has no algorithm for this problem and epilogue.
+inline bool lt_linear_try(const void* A, const void* W, const void* bias, const void* C, void* D, int64_t M, int64_t N,
+                          int64_t K, cudaDataType_t dt, cublasLtEpilogue_t epi, float beta, const torch::Device& device) {
     int dev = device.index();
     using Key = std::tuple<int, int64_t, int64_t, int64_t, int, int, bool>;
     static std::map<Key, LtPlan> plans;
@@ -140,13 +141,17 @@ inline void lt_linear(const void* A, const void* W, const void* bias, const void
             int found = 0;
             GOLD_LT(cublasLtMatmulAlgoGetHeuristic(h, p.op, p.a, p.b, p.c, p.d, pref, 1, res, &found));
             cublasLtMatmulPreferenceDestroy(pref);
-            TORCH_CHECK(found > 0, "cuBLASLt: no algorithm for M=", M, " N=", N, " K=", K);
-            p.algo = res[0].algo;
-            p.ws = res[0].workspaceSize;
+            if (found > 0) {
+                p.algo = res[0].algo;
+                p.ws = res[0].workspaceSize;
+            } else {
+                p.ws = SIZE_MAX;  // remembered: no algorithm
+            }
             it = plans.emplace(key, p).first;
         }
         plan = &it->second;
     }
+    if (plan->ws == SIZE_MAX) return false;
     if (bias) GOLD_LT(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     auto ws = torch::empty({(int64_t)std::max<size_t>(plan->ws, 1)}, torch::TensorOptions().dtype(torch::kUInt8).device(device));
     const float alpha = 1.f;
@@ -154,6 +159,13 @@ inline void lt_linear(const void* A, const void* W, const void* bias, const void
     cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
     GOLD_LT(cublasLtMatmul(h, plan->op, &alpha, W, plan->a, A, plan->b, &b, C ? C : D, plan->c, D, plan->d,
                            &plan->algo, ws.data_ptr(), plan->ws, stream));
+    return true;
+}
+
+inline void lt_linear(const void* A, const void* W, const void* bias, const void* C, void* D, int64_t M, int64_t N,
+                      int64_t K, cudaDataType_t dt, cublasLtEpilogue_t epi, float beta, const torch::Device& device) {
+    TORCH_CHECK(lt_linear_try(A, W, bias, C, D, M, N, K, dt, epi, beta, device),
+                "cuBLASLt: no algorithm for M=", M, " N=", N, " K=", K, " epilogue ", (int)epi);
 }
 
 }  // namespace gold
@@ -182,5 +194,60 @@ __device__ __forceinline__ void warp_ln_stats(const float (&v)[NJ][VEC], int lan
                 q += d * d;
             }
     rstd = rsqrtf(warp_sum(q) / C + eps);
+}
+}  // namespace gold
+
+namespace gold {
+// One warp per row of C elements: optional residual (s = round_T(x + r), written to s_out), LayerNorm over C in
+// float32 registers, y = (s - mean) * rstd * w + b written once. 16-byte (or VEC-element) loads and stores.
+template <typename T, int VEC, int NJ, bool RES>
+__global__ void __launch_bounds__(256) ln_rows_kernel(const T* __restrict__ x, const T* __restrict__ r,
+                                                      T* __restrict__ s_out, const T* __restrict__ w,
+                                                      const T* __restrict__ b, T* __restrict__ y, int64_t rows, int C,
+                                                      float eps) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    float v[NJ][VEC];
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+        const int q = (lane + 32 * j) * VEC;
+        if (q < C) {
+            ldv_cs<T, VEC>(x + row * C + q, v[j]);
+            if (RES) {
+                float rr[VEC];
+                ldv_cs<T, VEC>(r + row * C + q, rr);
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) v[j][e] = rnd<T>(v[j][e] + rr[e]);
+                stv<T, VEC>(s_out + row * C + q, v[j]);
+            }
+        }
+    }
+    float mean, rstd;
+    warp_ln_stats<VEC, NJ>(v, lane, C, eps, mean, rstd);
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+        const int q = (lane + 32 * j) * VEC;
+        if (q < C) {
+            float g[VEC], bb[VEC], o[VEC];
+            ldv<T, VEC>(w + q, g);
+            ldv<T, VEC>(b + q, bb);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) o[e] = (v[j][e] - mean) * rstd * g[e] + bb[e];
+            stv<T, VEC>(y + row * C + q, o);
+        }
+    }
+}
+
+template <typename T, int VEC, int NJ, bool RES>
+inline void ln_rows(const void* x, const void* r, void* s_out, const void* w, const void* b, void* y, int64_t rows,
+                    int C, float eps) {
+    TORCH_CHECK(C % VEC == 0 && C <= 32 * VEC * NJ, "ln_rows: C = ", C, " does not fit VEC = ", VEC, ", NJ = ", NJ);
+    if (rows == 0) return;
+    const int64_t blocks = (rows + 7) / 8;
+    ln_rows_kernel<T, VEC, NJ, RES><<<(unsigned)blocks, 256, 0, at::cuda::getCurrentCUDAStream().stream()>>>(
+        static_cast<const T*>(x), static_cast<const T*>(r), static_cast<T*>(s_out), static_cast<const T*>(w),
+        static_cast<const T*>(b), static_cast<T*>(y), rows, C, eps);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 }  // namespace gold

@@ -107,8 +107,9 @@ constexpr size_t kLtWorkspace = 32u << 20;
 // D[M,N] = epilogue(A[M,K] @ W[N,K]^T + beta * C[M,N] + bias[N]), all row-major and contiguous, float32
 // accumulation (CUBLAS_COMPUTE_32F: no TF32 for float32 data). C may be null (beta ignored). bias may be null
 // when the epilogue has no bias. epi: CUBLASLT_EPILOGUE_DEFAULT / _BIAS / _RELU_BIAS / _GELU_BIAS.
-inline void lt_linear(const void* A, const void* W, const void* bias, const void* C, void* D, int64_t M, int64_t N,
-                      int64_t K, cudaDataType_t dt, cublasLtEpilogue_t epi, float beta, const torch::Device& device) {
+// Returns false (and launches nothing) when cuBLASLt has no algorithm for this problem and epilogue.
+inline bool lt_linear_try(const void* A, const void* W, const void* bias, const void* C, void* D, int64_t M, int64_t N,
+                          int64_t K, cudaDataType_t dt, cublasLtEpilogue_t epi, float beta, const torch::Device& device) {
     int dev = device.index();
     using Key = std::tuple<int, int64_t, int64_t, int64_t, int, int, bool>;
     static std::map<Key, LtPlan> plans;
@@ -140,13 +141,17 @@ inline void lt_linear(const void* A, const void* W, const void* bias, const void
             int found = 0;
             GOLD_LT(cublasLtMatmulAlgoGetHeuristic(h, p.op, p.a, p.b, p.c, p.d, pref, 1, res, &found));
             cublasLtMatmulPreferenceDestroy(pref);
-            TORCH_CHECK(found > 0, "cuBLASLt: no algorithm for M=", M, " N=", N, " K=", K);
-            p.algo = res[0].algo;
-            p.ws = res[0].workspaceSize;
+            if (found > 0) {
+                p.algo = res[0].algo;
+                p.ws = res[0].workspaceSize;
+            } else {
+                p.ws = SIZE_MAX;  // remembered: no algorithm
+            }
             it = plans.emplace(key, p).first;
         }
         plan = &it->second;
     }
+    if (plan->ws == SIZE_MAX) return false;
     if (bias) GOLD_LT(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     auto ws = torch::empty({(int64_t)std::max<size_t>(plan->ws, 1)}, torch::TensorOptions().dtype(torch::kUInt8).device(device));
     const float alpha = 1.f;
@@ -154,6 +159,13 @@ inline void lt_linear(const void* A, const void* W, const void* bias, const void
     cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
     GOLD_LT(cublasLtMatmul(h, plan->op, &alpha, W, plan->a, A, plan->b, &b, C ? C : D, plan->c, D, plan->d,
                            &plan->algo, ws.data_ptr(), plan->ws, stream));
+    return true;
+}
+
+inline void lt_linear(const void* A, const void* W, const void* bias, const void* C, void* D, int64_t M, int64_t N,
+                      int64_t K, cudaDataType_t dt, cublasLtEpilogue_t epi, float beta, const torch::Device& device) {
+    TORCH_CHECK(lt_linear_try(A, W, bias, C, D, M, N, K, dt, epi, beta, device),
+                "cuBLASLt: no algorithm for M=", M, " N=", N, " K=", K, " epilogue ", (int)epi);
 }
 
 }  // namespace gold
