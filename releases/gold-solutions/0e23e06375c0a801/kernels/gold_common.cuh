@@ -109,20 +109,21 @@ constexpr size_t kLtWorkspace = 32u << 20;
 // when the epilogue has no bias. epi: CUBLASLT_EPILOGUE_DEFAULT / _BIAS / _RELU_BIAS / _GELU_BIAS.
 // Returns false (and launches nothing) when cuBLASLt has no algorithm for this problem and epilogue.
 inline bool lt_linear_try(const void* A, const void* W, const void* bias, const void* C, void* D, int64_t M, int64_t N,
-                          int64_t K, cudaDataType_t dt, cublasLtEpilogue_t epi, float beta, const torch::Device& device) {
+                          int64_t K, cudaDataType_t dt, cublasLtEpilogue_t epi, float beta, const torch::Device& device,
+                          cublasComputeType_t compute = CUBLAS_COMPUTE_32F) {
     int dev = device.index();
-    using Key = std::tuple<int, int64_t, int64_t, int64_t, int, int, bool>;
+    using Key = std::tuple<int, int64_t, int64_t, int64_t, int, int, bool, int>;
     static std::map<Key, LtPlan> plans;
     static std::mutex mu;
     cublasLtHandle_t h = lt_handle();
-    Key key{dev, M, N, K, (int)dt, (int)epi, C != nullptr};
+    Key key{dev, M, N, K, (int)dt, (int)epi, C != nullptr, (int)compute};
     LtPlan* plan;
     {
         std::lock_guard<std::mutex> lock(mu);
         auto it = plans.find(key);
         if (it == plans.end()) {
             LtPlan p;
-            GOLD_LT(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+            GOLD_LT(cublasLtMatmulDescCreate(&p.op, compute, CUDA_R_32F));
             cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
             GOLD_LT(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
             GOLD_LT(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
@@ -249,5 +250,49 @@ inline void ln_rows(const void* x, const void* r, void* s_out, const void* w, co
         static_cast<const T*>(x), static_cast<const T*>(r), static_cast<T*>(s_out), static_cast<const T*>(w),
         static_cast<const T*>(b), static_cast<T*>(y), rows, C, eps);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+}  // namespace gold
+
+namespace gold {
+// 3xTF32 (float32-accurate GEMM on TF32 tensor cores): x = hi + lo with hi = x rounded to TF32 (cvt.rna) and
+// lo = x - hi (exact in float32). A W^T = Ahi Whi^T + Alo Whi^T + Ahi Wlo^T + O(2^-22 |A||W|): the operands are laid
+// out along K as A3 = [Ahi | Alo | Ahi] and W3 = [Whi | Whi | Wlo], so one GEMM over 3K computes all three terms
+// (the Alo Wlo term is below float32 resolution). Technique: "3xTF32" of NVIDIA CUTLASS (examples 27/28).
+__device__ __forceinline__ float tf32_hi(float x) {
+    unsigned int r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return __uint_as_float(r);
+}
+
+// W (N, K) float32 -> W3 (N, 3K) = [hi | hi | lo]
+__global__ void __launch_bounds__(256) tf32x3_weight_kernel(const float* __restrict__ w, float* __restrict__ w3,
+                                                            int64_t N, int K) {
+    const int64_t n = N * K;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / K;
+        const int c = (int)(i % K);
+        const float x = w[i], hi = tf32_hi(x);
+        float* o = w3 + r * 3 * K;
+        o[c] = hi;
+        o[K + c] = hi;
+        o[2 * K + c] = x - hi;
+    }
+}
+
+inline void tf32x3_weight(const float* w, float* w3, int64_t N, int64_t K) {
+    const int64_t n = N * K;
+    if (n == 0) return;
+    const int64_t blocks = std::min<int64_t>((n + 255) / 256, 1024);
+    tf32x3_weight_kernel<<<(unsigned)blocks, 256, 0, at::cuda::getCurrentCUDAStream().stream()>>>(w, w3, N, (int)K);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// A3 (M, 3K) x W3 (N, 3K)^T (+ bias, epilogue) on TF32 tensor cores; where cuBLASLt has no TF32 algorithm the same
+// operands go through the plain float32 GEMM (exact products, the same float32 accuracy).
+inline void tf32x3_linear(const float* A3, const float* W3, const float* bias, float* D, int64_t M, int64_t N,
+                          int64_t K, cublasLtEpilogue_t epi, const torch::Device& device) {
+    if (lt_linear_try(A3, W3, bias, nullptr, D, M, N, 3 * K, CUDA_R_32F, epi, 0.f, device, CUBLAS_COMPUTE_32F_FAST_TF32))
+        return;
+    lt_linear(A3, W3, bias, nullptr, D, M, N, 3 * K, CUDA_R_32F, epi, 0.f, device);
 }
 }  // namespace gold

@@ -1,12 +1,13 @@
 // FocalNet patch-embedding tail, float32: x (B, C, H, W) -> v2 = LN1(x.flatten(2).transpose(1, 2)) (B, HW, C),
 // v3 = LN2(v2), v5 = v3 @ W^T + bias (B, H, W, N).
 // Design: kernel 1 stages a (C x TS) tile of x through shared memory (the transpose is never materialised), one
-// warp per token runs both LayerNorms in registers (two-pass each) and writes v2 (an output) and v3 (the GEMM
-// operand) once. The Linear is one cuBLASLt float32 GEMM (CUBLAS_COMPUTE_32F, no TF32) with the bias in its
-// epilogue, writing v5 directly.
-// Bytes: x 38.5 MB + v2 38.5 MB + v3 38.5 MB (written, re-read) + v5 77.7 MB -> ~0.05 ms of traffic; the GEMM is
-// 7.5 GFLOP of float32 FMA (~0.13-0.15 ms at cuBLAS SGEMM rates). Predicted ~0.19 ms vs roofline 0.111 ms and
-// torch.compile 0.329 ms.
+// warp per token runs both LayerNorms in registers (two-pass each) and writes v2 (an output) and the GEMM operand
+// once, already split for 3xTF32: A3 = [hi | lo | hi] of v3 (see gold_common.cuh). The Linear is one cuBLASLt GEMM
+// over K' = 3 x 192 on TF32 tensor cores with the bias in its epilogue, float32-accurate (error ~2^-22 relative per
+// product, not TF32's 2^-11), writing v5 directly; W3 = [hi | hi | lo] of the weight is rebuilt each call (74 K
+// elements, no state kept).
+// Bytes: x 38.5 MB + v2 38.5 MB + A3 116 MB (written, re-read) + v5 77.7 MB -> ~0.08 ms of traffic; 22.4 GFLOP TF32.
+// Predicted ~0.11-0.13 ms vs roofline 0.111 ms (float32 FMA peak) and torch.compile 0.329 ms (float32 SGEMM).
 #include "registry.h"
 #include "gold_common.cuh"
 
@@ -14,7 +15,7 @@ template <int NJ, int TS, int NW>
 __global__ void __launch_bounds__(NW * 32) transpose_ln_ln_kernel(const float* __restrict__ x, const float* __restrict__ w1,
                                                                   const float* __restrict__ b1, const float* __restrict__ w2,
                                                                   const float* __restrict__ b2, float* __restrict__ v2,
-                                                                  float* __restrict__ v3, int S, float eps1, float eps2) {
+                                                                  float* __restrict__ a3, int S, float eps1, float eps2) {
     constexpr int C = NJ * 32;
     constexpr int LD = C + 1;
     extern __shared__ float sm[];  // [TS][C + 1]
@@ -43,10 +44,15 @@ __global__ void __launch_bounds__(NW * 32) transpose_ln_ln_kernel(const float* _
             __stcs(o2 + lane + 32 * j, v[j][0]);
         }
         gold::warp_ln_stats<1, NJ>(v, lane, C, eps2, mean, rstd);
-        float* o3 = v3 + row * C;
+        float* o3 = a3 + row * 3 * C;
 #pragma unroll
-        for (int j = 0; j < NJ; ++j)
-            o3[lane + 32 * j] = (v[j][0] - mean) * rstd * __ldg(w2 + lane + 32 * j) + __ldg(b2 + lane + 32 * j);
+        for (int j = 0; j < NJ; ++j) {
+            const float t = (v[j][0] - mean) * rstd * __ldg(w2 + lane + 32 * j) + __ldg(b2 + lane + 32 * j);
+            const float hi = gold::tf32_hi(t);
+            o3[lane + 32 * j] = hi;
+            o3[C + lane + 32 * j] = t - hi;
+            o3[2 * C + lane + 32 * j] = hi;
+        }
     }
 }
 
@@ -61,7 +67,8 @@ std::vector<torch::Tensor> focal_ln_linear(torch::Tensor x, torch::Tensor w1, to
     const int64_t N = lwc.size(0);
     TORCH_CHECK(lwc.size(1) == C, "focal_ln_linear: linear weight shape");
     auto v2 = torch::empty({B, S, C}, xc.options());
-    auto v3 = torch::empty({B * S, C}, xc.options());
+    auto a3 = torch::empty({B * S, 3 * C}, xc.options());
+    auto w3 = torch::empty({N, 3 * C}, xc.options());
     auto v5 = torch::empty({B, H, W, N}, xc.options());
     if (B * S == 0) return {v2, v5};
     constexpr int NJ = 6, TS = 28, NW = 7;
@@ -69,11 +76,12 @@ std::vector<torch::Tensor> focal_ln_linear(torch::Tensor x, torch::Tensor w1, to
     dim3 grid((unsigned)((S + TS - 1) / TS), (unsigned)B);
     transpose_ln_ln_kernel<NJ, TS, NW><<<grid, NW * 32, smem, at::cuda::getCurrentCUDAStream().stream()>>>(
         xc.data_ptr<float>(), w1.contiguous().data_ptr<float>(), b1.contiguous().data_ptr<float>(),
-        w2.contiguous().data_ptr<float>(), b2.contiguous().data_ptr<float>(), v2.data_ptr<float>(), v3.data_ptr<float>(),
+        w2.contiguous().data_ptr<float>(), b2.contiguous().data_ptr<float>(), v2.data_ptr<float>(), a3.data_ptr<float>(),
         (int)S, (float)eps1, (float)eps2);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    gold::lt_linear(v3.data_ptr(), lwc.data_ptr(), lbc.data_ptr(), nullptr, v5.data_ptr(), B * S, N, C, CUDA_R_32F,
-                    CUBLASLT_EPILOGUE_BIAS, 0.f, xc.device());
+    gold::tf32x3_weight(lwc.data_ptr<float>(), w3.data_ptr<float>(), N, C);
+    gold::tf32x3_linear(a3.data_ptr<float>(), w3.data_ptr<float>(), lbc.data_ptr<float>(), v5.data_ptr<float>(), B * S, N,
+                        C, CUBLASLT_EPILOGUE_BIAS, xc.device());
     return {v2, v5};
 }
 OPFORGE_EXPORT(focal_ln_linear, "(LN1(x.flatten(2).T), Linear(LN2(LN1(...))) as (B, H, W, N)), float32, C = 192");
