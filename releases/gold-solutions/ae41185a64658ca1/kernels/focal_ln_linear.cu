@@ -23,10 +23,32 @@ __global__ void __launch_bounds__(NW * 32) transpose_ln_ln_kernel(const float* _
     const int s0 = blockIdx.x * TS;
     const int ts = min(TS, S - s0);
     const float* xb = x + (int64_t)bi * C * S + s0;
-#pragma unroll 4
-    for (int idx = threadIdx.x; idx < C * TS; idx += NW * 32) {
-        const int c = idx / TS, s = idx % TS;
-        if (s < ts) sm[s * LD + c] = __ldcs(xb + (int64_t)c * S + s);
+    if ((S & 3) == 0) {  // 16-byte loads along s, all issued before the shared stores
+        constexpr int Q = TS / 4;
+        constexpr int PER = (C * Q + NW * 32 - 1) / (NW * 32);
+        float4 buf[PER];
+#pragma unroll
+        for (int k = 0; k < PER; ++k) {
+            const int idx = threadIdx.x + k * NW * 32;
+            const int c = idx / Q, s = (idx % Q) * 4;
+            if (idx < C * Q && s < ts) buf[k] = __ldcs(reinterpret_cast<const float4*>(xb + (int64_t)c * S + s));
+        }
+#pragma unroll
+        for (int k = 0; k < PER; ++k) {
+            const int idx = threadIdx.x + k * NW * 32;
+            const int c = idx / Q, s = (idx % Q) * 4;
+            if (idx < C * Q && s < ts) {
+                sm[s * LD + c] = buf[k].x;
+                sm[(s + 1) * LD + c] = buf[k].y;
+                sm[(s + 2) * LD + c] = buf[k].z;
+                sm[(s + 3) * LD + c] = buf[k].w;
+            }
+        }
+    } else {
+        for (int idx = threadIdx.x; idx < C * TS; idx += NW * 32) {
+            const int c = idx / TS, s = idx % TS;
+            if (s < ts) sm[s * LD + c] = __ldcs(xb + (int64_t)c * S + s);
+        }
     }
     __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
