@@ -1,4 +1,4 @@
-"""Flint attention with sink logits: scores (float32 in, TF32 tensor cores), scale, mask, sink-softmax, bf16
+"""Flint attention with sink logits: scores (float32 in, 3xTF32 tensor cores), scale, mask, sink-softmax, bf16
 rounding and P @ V (bf16 tensor cores) in one CUDA kernel per (batch, head) (kernels/sink_attention.cu)."""
 
 import opforge_kernels

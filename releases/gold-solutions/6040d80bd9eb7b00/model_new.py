@@ -1,4 +1,4 @@
-"""softmax(x @ y / sqrt(32), dim=-1): scores and softmax fused in one CUDA kernel per (batch, head)
+"""softmax(x @ y / sqrt(32), dim=-1): scores (tensor cores) and softmax fused in one CUDA kernel per (batch, head)
 (kernels/scores_softmax.cu)."""
 
 import opforge_kernels

@@ -1,6 +1,6 @@
 """VitDet attention tail: v6 = z + proj(merge_heads(softmax(x) @ y)), v7 = norm2(v6). A fused softmax + P @ V
-kernel (bf16 tensor cores) that stores the merged-head layout, one cuBLASLt GEMM with bias epilogue and z as C,
-and a LayerNorm kernel (kernels/vitdet_attn.cu, kernels/lt_linear.cuh)."""
+kernel (bf16 tensor cores) that stores the merged-head layout, one cuBLASLt GEMM with bias epilogue, and a
+residual + LayerNorm kernel (kernels/vitdet_attn.cu, kernels/lt_linear.cuh)."""
 
 import opforge_kernels
 import torch

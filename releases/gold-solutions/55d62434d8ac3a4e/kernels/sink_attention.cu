@@ -4,8 +4,9 @@
 // mask [B | 1, H | 1, Lq, Lk] and sinks [H] are bfloat16, out [B, H, Lq, Dv] bfloat16.
 // Design: one thread block (8 warps) per (batch, head), fully in shared memory, on the tensor cores:
 //   1. x, y, z tiles loaded with 16-byte loads into padded shared tiles (zero padding to multiples of 16);
-//   2. S = x @ y with wmma TF32 m16n16k8 (float32 accumulate; TF32 input rounding gives |dS| ~ 1e-3 after
-//      the scale, far inside bf16's 2e-2 tolerance), each warp keeps one column of tiles in registers;
+//   2. S = x @ y with wmma TF32 m16n16k8 in the 3xTF32 split (hi / lo parts, three MMAs: ~float32 accuracy;
+//      plain TF32 reached 0.32 of the bf16 tolerance in a float64 emulation, 3xTF32 matches float32),
+//      float32 accumulate, each warp keeps one column of tiles in registers;
 //   3. one warp per row: scale, mask add, the sink joins the max and the denominator but not the output,
 //      probabilities rounded to bf16 exactly as the reference's .to(bfloat16);
 //   4. out = P @ z with wmma bf16 m16n16k16 (exact products, float32 accumulate), staged through shared
@@ -79,17 +80,28 @@ __global__ void __launch_bounds__(NT) sink_attn_kernel(const float* __restrict__
 #pragma unroll
             for (int i = 0; i < MAXT; ++i) wmma::fill_fragment(acc[i], 0.f);
             for (int k = 0; k < g.Dk; k += 8) {
-                wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fb;
+                wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fb, fbs;
                 wmma::load_matrix_sync(fb, Ks + k * g.ldk + ct * 16, g.ldk);
 #pragma unroll
-                for (int t = 0; t < fb.num_elements; ++t) fb.x[t] = wmma::__float_to_tf32(fb.x[t]);
+                for (int t = 0; t < fb.num_elements; ++t) {
+                    const float v = fb.x[t], big = wmma::__float_to_tf32(v);
+                    fb.x[t] = big;
+                    fbs.x[t] = wmma::__float_to_tf32(v - big);
+                }
 #pragma unroll
                 for (int i = 0; i < MAXT; ++i) {
                     if (i < RT) {
-                        wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fa;
+                        wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fa, fas;
                         wmma::load_matrix_sync(fa, Qs + i * 16 * g.ldq + k, g.ldq);
 #pragma unroll
-                        for (int t = 0; t < fa.num_elements; ++t) fa.x[t] = wmma::__float_to_tf32(fa.x[t]);
+                        for (int t = 0; t < fa.num_elements; ++t) {
+                            const float v = fa.x[t], big = wmma::__float_to_tf32(v);
+                            fa.x[t] = big;
+                            fas.x[t] = wmma::__float_to_tf32(v - big);
+                        }
+                        // 3xTF32: hi*hi + lo*hi + hi*lo recovers ~float32 accuracy of the reference's GEMM
+                        wmma::mma_sync(acc[i], fas, fb, acc[i]);
+                        wmma::mma_sync(acc[i], fa, fbs, acc[i]);
                         wmma::mma_sync(acc[i], fa, fb, acc[i]);
                     }
                 }

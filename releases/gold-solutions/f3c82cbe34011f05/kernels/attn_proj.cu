@@ -40,7 +40,8 @@ __device__ __forceinline__ void load_flat(const T* __restrict__ src, float* dst,
             uint4 raw = __ldcs(reinterpret_cast<const uint4*>(src) + v);
             const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-            for (int u = 0; u < V; ++u) dst[v * V + u] = to_f(e[u]);
+            for (int u = 0; u < V; u += 4)  // dst is 16-byte aligned (all region offsets are multiples of 4 floats)
+                *reinterpret_cast<float4*>(dst + v * V + u) = make_float4(to_f(e[u]), to_f(e[u + 1]), to_f(e[u + 2]), to_f(e[u + 3]));
         }
         start = nv * V;
     }
@@ -78,8 +79,8 @@ __global__ void __launch_bounds__(NT) attn_proj_kernel(const T* __restrict__ x, 
     float* Xs = reinterpret_cast<float*>(smem4);   // [H][TN][L]  raw scores
     float* Pt = Xs + H * TN * L;                     // [H][L][TN]  probabilities, transposed
     float* Ys = Pt + H * L * TN;                     // [H][L][D]
-    float* Wt = Ys + H * L * D;                      // [CM][CO]    W^T
-    float* Ot = alias_o ? Xs : Wt + CM * CO;         // [CM][TN]    (P @ y)^T, reuses Xs when it fits
+    float* Ws = Ys + H * L * D;                      // [CO][CM + 1] W (odd stride: conflict-free column reads)
+    float* Ot = alias_o ? Xs : Ws + CO * (CM + 1);   // [CM][TN]    (P @ y)^T, reuses Xs when it fits
     const int b = blockIdx.x / tiles;
     const int n0 = (blockIdx.x - b * tiles) * TN;
     const int rows = min(TN, N - n0);
@@ -88,8 +89,8 @@ __global__ void __launch_bounds__(NT) attn_proj_kernel(const T* __restrict__ x, 
     for (int h = 0; h < H; ++h) load_flat(x + (((int64_t)b * H + h) * N + n0) * L, Xs + h * TN * L, rows * L);
     load_flat(y + (int64_t)b * H * L * D, Ys, H * L * D);
     for (int i = tid; i < CM * CO; i += NT) {
-        const int j = i / CM, c = i - j * CM;  // coalesced read of W[j][c]
-        Wt[c * CO + j] = to_f(W[i]);
+        const int j = i / CM, c = i - j * CM;
+        Ws[j * (CM + 1) + c] = to_f(W[i]);
     }
     __syncthreads();
 
@@ -138,8 +139,10 @@ __global__ void __launch_bounds__(NT) attn_proj_kernel(const T* __restrict__ x, 
 #pragma unroll 4
         for (int c = 0; c < CM; ++c) {
             const float4 o = *reinterpret_cast<const float4*>(Ot + c * TN + rg * 4);
-            const float4 w = *reinterpret_cast<const float4*>(Wt + c * CO + j0);
-            const float orr[4] = {o.x, o.y, o.z, o.w}, wr[4] = {w.x, w.y, w.z, w.w};
+            const float orr[4] = {o.x, o.y, o.z, o.w};
+            float wr[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) wr[j] = Ws[(j0 + j) * (CM + 1) + c];
 #pragma unroll
             for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -179,7 +182,7 @@ torch::Tensor attn_proj(torch::Tensor x, torch::Tensor y, torch::Tensor z, torch
     TORCH_CHECK(L > 0, "attn_proj: empty key axis");
     const int tiles = (N + TN - 1) / TN;
     const int alias_o = H * L >= CM;
-    const size_t smem = sizeof(float) * ((size_t)2 * H * TN * L + (size_t)H * L * D + CM * CO + (alias_o ? 0 : CM * TN));
+    const size_t smem = sizeof(float) * ((size_t)2 * H * TN * L + (size_t)H * L * D + CO * (CM + 1) + 3 + (alias_o ? 0 : CM * TN));
     TORCH_CHECK(smem <= 220 * 1024, "attn_proj: L too large for one block (", smem, " bytes of shared memory)");
     const float k_log2 = (float)(1.4426950408889634 / scale);
     cudaStream_t st = at::cuda::getCurrentCUDAStream().stream();
