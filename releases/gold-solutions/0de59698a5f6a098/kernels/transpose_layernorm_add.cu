@@ -51,10 +51,13 @@ __global__ void __launch_bounds__(256) transpose_ln_add_kernel(const T* __restri
     const int64_t in_row = ((r * D2 + q) * D3 + p) * D4 + s;
     const T* xr = x + in_row * C;
     const int nv = C >> 2;
-    float v[MAXV][4];
+    float v[MAXV][4], fy[MAXV][4];
 #pragma unroll
     for (int k = 0; k < MAXV; ++k)
-        if (lane + 32 * k < nv) ld4_stream(xr + (lane + 32 * k) * 4, v[k]);
+        if (lane + 32 * k < nv) {
+            ld4_stream(xr + (lane + 32 * k) * 4, v[k]);
+            ld4_stream(y + row * C + (lane + 32 * k) * 4, fy[k]);  // residual loaded up front: both loads in flight
+        }
     float sum = 0.f;
 #pragma unroll
     for (int k = 0; k < MAXV; ++k)
@@ -75,10 +78,10 @@ __global__ void __launch_bounds__(256) transpose_ln_add_kernel(const T* __restri
     for (int k = 0; k < MAXV; ++k) {
         const int c = (lane + 32 * k) * 4;
         if (lane + 32 * k < nv) {
-            float fw[4], fb[4], fy[4], res[4];
-            ld4(w + c, fw); ld4(b + c, fb); ld4_stream(y + row * C + c, fy);
+            float fw[4], fb[4], res[4];
+            ld4(w + c, fw); ld4(b + c, fb);
 #pragma unroll
-            for (int u = 0; u < 4; ++u) res[u] = fy[u] + to_f(from_f<T>((v[k][u] - mean) * rstd * fw[u] + fb[u]));
+            for (int u = 0; u < 4; ++u) res[u] = fy[k][u] + to_f(from_f<T>((v[k][u] - mean) * rstd * fw[u] + fb[u]));
             st4(out + row * C + c, res);
         }
     }

@@ -31,9 +31,20 @@ struct Geo {
 __device__ __forceinline__ void copy_rows_f32(const float* __restrict__ src, float* dst, int rows, int cols, int ld) {
     // rows x cols contiguous (cols % 4 == 0, src 16-byte aligned) -> dst with row stride ld
     const int c4 = cols >> 2, n4 = rows * c4;
-    for (int i = threadIdx.x; i < n4; i += NT) {
-        const int r = i / c4, c = (i - r * c4) * 4;
-        *reinterpret_cast<float4*>(dst + r * ld + c) = __ldcs(reinterpret_cast<const float4*>(src) + i);
+    constexpr int U = 8;  // loads in flight per thread
+    for (int i0 = threadIdx.x; i0 < n4; i0 += NT * U) {
+        float4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (i0 + u * NT < n4) v[u] = __ldcs(reinterpret_cast<const float4*>(src) + i0 + u * NT);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int i = i0 + u * NT;
+            if (i < n4) {
+                const int r = i / c4, c = (i - r * c4) * 4;
+                *reinterpret_cast<float4*>(dst + r * ld + c) = v[u];
+            }
+        }
     }
 }
 
@@ -57,9 +68,20 @@ __global__ void __launch_bounds__(NT) sink_attn_kernel(const float* __restrict__
     {
         const int c8 = g.Dv >> 3, n8 = g.Lk * c8;
         const uint4* zs = reinterpret_cast<const uint4*>(z + bh * g.Lk * g.Dv);
-        for (int i = tid; i < n8; i += NT) {
-            const int r = i / c8, c = (i - r * c8) * 8;
-            *reinterpret_cast<uint4*>(Vs + r * g.ldv + c) = __ldcs(zs + i);
+        constexpr int U = 8;
+        for (int i0 = tid; i0 < n8; i0 += NT * U) {
+            uint4 v[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (i0 + u * NT < n8) v[u] = __ldcs(zs + i0 + u * NT);
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int i = i0 + u * NT;
+                if (i < n8) {
+                    const int r = i / c8, c = (i - r * c8) * 8;
+                    *reinterpret_cast<uint4*>(Vs + r * g.ldv + c) = v[u];
+                }
+            }
         }
     }
     // zero padding: query rows Lq..LqP, key columns Lk..LkP of y, value rows Lk..LkP

@@ -45,9 +45,17 @@ __global__ void __launch_bounds__(NT) softmax_pv_kernel(const __nv_bfloat16* __r
     // values: L x 64 contiguous -> Vs, zero rows L..LP
     {
         const uint4* src = reinterpret_cast<const uint4*>(y + bh * L * DH);
-        for (int i = tid; i < L * (DH / 8); i += NT) {
-            const int r = i >> 3, c = (i & 7) * 8;
-            *reinterpret_cast<uint4*>(Vs + r * LDV + c) = __ldg(src + i);
+        constexpr int U = 8;  // loads in flight per thread
+        for (int i0 = tid; i0 < L * (DH / 8); i0 += NT * U) {
+            uint4 rv[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (i0 + u * NT < L * (DH / 8)) rv[u] = __ldg(src + i0 + u * NT);
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int i = i0 + u * NT;
+                if (i < L * (DH / 8)) *reinterpret_cast<uint4*>(Vs + (i >> 3) * LDV + (i & 7) * 8) = rv[u];
+            }
         }
         for (int i = tid; i < (LP - L) * (DH / 8); i += NT) {
             const int r = L + (i >> 3), c = (i & 7) * 8;

@@ -40,11 +40,22 @@ __global__ void __launch_bounds__(kThreads) add_gn_relu_kernel(const float* __re
     float s = 0.f;
     if (VEC) {
         const int64_t E4 = E >> 2;
-        for (int64_t i = threadIdx.x; i < E4; i += kThreads) {
-            float4 a = __ldcs(reinterpret_cast<const float4*>(xg) + i), c = __ldcs(reinterpret_cast<const float4*>(yg) + i);
-            float4 v = make_float4(a.x + c.x, a.y + c.y, a.z + c.z, a.w + c.w);
-            if (SMEM) smem4[i] = v;
-            s += (v.x + v.y) + (v.z + v.w);
+        constexpr int U = 4;  // x and y loads in flight per thread: 2 * U
+        for (int64_t i0 = threadIdx.x; i0 < E4; i0 += kThreads * U) {
+            float4 a[U], c[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (i0 + u * kThreads < E4) {
+                    a[u] = __ldcs(reinterpret_cast<const float4*>(xg) + i0 + u * kThreads);
+                    c[u] = __ldcs(reinterpret_cast<const float4*>(yg) + i0 + u * kThreads);
+                }
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (i0 + u * kThreads < E4) {
+                    float4 v = make_float4(a[u].x + c[u].x, a[u].y + c[u].y, a[u].z + c[u].z, a[u].w + c[u].w);
+                    if (SMEM) smem4[i0 + u * kThreads] = v;
+                    s += (v.x + v.y) + (v.z + v.w);
+                }
         }
     } else {
         for (int64_t i = threadIdx.x; i < E; i += kThreads) {

@@ -19,7 +19,16 @@ __device__ __forceinline__ void load_flat(const float* __restrict__ src, float* 
     int start = 0;
     if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
         const int nv = n / 4;
-        for (int v = threadIdx.x; v < nv; v += NT) reinterpret_cast<float4*>(dst)[v] = __ldcs(reinterpret_cast<const float4*>(src) + v);
+        constexpr int U = 4;  // loads in flight per thread
+        for (int v0 = threadIdx.x; v0 < nv; v0 += NT * U) {
+            float4 r[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (v0 + u * NT < nv) r[u] = __ldcs(reinterpret_cast<const float4*>(src) + v0 + u * NT);
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (v0 + u * NT < nv) reinterpret_cast<float4*>(dst)[v0 + u * NT] = r[u];
+        }
         start = nv * 4;
     }
     for (int i = start + threadIdx.x; i < n; i += NT) dst[i] = src[i];
