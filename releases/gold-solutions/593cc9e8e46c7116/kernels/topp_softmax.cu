@@ -4,6 +4,7 @@
 // No sort: with e = exp(v - max) (exp is monotone, so e orders the tokens like v) and Z = sum(e), a token is dropped
 // iff the mass of the tokens up to and including it, S(<= e), is <= top_p * Z. The cut T (as float bits of e) is found
 // by bisection on f(t) = sum(e : bits(e) < t), with early exit once a single token is left in the open interval.
+// Tokens with e <= p * Z / V are dropped for certain; the search runs only over the rest, compacted in shared memory.
 // The row lives in shared memory when it fits (V <= ~56K floats), else in the output row (global) as scratch.
 // HBM traffic: x read once, out written once (8 bytes per element).
 #include "registry.h"
@@ -50,9 +51,10 @@ __device__ void block_reduce(float (&v)[NV], float* red) {
 
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads) topp_softmax_kernel(const float* __restrict__ x, float* __restrict__ out,
-                                                                int V, float invT, float top_p, bool use_smem) {
+                                                                int V, float invT, float top_p, bool use_smem, int cap) {
     extern __shared__ float4 smem4[];
     __shared__ float red[3 * 32 + 3];
+    __shared__ int ccount;
     const int64_t row = blockIdx.x;
     const float* xr = x + row * (int64_t)V;
     float* orow = out + row * (int64_t)V;
@@ -102,8 +104,54 @@ __global__ void __launch_bounds__(kThreads) topp_softmax_kernel(const float* __r
     block_reduce<1, false>(zv, red);
     const float target = top_p * zv[0];
 
-    // bisection: largest T with f(T) <= target, f(t) = sum(e : bits(e) < t); f(0) = 0 <= target < Z = f(bits(1)+1)
-    uint32_t lo = 0, hi = 0x3f800001u;
+    // Tokens with e <= target / V are always dropped (the mass up to them is <= V * e <= target): their mass is the
+    // base f0, and only the others (a few percent of the row for random logits) enter the search, compacted after
+    // the row in shared memory. A list that does not fit falls back to searching the whole row.
+    const float floor_e = target / (float)V;
+    const uint32_t fb = __float_as_uint(floor_e);
+    float* cbuf = buf + (kVec ? 4 * nv4 : V);
+    if (tid == 0) ccount = 0;
+    __syncthreads();
+    float f0 = 0.f;
+    const int lane = tid & 31;
+    auto append = [&](float e) {  // warp-aggregated append of e > floor_e; caller: all active lanes
+        const unsigned act = __activemask();
+        const bool take = __float_as_uint(e) > fb;
+        const unsigned bal = __ballot_sync(act, take);
+        const int leader = __ffs(act) - 1;
+        int base = 0;
+        if (lane == leader && bal) base = atomicAdd(&ccount, __popc(bal));
+        base = __shfl_sync(act, base, leader);
+        if (take) {
+            const int pos = base + __popc(bal & ((1u << lane) - 1u));
+            if (pos < cap) cbuf[pos] = e;
+        } else {
+            f0 += e;
+        }
+    };
+    if (cap > 0) {
+        if (kVec) {
+            for (int i = tid; i < nv4; i += kThreads) {
+                const float4 v = b4[i];
+                append(v.x); append(v.y); append(v.z); append(v.w);
+            }
+        } else {
+            for (int i = tid; i < V; i += kThreads) append(buf[i]);
+        }
+    }
+    float f0v[1] = {f0};
+    block_reduce<1, false>(f0v, red);  // also orders the appends before the read of ccount
+    const int nc = ccount;
+    const bool compact = cap > 0 && nc <= cap;
+    const float* sbuf = compact ? cbuf : buf;
+    const int sn = compact ? nc : V;
+    const float base_mass = compact ? f0v[0] : 0.f;
+
+    // bisection: largest T with f(T) <= target, f(t) = sum(e : bits(e) < t); f(lo) <= target < f(hi) throughout
+    // (compact: every token outside the list has bits <= fb < lo, its mass is in base_mass)
+    uint32_t lo = compact ? fb + 1 : 0u, hi = 0x3f800001u;
+    const bool svec = !compact && kVec;
+    const float4* s4 = reinterpret_cast<const float4*>(sbuf);
     while (hi - lo > 1) {
         const uint32_t mid = lo + (hi - lo) / 2;
         float acc[3] = {0.f, 0.f, 0.f};  // f(mid) partial, count in [lo, mid), count in [mid, hi)
@@ -113,17 +161,17 @@ __global__ void __launch_bounds__(kThreads) topp_softmax_kernel(const float* __r
             acc[1] += (b >= lo && b < mid) ? 1.f : 0.f;
             acc[2] += (b >= mid && b < hi) ? 1.f : 0.f;
         };
-        if (kVec) {
+        if (svec) {
             for (int i = tid; i < nv4; i += kThreads) {
-                const float4 v = b4[i];
+                const float4 v = s4[i];
                 visit(v.x); visit(v.y); visit(v.z); visit(v.w);
             }
         } else {
-            for (int i = tid; i < V; i += kThreads) visit(buf[i]);
+            for (int i = tid; i < sn; i += kThreads) visit(sbuf[i]);
         }
         block_reduce<3, false>(acc, red);
         float left;
-        if (acc[0] <= target) {
+        if (base_mass + acc[0] <= target) {
             lo = mid;
             left = acc[2];
         } else {
@@ -135,15 +183,15 @@ __global__ void __launch_bounds__(kThreads) topp_softmax_kernel(const float* __r
             float bm[1] = {0.f};
             auto pick = [&](float e) {
                 const uint32_t b = __float_as_uint(e);
-                if (b >= lo && b < hi) bm[0] = fmaxf(bm[0], __uint_as_float(b));
+                if (b >= lo && b < hi) bm[0] = fmaxf(bm[0], e);
             };
-            if (kVec) {
+            if (svec) {
                 for (int i = tid; i < nv4; i += kThreads) {
-                    const float4 v = b4[i];
+                    const float4 v = s4[i];
                     pick(v.x); pick(v.y); pick(v.z); pick(v.w);
                 }
             } else {
-                for (int i = tid; i < V; i += kThreads) pick(buf[i]);
+                for (int i = tid; i < sn; i += kThreads) pick(sbuf[i]);
             }
             block_reduce<1, true>(bm, red);
             if (left == 1.f) lo = __float_as_uint(bm[0]);
@@ -204,9 +252,11 @@ torch::Tensor topp_softmax(torch::Tensor x, double top_p, double temperature) {
     C10_CUDA_CHECK(cudaGetDevice(&dev));
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     const size_t need = (size_t)V * sizeof(float);
-    const size_t static_smem = (3 * 32 + 3) * sizeof(float);
+    const size_t static_smem = (3 * 32 + 3) * sizeof(float) + sizeof(int);
     const bool use_smem = need + static_smem + 1024 <= (size_t)optin;
-    const size_t smem = use_smem ? need : 0;
+    // the rest of the opt-in shared memory holds the compacted search list (capped at V floats)
+    const int cap = use_smem ? (int)std::min<size_t>((size_t)V, ((size_t)optin - need - static_smem - 1024) / sizeof(float)) : 0;
+    const size_t smem = use_smem ? need + (size_t)cap * sizeof(float) : 0;
     const bool vec = V % 4 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0;
     cudaStream_t stream = at::cuda::getCurrentCUDAStream();
@@ -214,12 +264,12 @@ torch::Tensor topp_softmax(torch::Tensor x, double top_p, double temperature) {
         if (smem > 48 * 1024)
             C10_CUDA_CHECK(cudaFuncSetAttribute(topp_softmax_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         topp_softmax_kernel<true><<<(unsigned)B, kThreads, smem, stream>>>(x.data_ptr<float>(), out.data_ptr<float>(), V, invT,
-                                                                           (float)top_p, use_smem);
+                                                                           (float)top_p, use_smem, cap);
     } else {
         if (smem > 48 * 1024)
             C10_CUDA_CHECK(cudaFuncSetAttribute(topp_softmax_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         topp_softmax_kernel<false><<<(unsigned)B, kThreads, smem, stream>>>(x.data_ptr<float>(), out.data_ptr<float>(), V, invT,
-                                                                            (float)top_p, use_smem);
+                                                                            (float)top_p, use_smem, cap);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
