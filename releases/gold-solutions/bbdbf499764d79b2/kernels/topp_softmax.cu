@@ -114,29 +114,33 @@ __global__ void __launch_bounds__(kThreads) topp_softmax_kernel(const float* __r
     __syncthreads();
     float f0 = 0.f;
     const int lane = tid & 31;
-    auto append = [&](float e) {  // warp-aggregated append of e > floor_e; caller: all active lanes
-        const unsigned act = __activemask();
-        const bool take = __float_as_uint(e) > fb;
-        const unsigned bal = __ballot_sync(act, take);
-        const int leader = __ffs(act) - 1;
+    auto append = [&](float e, bool valid) {  // warp-aggregated append of e > floor_e; all 32 lanes call it
+        const bool take = valid && __float_as_uint(e) > fb;
+        const unsigned bal = __ballot_sync(0xffffffffu, take);
         int base = 0;
-        if (lane == leader && bal) base = atomicAdd(&ccount, __popc(bal));
-        base = __shfl_sync(act, base, leader);
+        if (lane == 0 && bal) base = atomicAdd(&ccount, __popc(bal));
+        base = __shfl_sync(0xffffffffu, base, 0);
         if (take) {
             const int pos = base + __popc(bal & ((1u << lane) - 1u));
             if (pos < cap) cbuf[pos] = e;
-        } else {
+        } else if (valid) {
             f0 += e;
         }
     };
-    if (cap > 0) {
+    if (cap > 0) {  // loops are warp-uniform: every lane runs every iteration
         if (kVec) {
-            for (int i = tid; i < nv4; i += kThreads) {
-                const float4 v = b4[i];
-                append(v.x); append(v.y); append(v.z); append(v.w);
+            for (int i0 = tid - lane; i0 < nv4; i0 += kThreads) {
+                const int i = i0 + lane;
+                const bool valid = i < nv4;
+                const float4 v = valid ? b4[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+                append(v.x, valid); append(v.y, valid); append(v.z, valid); append(v.w, valid);
             }
         } else {
-            for (int i = tid; i < V; i += kThreads) append(buf[i]);
+            for (int i0 = tid - lane; i0 < V; i0 += kThreads) {
+                const int i = i0 + lane;
+                const bool valid = i < V;
+                append(valid ? buf[i] : 0.f, valid);
+            }
         }
     }
     float f0v[1] = {f0};
