@@ -30,7 +30,20 @@ __global__ void silu_rowmax_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfl
         const int nvec = nr * nv_row;
         const V* src = reinterpret_cast<const V*>(x + row0 * W);
         V* dst = reinterpret_cast<V*>(out + row0 * W);
-        for (int i = threadIdx.x; i < nvec; i += blockDim.x) tile[i] = __ldcs(src + i);
+        // 8 loads in flight per thread before any shared-memory store (a plain copy loop waits on each load)
+        for (int base = 0; base < nvec; base += 8 * blockDim.x) {
+            V tmp[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                const int i = base + u * blockDim.x + threadIdx.x;
+                if (i < nvec) tmp[u] = __ldcs(src + i);
+            }
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                const int i = base + u * blockDim.x + threadIdx.x;
+                if (i < nvec) tile[i] = tmp[u];
+            }
+        }
         __syncthreads();
         for (int r = threadIdx.x; r < nr; r += blockDim.x) {
             V* rv = tile + r * nv_row;
