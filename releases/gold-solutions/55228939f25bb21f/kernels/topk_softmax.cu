@@ -124,7 +124,7 @@ __global__ void topk_bin(const uint32_t* __restrict__ hist, int* __restrict__ se
 }
 
 template <bool kVec>
-__global__ void topk_gather(const float* __restrict__ x, float* __restrict__ out, const int* __restrict__ sel,
+__global__ void __launch_bounds__(kStreamThreads) topk_gather(const float* __restrict__ x, float* __restrict__ out, const int* __restrict__ sel,
                             int* __restrict__ cnt, uint32_t* __restrict__ ckey, int* __restrict__ cidx, int V,
                             float invT) {
     const int64_t row = blockIdx.y;
@@ -149,13 +149,22 @@ __global__ void topk_gather(const float* __restrict__ x, float* __restrict__ out
     if (kVec) {
         const float4* x4 = reinterpret_cast<const float4*>(xr);
         float4* o4 = reinterpret_cast<float4*>(orow);
-        for (int i = c0 / 4 + threadIdx.x; i < c1 / 4; i += blockDim.x) {
-            const float4 v = __ldcs(x4 + i);
-            __stcs(o4 + i, make_float4(0.f, 0.f, 0.f, 0.f));
-            take(v.x, 4 * i);
-            take(v.y, 4 * i + 1);
-            take(v.z, 4 * i + 2);
-            take(v.w, 4 * i + 3);
+        float4 v[kPerThread / 4];  // the whole chunk share of this thread in flight at once
+#pragma unroll
+        for (int j = 0; j < kPerThread / 4; ++j) {
+            const int i = c0 / 4 + j * kStreamThreads + threadIdx.x;
+            if (i < c1 / 4) v[j] = __ldcs(x4 + i);
+        }
+#pragma unroll
+        for (int j = 0; j < kPerThread / 4; ++j) {
+            const int i = c0 / 4 + j * kStreamThreads + threadIdx.x;
+            if (i < c1 / 4) {
+                __stcs(o4 + i, make_float4(0.f, 0.f, 0.f, 0.f));
+                take(v[j].x, 4 * i);
+                take(v[j].y, 4 * i + 1);
+                take(v[j].z, 4 * i + 2);
+                take(v[j].w, 4 * i + 3);
+            }
         }
     } else {
         for (int i = c0 + threadIdx.x; i < c1; i += blockDim.x) {

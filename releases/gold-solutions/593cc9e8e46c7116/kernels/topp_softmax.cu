@@ -67,11 +67,18 @@ __global__ void __launch_bounds__(kThreads) topp_softmax_kernel(const float* __r
     float m = -INFINITY;
     if (kVec) {
         const float4* x4 = reinterpret_cast<const float4*>(xr);
-        for (int i = tid; i < nv4; i += kThreads) {
-            float4 v = __ldcs(x4 + i);
-            v.x *= invT; v.y *= invT; v.z *= invT; v.w *= invT;
-            b4[i] = v;
-            m = fmaxf(m, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
+        for (int i0 = tid; i0 < nv4; i0 += 4 * kThreads) {  // 4 loads in flight per thread
+            float4 v[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+                if (i0 + u * kThreads < nv4) v[u] = __ldcs(x4 + i0 + u * kThreads);
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+                if (i0 + u * kThreads < nv4) {
+                    v[u].x *= invT; v[u].y *= invT; v[u].z *= invT; v[u].w *= invT;
+                    b4[i0 + u * kThreads] = v[u];
+                    m = fmaxf(m, fmaxf(fmaxf(v[u].x, v[u].y), fmaxf(v[u].z, v[u].w)));
+                }
         }
     } else {
         for (int i = tid; i < V; i += kThreads) {
