@@ -1,4 +1,5 @@
-"""Sampling head: x / 0.7 (temperature) -> top-k (k=50) mask -> softmax, float32 [64, 262208], without a sort (kernels/topk_softmax.cu).
+"""Sampling head: x / 0.7 (temperature) -> top-k (k=50) mask -> softmax, float32 [64, 262208], without a sort
+(kernels/topk_softmax.cu).
 
 Radix threshold select: a per-row histogram of the top 12 bits of order-preserving float keys (all SMs, chunks of
 8192), the bin of the 50th largest, a gather pass that writes the row's zeros and lists the few hundred candidates
