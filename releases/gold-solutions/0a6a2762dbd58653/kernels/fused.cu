@@ -1,13 +1,10 @@
 // BatchNorm(eval) -> Hardswish (output 1) -> global average pool -> 1x1 conv + bias -> ReLU -> 1x1 conv + bias
 // (output 2, the squeeze-excitation gate before its sigmoid), float16.
-// Design: kernel 1 gives each warp 4 consecutive (image, channel) planes (4 * H * W contiguous values, 16-byte
-// aligned when H * W is even): all its 16-byte loads are issued before use, BN is folded into per-channel scale /
-// shift, Hardswish runs in float32 registers, each value is added to its plane's sum (a plane is picked by
-// comparing the offset with H * W multiples), and the 4 plane means are reduced by warp shuffles into the pooled
-// (N, C) matrix. (A warp-per-plane kernel with 8-byte loads is the fallback for odd H * W.) The two 1x1 convs on
-// the pooled vector are two cuBLASLt GEMMs with their bias (and ReLU) epilogues.
-// Bytes (N = 384): x 72 MB read + v1 72 MB written -> about 45 us on an H200 (roofline_ms 0.030,
-// compile_ms 0.085); the GEMMs are 2 x 44 MFLOP.
+// Design: kernel 1 gives each (image, channel) plane of H*W values to one warp: 8-byte loads / stores, BN folded
+// into a per-channel scale / shift, Hardswish in float32 registers, the plane mean by warp shuffles, written as
+// the pooled (N, C) matrix. The two 1x1 convs on the pooled vector are two cuBLASLt GEMMs with their bias (and
+// ReLU) epilogues. Bytes (N = 384): x 72 MB read + v1 72 MB written -> about 38 us on an H200 (roofline_ms
+// 0.030, compile_ms 0.085); the GEMMs are 2 x 44 MFLOP.
 #include "lib.cuh"
 
 __device__ __forceinline__ float hswish(float a) { return a * fminf(fmaxf(a + 3.f, 0.f), 6.f) * (1.f / 6.f); }
@@ -51,84 +48,6 @@ __global__ void __launch_bounds__(256) bn_hswish_pool(const __half* __restrict__
     if (lane == 0) pooled[plane] = __float2half_rn(sum / HW);
 }
 
-constexpr int PW = 4;  // planes per warp
-
-__global__ void __launch_bounds__(256) bn_hswish_pool4(const __half* __restrict__ x, const __half* __restrict__ g,
-                                                       const __half* __restrict__ b, const __half* __restrict__ m,
-                                                       const __half* __restrict__ v, float eps, __half* __restrict__ y,
-                                                       __half* __restrict__ pooled, int64_t planes, int C, int HW) {
-    const int64_t p0 = ((int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * PW;
-    if (p0 >= planes) return;
-    const int lane = threadIdx.x % 32;
-    const int np = (int)(planes - p0 < PW ? planes - p0 : PW);
-    float s[PW], t[PW], acc[PW];
-#pragma unroll
-    for (int q = 0; q < PW; ++q) {
-        const int c = (int)((p0 + q) % C);
-        const float sc = __half2float(g[c]) * rsqrtf(__half2float(v[c]) + eps);
-        s[q] = sc;
-        t[q] = __half2float(b[c]) - __half2float(m[c]) * sc;
-        acc[q] = 0.f;
-    }
-    const int64_t e0 = p0 * HW;
-    const int total = np * HW, nvec = total / 8;
-    const uint4* xv = reinterpret_cast<const uint4*>(x + e0);
-    uint4* yv = reinterpret_cast<uint4*>(y + e0);
-    for (int base = 0; base < nvec; base += 128) {
-        uint4 raw[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-            const int j = base + lane + 32 * u;
-            if (j < nvec) raw[u] = xv[j];
-        }
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-            const int j = base + lane + 32 * u;
-            if (j >= nvec) continue;
-            __half2* h = reinterpret_cast<__half2*>(&raw[u]);
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float2 f = __half22float2(h[k]);
-                float o[2];
-                const float in[2] = {f.x, f.y};
-#pragma unroll
-                for (int l = 0; l < 2; ++l) {
-                    const int e = j * 8 + 2 * k + l;
-                    const int pl = (e >= HW) + (e >= 2 * HW) + (e >= 3 * HW);
-                    const float sc = pl == 0 ? s[0] : pl == 1 ? s[1] : pl == 2 ? s[2] : s[3];
-                    const float sh = pl == 0 ? t[0] : pl == 1 ? t[1] : pl == 2 ? t[2] : t[3];
-                    const float r = __half2float(__float2half_rn(hswish(in[l] * sc + sh)));
-                    o[l] = r;
-                    acc[0] += pl == 0 ? r : 0.f;
-                    acc[1] += pl == 1 ? r : 0.f;
-                    acc[2] += pl == 2 ? r : 0.f;
-                    acc[3] += pl == 3 ? r : 0.f;
-                }
-                h[k] = __floats2half2_rn(o[0], o[1]);
-            }
-            yv[j] = raw[u];
-        }
-    }
-    for (int e = nvec * 8 + lane; e < total; e += 32) {  // tail of a partial last group
-        const int pl = (e >= HW) + (e >= 2 * HW) + (e >= 3 * HW);
-        const float sc = pl == 0 ? s[0] : pl == 1 ? s[1] : pl == 2 ? s[2] : s[3];
-        const float sh = pl == 0 ? t[0] : pl == 1 ? t[1] : pl == 2 ? t[2] : t[3];
-        const float r = __half2float(__float2half_rn(hswish(__half2float(x[e0 + e]) * sc + sh)));
-        y[e0 + e] = __float2half_rn(r);
-        acc[0] += pl == 0 ? r : 0.f;
-        acc[1] += pl == 1 ? r : 0.f;
-        acc[2] += pl == 2 ? r : 0.f;
-        acc[3] += pl == 3 ? r : 0.f;
-    }
-#pragma unroll
-    for (int q = 0; q < PW; ++q) {
-        float a = acc[q];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
-        if (lane == 0 && q < np) pooled[p0 + q] = __float2half_rn(a / HW);
-    }
-}
-
 std::vector<torch::Tensor> se_forward(torch::Tensor x, torch::Tensor g, torch::Tensor b, torch::Tensor m,
                                       torch::Tensor v, double eps, torch::Tensor w1, torch::Tensor b1,
                                       torch::Tensor w2, torch::Tensor b2) {
@@ -144,18 +63,10 @@ std::vector<torch::Tensor> se_forward(torch::Tensor x, torch::Tensor g, torch::T
     if (N == 0) return {y, out};
     cudaStream_t stream = at::cuda::getCurrentCUDAStream();
     const int64_t planes = N * C;
-    g = g.contiguous(); b = b.contiguous(); m = m.contiguous(); v = v.contiguous();
-    if (HW % 2 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0) {
-        bn_hswish_pool4<<<(unsigned)((planes + 8 * PW - 1) / (8 * PW)), 256, 0, stream>>>(
-            (const __half*)x.data_ptr(), (const __half*)g.data_ptr(), (const __half*)b.data_ptr(),
-            (const __half*)m.data_ptr(), (const __half*)v.data_ptr(), (float)eps, (__half*)y.data_ptr(),
-            (__half*)pooled.data_ptr(), planes, (int)C, (int)HW);
-    } else {
-        bn_hswish_pool<<<(unsigned)((planes + 7) / 8), 256, 0, stream>>>(
-            (const __half*)x.data_ptr(), (const __half*)g.data_ptr(), (const __half*)b.data_ptr(),
-            (const __half*)m.data_ptr(), (const __half*)v.data_ptr(), (float)eps, (__half*)y.data_ptr(),
-            (__half*)pooled.data_ptr(), planes, (int)C, (int)HW);
-    }
+    bn_hswish_pool<<<(unsigned)((planes + 7) / 8), 256, 0, stream>>>(
+        (const __half*)x.data_ptr(), (const __half*)g.data_ptr(), (const __half*)b.data_ptr(),
+        (const __half*)m.data_ptr(), (const __half*)v.data_ptr(), (float)eps, (__half*)y.data_ptr(),
+        (__half*)pooled.data_ptr(), planes, (int)C, (int)HW);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     w1 = w1.contiguous(); w2 = w2.contiguous(); b1 = b1.contiguous(); b2 = b2.contiguous();
     // hidden^T (Cmid x N, column-major) = W1 (Cmid x C) * pooled^T (C x N), + b1, ReLU
