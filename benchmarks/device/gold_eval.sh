@@ -8,6 +8,7 @@
 # device tool's `carry: ["runs/gold"]` when the machine is fresh). Each call: eval under `timeout` (EVAL_S,
 # default what is left of BUDGET_S = 510 s after the setup, less 60 s), then the record (benchmarks/gold_record.py -> $OUT/gold.json and
 # benchmarks/results/h200/gold.json on the machine), the results copied to $OUT/gold/ and the logs tarred.
+# WORKERS (default 16): evaluations at once on the GPU, so the ~40 nvcc builds run side by side.
 # Usage (device tool, repository root): bash benchmarks/device/gold_eval.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -21,7 +22,7 @@ timeout 60 opforge env --json > "$GOLD_DIR/environment.json" 2> "$OUT/gold/env.e
 timeout 120 opforge gold select releases/opforge-ops-6k --out "$OUT/gold/subset.json" > "$OUT/gold/select.log" 2>&1
 # what is left of the budget, less 60 s for the record and the tar
 EVAL_S=${EVAL_S:-$(( BUDGET_S - ($(date +%s) - T0) - 60 ))}
-CMD="opforge harness eval releases/opforge-ops-6k releases/gold-solutions $GOLD_DIR --device cuda --quiet"
+CMD="opforge harness eval releases/opforge-ops-6k releases/gold-solutions $GOLD_DIR --device cuda --quiet --workers ${WORKERS:-16}"
 before=$(wc -l < "$GOLD_DIR/results.jsonl" 2>/dev/null || echo 0)
 echo "$(date -u +%FT%TZ) $CMD (timeout ${EVAL_S}s, $before records before)" | tee -a "$OUT/gold/eval.log"
 timeout -k 30 "$EVAL_S" $CMD >> "$OUT/gold/eval.log" 2>&1
