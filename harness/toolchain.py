@@ -120,7 +120,7 @@ def _check(cmd: list[str], log, what: str) -> None:
 
 def ensure_toolchain(flavour: str, root: str | Path | None = None, log=None) -> dict:
     """The toolchain of ``flavour`` (``cpu`` or ``cuda``) for this environment, made when missing (one torch
-    import, one precompiled header, one compile of the fixed binding: about a minute on 2 cores, once).
+    import, one precompiled header, one compile of the fixed binding: about the CPU of two plain builds, once).
 
     Returns ``toolchain.json``'s content: ``key``, ``dir``, ``cxx``, ``nvcc`` (command lists), ``cflags``,
     ``post_cflags``, ``cuda_cflags``, ``cuda_post_cflags``, ``ldflags`` (flag lists), ``pch`` (the header
