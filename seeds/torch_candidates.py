@@ -1,6 +1,7 @@
 """Enumerate candidate seed ops from the installed torch: ``torch.nn`` modules, ``torch.nn.functional``
-functions, ``torch.*`` tensor functions and the functions of the public namespaces of ``NAMESPACES``
-(``torch.special.*``), each turned into a probe draft by the argument-name rules."""
+functions, ``torch.*`` tensor functions and the functions of the public namespaces of ``NAMESPACES`` (none by
+default; ``namespace_candidates`` lists ``torch.special.*``), each turned into a probe draft by the argument-name
+rules."""
 
 from __future__ import annotations
 
@@ -135,10 +136,12 @@ def torch_function_candidates(version: str) -> Iterator[SeedOp | SkipRecord]:
         yield _function_draft(label, qual, fn, sig, version)
 
 
-# Public torch namespaces whose functions are seed-op candidates besides ``torch.*`` and ``F.*``, labelled
-# ``<namespace>.<name>`` (``torch.special.erfcx``). ``torch.linalg`` and ``torch.fft`` are left out: their
-# functions are matrix factorisations or complex-valued, not fusion epilogues.
-NAMESPACES = ("torch.special",)
+# Public torch namespaces whose functions the default harvest adds as seed-op candidates besides ``torch.*`` and
+# ``F.*``, labelled ``<namespace>.<name>``. None: ``torch.special`` is mostly special functions no model block calls
+# (Chebyshev / Hermite / Laguerre polynomials, Bessel functions; several have no gradient), so its functions
+# enter a catalog one spec entry at a time (``torch.special.erfcx``: recognised and traced under that label).
+# ``torch.linalg`` and ``torch.fft`` are matrix factorisations or complex-valued, not fusion epilogues.
+NAMESPACES: tuple[str, ...] = ()
 
 
 def namespace_candidates(version: str, namespace: str) -> Iterator[SeedOp | SkipRecord]:
