@@ -68,7 +68,9 @@ class EnvConfig(BaseModel):
             rounds and without the variants (``tool_config``).
         verify_timing_trials / profile_timing_trials: timed rounds of ``verify`` / ``profile``.
         max_file_chars: the largest file ``write_file`` accepts.
-        max_output_chars: the longest text a tool returns.
+        max_output_chars: the longest text a tool returns (compiler logs, verdicts).
+        max_read_chars: the longest file text ``read_file`` returns (RULES.md is about 8,500 characters, a task's
+            ``model.py`` a few thousand: an agent needs them whole).
         include_rules: the prompt holds RULES.md in full (else its registration part, ``registration_rules``,
             and a pointer to the rest).
     """
@@ -83,6 +85,7 @@ class EnvConfig(BaseModel):
     profile_timing_trials: int = Field(20, ge=3)
     max_file_chars: int = Field(200_000, ge=1)
     max_output_chars: int = Field(4000, ge=200)
+    max_read_chars: int = Field(32_000, ge=200)
     include_rules: bool = True
 
     def tool_config(self, kind: str) -> EvalConfig:
@@ -324,7 +327,7 @@ class KernelEnv:
         target = (ws / str(p)).resolve() if p is not None else None
         if target is None or not target.is_relative_to(ws.resolve()) or not target.is_file():
             return f"read_file: no file {path!r} in the workspace (list_files() lists them)", "missing"
-        return _clip(target.read_text(errors="replace"), self.config.max_output_chars), "ok"
+        return _clip(target.read_text(errors="replace"), self.config.max_read_chars), "ok"
 
     def _tool_list_files(self) -> tuple[str, str]:
         ws = self._ws()
