@@ -734,7 +734,8 @@ def refresh_card_statements(folder: str | Path) -> list[str]:
         f"{shapes['batch_min']} to {shapes['batch_max']},\nmedian", "batch range")
     ctx = ", ".join(f"`{fam}` ({count})" for fam, count in shapes["contexts"])
     none = f"; {shapes['no_context']} tasks have fixed sizes (no size context)" if shapes["no_context"] else ""
-    sub(r"^Most common size contexts .*$",
+    # the statement runs to the end of its paragraph (the list of contexts is on the lines after the first)
+    sub(r"^Most common size contexts (?s:.*?)(?=\n\n|\Z)",
         "Most common size contexts (the model family of a row's `size_context`, else its motif's source model), "
         f"tasks each:\n{ctx}{none}.", "size contexts")
     exotic = Counter(o for x in exotic_ops(rows) for o in x)
