@@ -105,12 +105,9 @@ def get_task(tasks: pd.DataFrame, task_id: str, source: str | Path = "dataset") 
     return tasks.loc[task_id].to_dict()
 
 
-DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "int64": 8, "int32": 4, "bool": 1}
-
-
 def input_bytes(row: dict | pd.Series) -> int | None:
     """Bytes of a row's public inputs: the element counts of its ``input_shapes`` (JSON list of shapes) times the
-    size of its ``dtype`` (float32 when absent; integer inputs are counted at that size too). None when the
+    size of its ``dtype`` (``torch.dtype.itemsize``; float32 when absent or unknown; integer inputs are counted at that size too). None when the
     row has no readable ``input_shapes``."""
     import json
 
@@ -120,7 +117,10 @@ def input_bytes(row: dict | pd.Series) -> int | None:
         count = sum(int(math.prod(int(d) for d in shape)) for shape in shapes)
     except (TypeError, ValueError):
         return None
-    return count * DTYPE_BYTES.get(str(row.get("dtype") or "float32"), 4)
+    import torch
+
+    dtype = getattr(torch, str(row.get("dtype") or "float32"), None)
+    return count * (dtype.itemsize if isinstance(dtype, torch.dtype) else 4)
 
 
 def small_tasks(tasks: pd.DataFrame, max_input_mb: float = 64.0) -> pd.DataFrame:
