@@ -52,6 +52,9 @@ def contract_text() -> str:
   than `torch.compile`. Times are medians of timed bursts on fresh inputs (on a GPU, CUDA-graph replays when
   every target can be captured), taken from outside your process; eager and `torch.compile` (default mode)
   are timed the same way.
+- **Precision**: the reference runs with TF32 off. Inside your kernels the arithmetic is yours to choose
+  (TF32 or half-precision tensor cores, the order of a reduction) as long as every output passes the
+  tolerance above on every input.
 - **Libraries**: GEMMs may call cuBLAS / cuBLASLt (with its epilogues) and convolutions cuDNN (including
   fused conv-bias-activation and the graph / backend API with a convolution in the graph) directly from C++ /
   CUDA: the `gemm` routines, `cublasLt` matmul, the `cudnn` convolution routines and their handle, stream,

@@ -190,6 +190,18 @@ def card_section(frame: pd.DataFrame, figures: dict[str, Any], per_stratum: int 
         lines.append(f"| {r.task_id} | {r.stratum} | {r.dtype} | {r.status} | {_f(r.reward, '.0f')} | "
                      f"{_f(r.speedup_eager, '.2f')} | {_f(r.speedup_compile, '.2f')} | {_f(r.candidate_ms, '.4f')} | "
                      f"{_f(r.roofline_ms, '.4f')} | {_f(r.pct_roofline, '.1f')} |")
+    above = [r for r in frame.itertuples(index=False) if (_num(r.pct_roofline) or 0) > 100]
+    if above:
+        f32 = [r.task_id for r in above if r.dtype == "float32"]
+        other = [r.task_id for r in above if r.dtype != "float32"]
+        lines.append("")
+        if f32:
+            lines.append(f"Above 100 % of the roofline ({', '.join(f32)}): the roofline puts float32 work at the FP32 "
+                         "CUDA-core peak (the reference runs with TF32 off), and the solution ran its GEMMs on TF32 "
+                         "tensor cores, which the float32 tolerance admits.")
+        if other:
+            lines.append(f"Above 100 % of the roofline ({', '.join(other)}): the solution did less work than the "
+                         "roofline counts (the roofline is the reference's FLOPs and bytes, not a lower bound).")
     lines += ["", GOLD_END]
     return "\n".join(lines)
 

@@ -127,3 +127,20 @@ def test_gold_release_writes_a_loadable_second_configuration(tmp_path):
     card = (release / "README.md").read_text()
     assert card.count(GOLD_START) == 1 and card.count(GOLD_END) == 1 and card.count("config_name: gold") == 1
     assert card.count("\n## Evaluation contract") == 1
+
+
+def test_card_section_explains_rows_above_the_roofline():
+    from opforge.pipeline.gold_release import card_section, gold_figures
+
+    def row(tid, dtype, pct):
+        return {"task_id": tid, "stratum": "gemm_epilogue", "dtype": dtype, "files": {}, "status": "correct",
+                "reward": 3.0, "correct": True, "variants_checked": 2, "eager_ms": 1.0, "compile_ms": 0.8,
+                "candidate_ms": 0.5, "speedup_eager": 2.0, "speedup_compile": 1.6, "roofline_ms": pct / 200,
+                "pct_roofline": pct, "gpu": "NVIDIA H200", "error": None}
+
+    below = pd.DataFrame([row("a" * 16, "float32", 40.0), row("b" * 16, "bfloat16", 60.0)])
+    assert "Above 100 %" not in card_section(below, gold_figures(below))
+    above = pd.DataFrame([row("a" * 16, "float32", 130.0), row("b" * 16, "bfloat16", 60.0)])
+    text = card_section(above, gold_figures(above))
+    assert "Above 100 % of the roofline (" + "a" * 16 + ")" in text and "TF32" in text
+    assert "b" * 16 not in text.split("Above 100 %")[1]
