@@ -35,6 +35,13 @@ from pathlib import Path
 from typing import Any
 
 HEADER_SUFFIXES = (".h", ".hpp", ".cuh")
+FIXED_FILES = ("kernels/binding.cpp", "kernels/registry.h")
+TORCH_HEADER_ROOTS = ("torch", "ATen", "c10", "pybind11", "caffe2")
+LITE_ROOT = Path(__file__).resolve().parent / "templates" / "lite"
+LITE_HEADERS = frozenset(p.relative_to(LITE_ROOT).as_posix() for p in LITE_ROOT.rglob("*.h"))
+LITE_REGISTRY = ("// opforge harness: registry.h of a light-header build (OPFORGE_EXPORT is in opforge_lite.h)\n"
+                 "#pragma once\n#include <torch/extension.h>\n")
+_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _PTX_ONLY = re.compile(r"^-gencode=arch=compute_(\w+),code=compute_(\w+)$")
 
@@ -113,6 +120,15 @@ def build(req: dict[str, Any]) -> dict[str, Any]:
     includes = [f"-I{os.path.abspath(p)}" for p in req.get("extra_include_paths") or []]
     headers = sorted((p.relative_to(src_dir).as_posix(), p.read_text(errors="replace"))
                      for p in src_dir.rglob("*") if p.suffix in HEADER_SUFFIXES)
+    if req.get("lite", True) and tc.get("lite_binding_obj"):
+        why = lite_blocker({p.relative_to(src_dir).as_posix(): p.read_text(errors="replace")
+                            for p in src_dir.rglob("*") if p.is_file()})
+        if why is None:
+            done = _lite_build(req, tc, build_dir, src_dir, object_dir, includes, t_toolchain)
+            if done is not None:
+                return done
+        else:
+            print(f"light headers: not tried ({why}); full torch headers", flush=True)
     cuda_flags = _sass_only(tc["cuda_cflags"])
     fixed = {"kernels/binding.cpp": (TEMPLATES / "binding.cpp").read_text(),
              "kernels/registry.h": (TEMPLATES / "registry.h").read_text()}
@@ -142,6 +158,79 @@ def build(req: dict[str, Any]) -> dict[str, Any]:
     todo = [(rel, obj, cmd) for rel, obj, cmd in plan if cmd is not None]
     print(f"toolchain {tc['dir']} ({t_toolchain:.1f} s); {len(plan)} units, {len(todo)} to compile, "
           f"{len(plan) - len(todo)} from the object cache", flush=True)
+    failed = _compile_all(todo)
+    if failed:
+        return {"ok": False, "error": f"BuildError: {failed[0][-1500:]}"}
+    error = _link([str(obj) for _, obj, _ in plan], tc, req, build_dir)
+    if error:
+        return {"ok": False, "error": error}
+    return {"ok": True, "compiled": [rel for rel, _, _ in todo], "toolchain_s": t_toolchain}
+
+
+def lite_blocker(files: dict[str, str]) -> str | None:
+    """Why a solution's files (``{relative path: text}``) cannot be built against the light headers
+    (``templates/lite``), or None when they may be tried: a ``PYBIND11_MODULE`` of their own, or an
+    ``#include`` of a torch / ATen / c10 / pybind11 header that the light set does not hold."""
+    for rel, text in sorted(files.items()):
+        if rel in FIXED_FILES:
+            continue
+        if "PYBIND11_MODULE" in text:
+            return f"{rel} defines its own PYBIND11_MODULE"
+        for name in _INCLUDE.findall(_COMMENTS.sub("", text)):
+            if name.split("/")[0] in TORCH_HEADER_ROOTS and name not in LITE_HEADERS:
+                return f"{rel} includes <{name}>"
+    return None
+
+
+def _lite_build(req: dict[str, Any], tc: dict, build_dir: Path, src_dir: Path, object_dir: Path,
+                includes: list[str], t_toolchain: float) -> dict[str, Any] | None:
+    """Build against the light headers: every source of the solution (the fixed binding excepted) is compiled
+    with ``templates/lite`` in place of torch's headers, from a copy of the sources whose
+    ``kernels/registry.h`` includes them, and linked with the toolchain's ``lite_binding.o``. Returns the
+    build's result, or None when a source does not compile so (the caller builds with the full headers)."""
+    lite_src = build_dir / "lite_src"
+    for p in src_dir.rglob("*"):
+        if p.is_file():
+            rel = p.relative_to(src_dir).as_posix()
+            dest = lite_src / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(LITE_REGISTRY if rel == "kernels/registry.h" else p.read_text(errors="replace"))
+    headers = sorted((p.relative_to(lite_src).as_posix(), p.read_text(errors="replace"))
+                     for p in lite_src.rglob("*") if p.suffix in HEADER_SUFFIXES)
+    lite_inc = ["-I" + tc["lite_include"], *tc["lite_defines"]]
+    plan: list[tuple[str, Path, list[str] | None]] = []
+    for path in map(Path, req["sources"]):
+        rel = path.relative_to(src_dir).as_posix()
+        if rel == "kernels/binding.cpp":
+            continue
+        text = (lite_src / rel).read_text(errors="replace")
+        tmp_obj = build_dir / "obj" / ("lite__" + rel.replace("/", "__") + ".o")
+        if path.suffix == ".cu":
+            flags = [*_sass_only(tc["lite_cuda_cflags"]), *lite_inc, *includes, *(req.get("extra_cuda_cflags") or [])]
+            post, cmd_head = tc["cuda_post_cflags"], tc["nvcc"]
+        else:
+            flags = [*tc["lite_cflags"], *lite_inc, *includes, *(req.get("extra_cflags") or [])]
+            post, cmd_head = tc["post_cflags"], tc["cxx"]
+        key = hashlib.sha256(json.dumps(["lite", tc["key"], cmd_head, flags, post, rel, text, headers]).encode()).hexdigest()
+        obj = object_dir / f"{key[:32]}.o"
+        cmd = None if obj.is_file() else [*cmd_head, *flags, "-c", str(lite_src / rel), "-o", str(tmp_obj), *post]
+        plan.append((rel, obj, cmd))
+    todo = [(rel, obj, cmd) for rel, obj, cmd in plan if cmd is not None]
+    print(f"toolchain {tc['dir']} ({t_toolchain:.1f} s); light headers: {len(plan)} units, {len(todo)} to compile, "
+          f"{len(plan) - len(todo)} from the object cache", flush=True)
+    if _compile_all(todo):
+        print("light headers: a source needs more of torch than they hold; full torch headers", flush=True)
+        return None
+    if _link([*[str(obj) for _, obj, _ in plan], tc["lite_binding_obj"]], tc, req, build_dir):
+        print("light headers: the link failed; full torch headers", flush=True)
+        return None
+    return {"ok": True, "compiled": [rel for rel, _, _ in todo], "toolchain_s": t_toolchain, "headers": "lite"}
+
+
+def _compile_all(todo: list[tuple[str, Path, list[str]]]) -> list[str] | None:
+    """Compile ``todo`` ((relative path, cached object path, command)) side by side; each object is
+    published under its cache path. Returns [] when all compiled, else the failures' messages; the
+    commands and the compilers' output go to the log."""
     with ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as pool:
         results = list(pool.map(lambda item: _run(item[2]), todo))
     failed = []
@@ -153,17 +242,19 @@ def build(req: dict[str, Any]) -> dict[str, Any]:
         tmp = obj.with_name(f"{obj.name}.{os.getpid()}.tmp")
         os.replace(Path(cmd[cmd.index("-o") + 1]), tmp)
         os.replace(tmp, obj)  # published whole: a concurrent build sees the old object or the new one
-    if failed:
-        return {"ok": False, "error": f"BuildError: {failed[0][-1500:]}"}
+    return failed
+
+
+def _link(objects: list[str], tc: dict, req: dict[str, Any], build_dir: Path) -> str | None:
+    """Link ``objects`` into ``<build_dir>/<name>.so``; None when it worked, else the error."""
     link_tmp = build_dir / "link.tmp"
-    cmd = [*tc["cxx"], *[str(obj) for _, obj, _ in plan], *tc["ldflags"], *(req.get("extra_ldflags") or []),
-           "-o", str(link_tmp)]
+    cmd = [*tc["cxx"], *objects, *tc["ldflags"], *(req.get("extra_ldflags") or []), "-o", str(link_tmp)]
     code, output, seconds = _run(cmd)
     print(f"$ {shlex.join(cmd)}\n{output}[link: {seconds:.1f} s, exit {code}]", flush=True)
     if code:
-        return {"ok": False, "error": f"BuildError: linking failed (exit {code}):\n{output[-1500:]}"}
+        return f"BuildError: linking failed (exit {code}):\n{output[-1500:]}"
     os.replace(link_tmp, build_dir / f"{req['name']}.so")
-    return {"ok": True, "compiled": [rel for rel, _, _ in todo], "toolchain_s": t_toolchain}
+    return None
 
 
 def main() -> None:

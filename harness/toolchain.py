@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-LAYOUT = 1  # bump when the folder's content or the flags' derivation changes
+LAYOUT = 2  # bump when the folder's content or the flags' derivation changes
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 # environment variables that change the flags torch.utils.cpp_extension derives
 FLAG_ENV = ("TORCH_CUDA_ARCH_LIST", "CXX", "CC", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "TORCH_DONT_CHECK_COMPILER_ABI")
@@ -66,7 +66,8 @@ def toolchain_key(flavour: str) -> str:
         "torch": importlib.metadata.version("torch"), "torch_dir": str(Path(spec.origin).parent) if spec else None,
         "cxx": _run([os.environ.get("CXX", "c++"), "-dumpfullversion", "-dumpversion"]),
         "env": {k: os.environ.get(k) for k in FLAG_ENV},
-        "templates": {n: hashlib.sha256((TEMPLATES / n).read_bytes()).hexdigest() for n in ("binding.cpp", "registry.h")},
+        "templates": {p.relative_to(TEMPLATES).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+                      for p in sorted(TEMPLATES.rglob("*")) if p.is_file() and p.suffix in (".h", ".cpp")},
     }
     if flavour == "cuda":
         facts["nvcc"] = _run([_nvcc(), "--version"])
@@ -163,10 +164,68 @@ def ensure_toolchain(flavour: str, root: str | Path | None = None, log=None) -> 
         _check([*cxx, *cflags, "-include", str(header), "-Winvalid-pch", "-c", str(pch_dir / "binding.cpp"),
                 "-o", str(binding) + ".tmp", *flags["post_cflags"]], log, "fixed binding")
         os.replace(str(binding) + ".tmp", binding)
+        lite = _make_lite(flavour, flags, folder, pch_dir, header, log)
         record = {"key": key, "flavour": flavour, "dir": str(folder), **flags, "pch": str(header),
-                  "binding_obj": str(binding), "seconds": time.perf_counter() - t0}
+                  "binding_obj": str(binding), **lite, "seconds": time.perf_counter() - t0}
         tmp = folder / "toolchain.json.tmp"
         tmp.write_text(json.dumps(record, indent=1))
         os.replace(tmp, done)
         print(f"toolchain {flavour}: made in {record['seconds']:.1f} s", file=log, flush=True)
         return record
+
+
+def strip_torch_includes(flags: list[str]) -> list[str]:
+    """``flags`` without the include folders of torch and of Python (``-I`` / ``-isystem``, joined or as two
+    words): what a source built against the light headers (``templates/lite``) gets, so a torch header the
+    light set lacks is a compile error there instead of the full header."""
+    import sysconfig
+
+    torch_dir = Path(importlib.util.find_spec("torch").origin).parent.resolve()
+    py_inc = {str(Path(p).resolve()) for p in (sysconfig.get_paths()["include"], sysconfig.get_paths()["platinclude"])}
+
+    def dropped(path: str) -> bool:
+        p = Path(path).resolve()
+        return str(p) in py_inc or p == torch_dir or torch_dir in p.parents
+
+    out: list[str] = []
+    skip = False
+    for i, f in enumerate(flags):
+        if skip:
+            skip = False
+            continue
+        if f in ("-I", "-isystem") and i + 1 < len(flags):
+            if dropped(flags[i + 1]):
+                skip = True
+                continue
+        elif f.startswith("-isystem") and len(f) > 8 and dropped(f[8:]):
+            continue
+        elif f.startswith("-I") and len(f) > 2 and dropped(f[2:]):
+            continue
+        out.append(f)
+    return out
+
+
+def _make_lite(flavour: str, flags: dict, folder: Path, pch_dir: Path, header: Path, log) -> dict:
+    """The light-header build's part of the toolchain: ``templates/lite`` copied to ``pch/lite``
+    (``lite_include``), ``lite_binding.o`` (``templates/lite_binding.cpp`` compiled with the precompiled torch
+    header: the real torch behind ``opforge_lite_abi.h``) and the flags without torch's include folders
+    (``lite_cflags``, ``lite_cuda_cflags``). When the binding does not compile, ``lite_binding_obj`` is None
+    and every build takes the full headers (the reason is in the toolchain log)."""
+    lite_dir = pch_dir / "lite"
+    if lite_dir.exists():
+        shutil.rmtree(lite_dir)
+    shutil.copytree(TEMPLATES / "lite", lite_dir)
+    shutil.copy(TEMPLATES / "lite_binding.cpp", pch_dir / "lite_binding.cpp")
+    cuda = ["-DOPFORGE_LITE_CUDA"] if flavour == "cuda" else []
+    obj = folder / "lite_binding.o"
+    try:
+        _check([*flags["cxx"], *flags["cflags"], *cuda, "-include", str(header), "-Winvalid-pch", "-c",
+                str(pch_dir / "lite_binding.cpp"), "-o", str(obj) + ".tmp", *flags["post_cflags"]], log,
+               "light-header binding")
+        os.replace(str(obj) + ".tmp", obj)
+    except RuntimeError as exc:
+        print(f"toolchain {flavour}: no light-header builds ({exc})", file=log, flush=True)
+        obj = None
+    return {"lite_include": str(lite_dir), "lite_binding_obj": str(obj) if obj else None,
+            "lite_defines": cuda, "lite_cflags": strip_torch_includes(flags["cflags"]),
+            "lite_cuda_cflags": strip_torch_includes(flags["cuda_cflags"]) if flavour == "cuda" else []}
