@@ -77,7 +77,9 @@ def build_extension(solution: Solution, build_root: str | Path | None = None, ti
     the sources use that is not installed is a failed build naming it (``LibraryError``).
     ``toolchain_root``: the toolchain cache (default ``harness.toolchain.toolchain_root()``). ``route``:
     ``objects`` (default; ``$OPFORGE_BUILD_ROUTE`` when set) or ``load`` (``torch.utils.cpp_extension.load``,
-    for comparison).
+    for comparison). ``objects`` tries the light torch headers first (``harness.child``);
+    ``OPFORGE_BUILD_LITE=0`` skips them (a module already in the cache is served either way: both routes build
+    the same module).
 
     Returns ``BuildResult(ok=True, module_path=None)`` when the solution has no sources.
     Raises nothing for compiler failures: they come back as ``ok=False`` with the error.
@@ -107,6 +109,7 @@ def build_extension(solution: Solution, build_root: str | Path | None = None, ti
         if so is not None:
             return BuildResult(True, str(so), 0.0, cached=True)
         request = {**extras, "route": route, "object_dir": str(build_dir.parent / "objects"),
+                   "lite": os.environ.get("OPFORGE_BUILD_LITE", "1") != "0",
                    "toolchain_root": str(toolchain_root) if toolchain_root else None}
         result = _build(sources, build_dir, solution.uses_cuda, timeout_s, request)
         result.seconds = time.perf_counter() - t0

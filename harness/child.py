@@ -5,7 +5,9 @@ Compiles the request's sources into ``<build_dir>/opforge_kernels.so`` and write
 (the build log). Candidate code is compiled here, never run (it runs in ``harness.server``'s candidate role).
 
 Route ``objects`` (the default): the flags of ``torch.utils.cpp_extension.load`` (``harness.toolchain``),
-one compiler process per source, then one link:
+one compiler process per source, then one link. First against the light torch headers (``templates/lite``,
+``_lite_build``; request ``"lite": false`` skips it), then, when a source needs more of torch than they hold,
+against the full headers:
 
 * the harness's fixed ``kernels/binding.cpp`` is never compiled: the toolchain's ``binding.o`` is linked;
 * a C++ source whose first preprocessor directive is an ``#include`` is compiled with the toolchain's

@@ -15,7 +15,10 @@ layout version) holds:
   <torch/extension.h>`` compiled once with ``cflags``); a C++ source that starts with an ``#include`` is
   compiled with ``-include pch/torch_extension.h``, so the torch and pybind11 headers are read from the
   precompiled form instead of being parsed again (about 20 s per source on 2 cores);
-* ``binding.o``: the harness's fixed ``kernels/binding.cpp`` (``templates/``) compiled once.
+* ``binding.o``: the harness's fixed ``kernels/binding.cpp`` (``templates/``) compiled once;
+* ``pch/lite/`` (``templates/lite``: the light torch headers) and ``lite_binding.o`` (``templates/lite_binding.cpp``,
+  the real torch behind them), with the flags less torch's and Python's include folders (``lite_cflags``,
+  ``lite_cuda_cflags``): what a build against the light headers (``harness.child``) uses.
 
 Only trusted files go in (torch's headers, the harness's templates); candidate sources are never compiled
 here. The folder is written under a lock and published by writing ``toolchain.json`` last, so concurrent

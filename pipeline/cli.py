@@ -868,6 +868,33 @@ def harness_init_cmd(
     typer.echo(f"workspace for {task} in {path}: edit model_new.py and kernels/, then python tools/profile.py")
 
 
+@harness_app.command("toolchain")
+def harness_toolchain_cmd(
+    device: str = typer.Option("auto", help="cpu (g++ only), cuda (g++ and nvcc) or auto (cuda when nvidia-smi "
+                                            "lists a GPU)."),
+):
+    """Make the extension toolchain of this machine now (a precompiled torch header, the fixed binding units;
+    about a minute of CPU, once per torch, compiler and GPU) so the first candidate build does not wait for it;
+    print its folder and what making it took. Builds make it themselves when it is missing."""
+    import shutil
+    import subprocess
+
+    from opforge.harness.toolchain import ensure_toolchain
+
+    if device == "auto":
+        smi = shutil.which("nvidia-smi")
+        listed = smi and subprocess.run([smi, "-L"], capture_output=True, text=True).stdout.strip()
+        device = "cuda" if listed else "cpu"
+    if device not in ("cpu", "cuda"):
+        _fail(f"--device {device!r}: expected cpu, cuda or auto")
+    try:
+        tc = ensure_toolchain(device, log=sys.stderr)
+    except RuntimeError as exc:
+        _fail(str(exc))
+    lite = "yes" if tc.get("lite_binding_obj") else "no (every build parses the full torch headers)"
+    typer.echo(f"toolchain {device}: {tc['dir']} (made in {tc['seconds']:.1f} s); light-header builds: {lite}")
+
+
 @harness_app.command("eval")
 def harness_eval_cmd(
     dataset: str = typer.Argument(None, metavar="DATASET", show_default=False, help=DATASET_HELP + " [required]"),

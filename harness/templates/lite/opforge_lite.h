@@ -257,7 +257,7 @@ class Tensor {
     Device device() const { return Device(static_cast<DeviceType>(abi::device_type(ok())), abi::device_index(ok())); }
     bool is_cuda() const { return device().is_cuda(); }
     bool is_cpu() const { return device().is_cpu(); }
-    int64_t get_device() const { return is_cuda() ? device().index() : -1; }
+    int8_t get_device() const { return is_cuda() ? device().index() : static_cast<int8_t>(-1); }
     bool is_contiguous() const { return abi::is_contiguous(ok()); }
     TensorOptions options() const { return TensorOptions(scalar_type()).device(device()); }
     bool is_same(const Tensor& o) const { return p_ == o.p_; }
