@@ -44,7 +44,9 @@ from pathlib import Path
 LAYOUT = 2  # bump when the folder's content or the flags' derivation changes
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 # environment variables that change the flags torch.utils.cpp_extension derives
-FLAG_ENV = ("TORCH_CUDA_ARCH_LIST", "CXX", "CC", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "TORCH_DONT_CHECK_COMPILER_ABI")
+# (CUDA_VISIBLE_DEVICES is not one: what it changes, the visible GPUs' compute capabilities, is keyed itself, so a
+# Dask worker pinned to one of eight equal GPUs shares the toolchain of the process that made it)
+FLAG_ENV = ("TORCH_CUDA_ARCH_LIST", "CXX", "CC", "CUDA_HOME", "CUDA_PATH", "TORCH_DONT_CHECK_COMPILER_ABI")
 
 
 def toolchain_root() -> Path:
@@ -74,8 +76,24 @@ def toolchain_key(flavour: str) -> str:
     }
     if flavour == "cuda":
         facts["nvcc"] = _run([_nvcc(), "--version"])
-        facts["gpus"] = _run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"])
+        facts["gpus"] = visible_compute_caps()
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+
+
+def visible_compute_caps() -> list[str] | str:
+    """The distinct compute capabilities (``"9.0"``...) of the GPUs this process may use, sorted: those
+    ``nvidia-smi`` lists, narrowed to the entries of ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs) when it is set;
+    ``"missing"`` without ``nvidia-smi``. torch builds for exactly these when ``TORCH_CUDA_ARCH_LIST`` is unset."""
+    out = _run(["nvidia-smi", "--query-gpu=index,uuid,compute_cap", "--format=csv,noheader"])
+    if out == "missing":
+        return out
+    rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.count(",") == 2]
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        wanted = [e.strip() for e in env.split(",") if e.strip() and e.strip() != "-1"]
+        rows = [r for r in rows if any(w == r[0] or (w.startswith(("GPU-", "MIG-")) and r[1].startswith(w))
+                                       for w in wanted)]
+    return sorted({r[2] for r in rows})
 
 
 def _nvcc() -> str:

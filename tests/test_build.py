@@ -152,3 +152,21 @@ print(json.dumps([y.tolist(), str(y.dtype), v.tolist(), z.tolist(), errors]))"""
     log = open(full.log).read()
     assert "accessor" in log and "full torch headers" in log
     assert _call(full.module_path) == [0.0, 1.0, 2.0]
+
+
+def test_toolchain_key_follows_the_visible_gpus_compute_capabilities(tmp_path, monkeypatch):
+    from opforge.harness.toolchain import toolchain_key, visible_compute_caps
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nprintf '0, GPU-aaa1, 9.0\\n1, GPU-bbb2, 9.0\\n2, GPU-ccc3, 8.0\\n'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert visible_compute_caps() == ["8.0", "9.0"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    key0 = toolchain_key("cuda")
+    assert visible_compute_caps() == ["9.0"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-bbb")
+    assert visible_compute_caps() == ["9.0"] and toolchain_key("cuda") == key0  # a worker pinned to an equal GPU
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    assert visible_compute_caps() == ["8.0"] and toolchain_key("cuda") != key0
