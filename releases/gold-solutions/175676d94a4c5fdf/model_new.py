@@ -1,6 +1,6 @@
 """CaiT talking-heads attention output z + gamma * proj((x.permute @ y).transpose.reshape): a tensor-core kernel with
-the permutes fused into its loads and stores, then a cuBLASLt GEMM with z, bias and gamma folded into its epilogue
-(kernels/fused.cu)."""
+the permutes fused into its loads and stores, a cuBLASLt GEMM with the bias epilogue, and a vector kernel applying
+gamma and the residual z with the reference's fp16 roundings (kernels/fused.cu)."""
 
 import opforge_kernels
 import torch

@@ -1,6 +1,6 @@
-"""ResMLP token mixing (affine -> token Linear -> layer scale -> residual -> affine): one cuBLASLt GEMM on the raw
-input (the affine moved behind it by linearity) and one fused epilogue kernel writing both outputs
-(kernels/fused.cu)."""
+"""ResMLP token mixing (affine -> token Linear -> layer scale -> residual -> affine): a vector pre-pass writes the
+bf16-rounded affine (as the reference rounds it), one cuBLASLt GEMM on it, and one fused epilogue kernel that
+rounds after each op like the reference and writes both outputs (kernels/fused.cu)."""
 
 import opforge_kernels
 import torch

@@ -4,10 +4,14 @@
 // layout: a block owns (image, 32 query rows) and walks the key axis in chunks of 32; it loads x with 16-byte
 // loads in its native (i, j, h) order and de-interleaves the 4 heads into shared memory on the way (the permute
 // is fused into the load), loads the matching y rows, and each warp accumulates a (head, 16 rows) x 48 tile; the
-// transpose / reshape is fused into the store. (2) a tiny kernel folds gamma into the projection weight and bias.
-// (3) cuBLASLt computes z + v3 Wp'^T + b' with z as its C operand (beta = 1) and the bias epilogue.
-// Bytes (B = 256): x 78.7 MB, y 19.3 MB (re-read per row block from L2), v3 19.3 MB written + read, z 19.3 MB,
-// out 19.3 MB -> about 45 us on an H200 (roofline_ms 0.028, compile_ms 0.150).
+// transpose / reshape is fused into the store. (2) cuBLASLt computes v4 = v3 Wp^T + b with the bias epilogue
+// (fp32 accumulate, one fp16 rounding: the reference's addmm). (3) a 16-byte-vector kernel writes
+// out = fp16(z + fp16(gamma * v4)) in place, rounding after each op as the reference does.
+// Numerics: folding gamma into an fp16 copy of Wp (the first design) rounds every weight product to fp16; summed
+// over 192 channels that put the output up to 1.24 x the tolerance away from the reference, so gamma is applied
+// in the epilogue kernel instead (CPU emulation: max 0.80 -> 0.38 x tolerance at B = 32).
+// Bytes (B = 256): x 78.7 MB, y 19.3 MB (re-read per row block from L2), v3 19.3 MB written + read, v4 19.3 MB
+// written + read, z 19.3 MB, out 19.3 MB -> about 50 us on an H200 (roofline_ms 0.028, compile_ms 0.150).
 #include "lib.cuh"
 #include <mma.h>
 
@@ -85,11 +89,30 @@ __global__ void __launch_bounds__(256) heads_av(const f16* __restrict__ x, const
     }
 }
 
-__global__ void fold_gamma(const f16* __restrict__ w, const f16* __restrict__ bias, const f16* __restrict__ gamma,
-                           f16* __restrict__ wf, f16* __restrict__ bf, int O, int I) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < O * I) wf[i] = __float2half_rn(__half2float(w[i]) * __half2float(gamma[i / I]));
-    if (i < O) bf[i] = __float2half_rn(__half2float(bias[i]) * __half2float(gamma[i]));
+// out = fp16(z + fp16(gamma[o] * v4)) in place over (B*T, O), 8 channels per step when O % 8 == 0
+__global__ void gamma_residual(f16* out, const f16* __restrict__ z, const f16* __restrict__ gamma, int64_t total, int O,
+                               bool vec) {
+    if (vec) {
+        const int64_t n8 = total / 8;
+        for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8; i += (int64_t)gridDim.x * blockDim.x) {
+            const int o0 = (int)((i * 8) % O);
+            uint4 vr = reinterpret_cast<const uint4*>(out)[i], zr = reinterpret_cast<const uint4*>(z)[i], r;
+            const f16* vp = reinterpret_cast<const f16*>(&vr);
+            const f16* zp = reinterpret_cast<const f16*>(&zr);
+            f16* op = reinterpret_cast<f16*>(&r);
+#pragma unroll
+            for (int q = 0; q < 8; ++q) {
+                const float v5 = __half2float(__float2half_rn(__fmul_rn(__half2float(gamma[o0 + q]), __half2float(vp[q]))));
+                op[q] = __float2half_rn(__fadd_rn(__half2float(zp[q]), v5));
+            }
+            reinterpret_cast<uint4*>(out)[i] = r;
+        }
+    } else {
+        for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+            const float v5 = __half2float(__float2half_rn(__fmul_rn(__half2float(gamma[e % O]), __half2float(out[e]))));
+            out[e] = __float2half_rn(__fadd_rn(__half2float(z[e]), v5));
+        }
+    }
 }
 
 torch::Tensor talking_heads_out(torch::Tensor x, torch::Tensor y, torch::Tensor z, torch::Tensor wp, torch::Tensor bp,
@@ -110,20 +133,19 @@ torch::Tensor talking_heads_out(torch::Tensor x, torch::Tensor y, torch::Tensor 
     heads_av<<<dim3((unsigned)((T + TI - 1) / TI), (unsigned)B), 256, 0, stream>>>(
         (const f16*)x.data_ptr(), (const f16*)y.data_ptr(), (f16*)v3.data_ptr(), (int)T);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    auto wf = torch::empty_like(wp);
-    auto bf = torch::empty_like(bp);
-    fold_gamma<<<(unsigned)((O * C + 255) / 256), 256, 0, stream>>>((const f16*)wp.data_ptr(), (const f16*)bp.data_ptr(),
-                                                                    (const f16*)gamma.data_ptr(), (f16*)wf.data_ptr(),
-                                                                    (f16*)bf.data_ptr(), (int)O, (int)C);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    // column-major: out^T (O x B*T) = Wp' (O x C) * v3^T (C x B*T) + b' + z^T
+    // column-major: v4^T (O x B*T) = Wp (O x C) * v3^T (C x B*T) + b, written into out
     LtArgs a;
     a.ab_type = a.cd_type = CUDA_R_16F;
     a.transa = true; a.m = O; a.n = B * T; a.k = C;
-    a.A = wf.data_ptr(); a.lda = C; a.B = v3.data_ptr(); a.ldb = C;
-    a.C = z.data_ptr(); a.ldc = O; a.beta = 1.f;
+    a.A = wp.data_ptr(); a.lda = C; a.B = v3.data_ptr(); a.ldb = C;
     a.D = out.data_ptr(); a.ldd = O;
-    a.epilogue = CUBLASLT_EPILOGUE_BIAS; a.bias = bf.data_ptr();
+    a.epilogue = CUBLASLT_EPILOGUE_BIAS; a.bias = bp.data_ptr();
     lt_matmul(a, x.device(), stream);
+    const int64_t total = out.numel();
+    const bool vec = O % 8 == 0 && reinterpret_cast<uintptr_t>(z.data_ptr()) % 16 == 0;
+    const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+    gamma_residual<<<(unsigned)std::min<int64_t>((total / (vec ? 8 : 1) + 255) / 256, sms * 16), 256, 0, stream>>>(
+        (f16*)out.data_ptr(), (const f16*)z.data_ptr(), (const f16*)gamma.data_ptr(), total, (int)O, vec);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
 }
