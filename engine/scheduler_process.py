@@ -24,12 +24,12 @@ import logging
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
 from distributed.deploy.spec import ProcessInterface
+from opforge.engine.tempdirs import session_dir
 
 PARENT_POLL_S = 1.0  # how often the scheduler process checks that its parent is alive
 
@@ -50,7 +50,8 @@ class SchedulerProcess(ProcessInterface):
         super().__init__()
         self.timeout_s = timeout_s
         self.process: subprocess.Popen | None = None
-        self._file = Path(tempfile.gettempdir()) / f"opforge-scheduler-{uuid.uuid4().hex}.json"
+        # in the process tree's temporary session (engine.tempdirs): removed with it if this process dies early
+        self._file = session_dir() / f"opforge-scheduler-{uuid.uuid4().hex}.json"
 
     async def start(self) -> None:
         self.process = subprocess.Popen(  # noqa: ASYNC220 - returns at once; the wait below is async

@@ -27,7 +27,10 @@ environment's settings pickle into a trainer's worker processes) (``engine.clust
 CUDA, so many environments share the machine's GPUs and cores the way ``opforge eval`` does), else in this
 process (each evaluation still runs the candidate in its own server process, ``harness.grader``). The files
 travel as values, so the workers need no shared filesystem. The workspace and its record are deleted by the
-next ``reset``, by ``close()``, or when the environment is garbage-collected.
+next ``reset``, by ``close()``, or when the environment is garbage-collected; the environment's folder
+(``opforge-env-*``) lives in the process tree's temporary session (``engine.tempdirs``), so one never closed - in a
+rollout process that ends through ``os._exit`` or a signal - is removed when the tree's first process exits.
+``OPFORGE_KEEP_TMP=1`` keeps the folder at ``close()``.
 
 Only tool calls touch the workspace; ``model.py`` shows the public shape only, and the hidden variants stay in
 the row this object holds (never written to the workspace or shown in a tool's text).
@@ -36,13 +39,14 @@ the row this object holds (never written to the workspace or shown in a tool's t
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 import weakref
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 import pandas as pd
+from opforge.engine.tempdirs import make as make_tmp
+from opforge.engine.tempdirs import remove as remove_tmp
 from opforge.harness.dask_client import SchedulerClient
 from opforge.harness.evaluate import EvalConfig
 from opforge.harness.solution import EXTENSION_SUFFIXES
@@ -138,10 +142,6 @@ def instruction(config: EnvConfig) -> str:
         f"its reward. Budget: {config.max_turns} tool calls, {config.time_budget_s:g} s.\n\n{rules}")
 
 
-def _cleanup(root: str) -> None:
-    shutil.rmtree(root, ignore_errors=True)
-
-
 class KernelEnv:
     """One agent's environment (see the module docstring); not shared between threads.
 
@@ -167,8 +167,8 @@ class KernelEnv:
         self.config = config or EnvConfig()
         self.scheduler = SchedulerClient.wrap(client)
         self.build_root = str(build_root) if build_root else None
-        self._root = tempfile.mkdtemp(prefix="opforge-env-")
-        self._finalizer = weakref.finalize(self, _cleanup, self._root)
+        self._root = str(make_tmp("opforge-env-"))
+        self._finalizer = weakref.finalize(self, remove_tmp, self._root)
         self._episode = 0
         self._row: dict[str, Any] | None = None
         self.workspace: Path | None = None
@@ -216,8 +216,9 @@ class KernelEnv:
         return f"{task_text(str(self.task_id), (ws / 'model.py').read_text())}\n\n{instruction(self.config)}"
 
     def close(self) -> None:
-        """Delete every workspace of this environment (the object may not be used afterwards)."""
-        self._clear()
+        """Delete the environment's folder with every workspace (kept with ``OPFORGE_KEEP_TMP=1``); the object
+        may not be used afterwards."""
+        self.workspace = None
         self._finalizer()
 
     def _clear(self) -> None:

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import hashlib
 import sys
-import tempfile
 import time
 import types
 from pathlib import Path
 from typing import Any, Literal
 
 from opforge.engine.settings import GpuAdmission
+from opforge.engine.tempdirs import make as make_tmp
 from opforge.engine.tempdirs import remove as remove_tmp
 from opforge.engine.timing import BURST_TARGET_MS, MAX_BURST
 from opforge.harness.build import FIXED_BINDING, BuildResult, build_extension
@@ -222,7 +222,7 @@ def evaluate(task: dict[str, Any], solution: Solution, config: EvalConfig | None
                                   build_cached=build.cached, logs=logs,
                                   error="the extension reaches torch compute or steps around the guard"),
                        protected, before, config, ws_check, t0)
-    tmp = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="opforge-eval-"))
+    tmp = Path(work_dir) if work_dir else make_tmp("opforge-eval-")
     try:
         fields = _grade(task, solution.model_new, build.module_path, config, tmp, alone, variants)
     finally:
@@ -259,7 +259,7 @@ def _grade(task: dict[str, Any], model_new: str, module_path: str | None, config
                "module_path": module_path, "config": config.model_dump(mode="json"), "work_dir": str(work_dir),
                "alone": alone, "variants": variants}
     # its request and result live in a private folder of their own, not beside the candidate's working folder
-    private = Path(tempfile.mkdtemp(prefix="opforge-grader-"))
+    private = make_tmp("opforge-grader-")
     try:
         out, _ = run_child("opforge.harness.grader_child", "grade", request, private,
                            config.eval_timeout_s + GRADER_CHILD_MARGIN_S)

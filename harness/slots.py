@@ -11,14 +11,11 @@ The grader allocates every slot; a child only maps them. A slot is described by 
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-
-_SHM = Path("/dev/shm")
+from opforge.engine.tempdirs import make as make_tmp
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -49,9 +46,9 @@ class SlotSpec:
 
 
 def slot_dir() -> Path:
-    """A fresh private (0700) directory for CPU slot files, on ``/dev/shm`` where it exists."""
-    base = _SHM if _SHM.is_dir() and os.access(_SHM, os.W_OK) else None
-    return Path(tempfile.mkdtemp(prefix="opforge-slots-", dir=base))
+    """A fresh private (0700) directory for CPU slot files, on ``/dev/shm`` where it exists, in the process tree's
+    temporary session (``engine.tempdirs``: removed at its end even when a grader child is killed)."""
+    return make_tmp("opforge-slots-", shm=True)
 
 
 class SlotSet:

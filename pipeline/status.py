@@ -15,6 +15,8 @@ from typing import Any
 
 # Reason prefixes that say the task broke (as opposed to a rule it failed): what "last failures" lists.
 FAILURE_PREFIXES = ("crash", "timeout", "oom", "eager_error", "compile_error")
+# What the "ledger" line of ``format_status`` counts (it differs from the funnel's counts, see there).
+LEDGER_LABEL = "sandbox verdicts, one per task id run, also of tasks no longer candidates; not the funnel"
 
 
 class StatusError(ValueError):
@@ -141,7 +143,8 @@ def _error_text(rec: dict[str, Any]) -> str | None:
 
 
 def format_status(s: dict[str, Any]) -> str:
-    """``run_status`` as a few lines for the terminal."""
+    """``run_status`` as a few lines for the terminal. The ``funnel`` line is the run's (``pipeline.funnel_counts``,
+    as in run.json and the card); the ``ledger`` line is the sandbox stage's progress, labelled as such."""
     lines = [f"{s['run_dir']}: {s['kind']} directory, stage: {s['stage']}"]
     if "config" in s:
         c = s["config"]
@@ -155,9 +158,13 @@ def format_status(s: dict[str, Any]) -> str:
         from opforge.pipeline.funnel_counts import format_funnel
 
         lines.append(f"funnel: {format_funnel(s['funnel'])}")
+    # the ledger is the sandbox stage's record, not the funnel: one verdict per task id sent to the sandboxes (the
+    # duplicate check runs on the client and is not in it; a task composed past the run's last round is), so the
+    # line says what it counts and says "passed" where the funnel says "accepted"
     led = s["ledger"]
     todo = f" of {s['candidates']['unique']}" if "candidates" in s else ""
-    lines.append(f"ledger: {led['verdicted']}{todo} verdicted, {led['accepted']} accepted, {led['rejected']} rejected"
+    lines.append(f"ledger ({LEDGER_LABEL}): {led['verdicted']}{todo} verdicted, {led['accepted']} passed, "
+                 f"{led['rejected']} rejected"
                  + (" (" + ", ".join(f"{k} {v}" for k, v in led["by_reason"].items()) + ")" if led["by_reason"] else ""))
     if s.get("last_filter_pass"):
         f = s["last_filter_pass"]

@@ -9,6 +9,7 @@ import pytest
 import yaml
 from opforge.compose.device_profiles import PROFILES
 from opforge.pipeline.cli import app
+from opforge.pipeline.status import LEDGER_LABEL
 from typer.testing import CliRunner
 
 ENV = {"COLUMNS": "200", "TERM": "dumb", "NO_COLOR": "1"}
@@ -104,7 +105,7 @@ def test_status_reads_stage_progress_and_failures(tmp_path):
     assert s["last_failures"] == [{"task_id": "b", "reason": "crash:SIGSEGV", "filter": "eager",
                                    "error": "child died signal 11"}]
     text = invoke("status", str(tmp_path / "r")).output
-    assert "stage: filter" in text and "ledger: 2 of 3 verdicted, 1 accepted" in text and "crash:SIGSEGV" in text
+    assert "stage: filter" in text and f"ledger ({LEDGER_LABEL}): 2 of 3 verdicted, 1 passed" in text and "crash:SIGSEGV" in text
 
     recs.append({"task_id": "c", "accepted": False, "reason": "trivial:noop", "filter": "trivial", "fingerprint": "f1"})
     _fake_run(tmp_path / "done", recs, finished=True)

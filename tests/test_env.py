@@ -109,6 +109,54 @@ def test_prompt_states_the_kernel_registration_rules(tasks):
     assert schemas["write_file"]["parameters"]["required"] == ["path", "content"]
 
 
+# run in a fresh interpreter with TMPDIR pointed at an empty folder: an environment in this process, one in a child
+# process that ends through os._exit (as a trainer's rollout process may: no finalizer, no atexit) and one never
+# closed, each with its registry and an episode workspace
+_LEAVES_NO_TRACE = """
+import os, subprocess, sys
+import pandas as pd
+sys.path.insert(0, sys.argv[1])
+import scripted_agent
+from opforge.harness.env import KernelEnv
+tasks = pd.DataFrame([scripted_agent.task_row(variants=False)])
+child = (f"import os, sys; sys.path.insert(0, {sys.argv[1]!r}); import pandas as pd, scripted_agent; "
+         "from opforge.harness.env import KernelEnv; "
+         "env = KernelEnv(pd.DataFrame([scripted_agent.task_row(variants=False)])); env.reset('scale_relu'); "
+         "assert (env.workspace / 'model.py').is_file(); os._exit(0)")
+subprocess.run([sys.executable, "-c", child], check=True)
+closed = KernelEnv(tasks)
+closed.reset("scale_relu")
+closed.close()
+kept = KernelEnv(tasks)
+kept.reset("scale_relu")
+KEPT = [kept, kept._finalizer]  # alive to the end
+"""
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_environment_folders_leave_no_trace_in_the_temp_dir(tmp_path, keep):
+    """No ``opforge-*`` entry is left in the temp dir once the process that used environments exits - also of
+    an environment in a child process that ended through ``os._exit`` and of one never closed; with
+    ``OPFORGE_KEEP_TMP=1`` they stay, in one session folder (``engine.tempdirs``)."""
+    import subprocess
+    import sys
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "OPFORGE_KEEP_TMP": "1" if keep else "0"}
+    proc = subprocess.run([sys.executable, "-c", _LEAVES_NO_TRACE, str(ROOT / "examples")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    left = sorted(p.name for p in tmp.iterdir() if p.name.startswith("opforge-"))
+    if not keep:
+        assert left == [], [str(p.relative_to(tmp)) for p in tmp.rglob("*")][:40]
+        return
+    assert len(left) == 1 and left[0].startswith("opforge-tmp-"), left
+    envs = sorted((tmp / left[0]).glob("opforge-env-*/episode-1/workspace/model.py"))
+    assert len(envs) == 3, envs  # the child's, the closed one's and the one never closed
+    assert "kept temporary folder" in proc.stderr
+
+
 @pytest.mark.slow
 def test_scripted_agents_honest_hardcoded_and_wrong(tasks, build_root):
     """The must-show of the issue on CPU: honest >= 1, a kernel hard-coding the public shape fails on the hidden
