@@ -7,8 +7,8 @@ Every solution folder (``model_new.py`` + ``kernels/``) under ``--solutions`` (d
 ``releases/gold-solutions``, and ``benchmarks/harness_solutions``) is built with ``harness.build.build_extension``
 into an empty module and object cache, one after the other, on the toolchain of this machine (made first, timed
 apart: once per torch, compiler and GPU, ``opforge harness toolchain``). Per solution: wall seconds, its ``.cu`` and
-C++ source counts, the route the build log names (``light``: the light torch headers, ``full``: torch's own) and
-whether it built; the p50 / p90 over all and over the one-``.cu`` solutions. ``--full N``: the first N are built
+C++ source counts, the route the build log names (``light``: the light torch headers, ``full``: torch's own;
+``cached``: the same sources as a solution built before it, not timed) and whether it built; the p50 / p90 over all and over the one-``.cu`` solutions. ``--full N``: the first N are built
 again with the light headers off (``OPFORGE_BUILD_LITE=0``), into another empty cache, for the comparison.
 """
 
@@ -46,7 +46,8 @@ def _build_all(folders: list[Path], lite: bool) -> list[dict]:
         res = build_extension(sol, root)
         wall = time.perf_counter() - t0
         log = Path(res.log).read_text(errors="replace") if res.log and Path(res.log).is_file() else ""
-        route = "light" if "light headers:" in log and "full torch headers" not in log else "full"
+        route = ("cached" if res.cached else  # the same sources as a solution built before it (not timed)
+                 "light" if "light headers:" in log and "full torch headers" not in log else "full")
         why = next((line.split("light headers: ", 1)[1] for line in log.splitlines()
                     if line.startswith("light headers: not tried") or "needs more of torch" in line), None)
         rows.append({"solution": folder.name, "ok": res.ok, "seconds": round(wall, 2), "route": route,
@@ -57,10 +58,10 @@ def _build_all(folders: list[Path], lite: bool) -> list[dict]:
 
 
 def _summary(rows: list[dict]) -> dict:
-    ok = [r for r in rows if r["ok"]]
+    ok = [r for r in rows if r["ok"] and r["route"] != "cached"]
     one_cu = [r["seconds"] for r in ok if r["cu"] == 1]
     every = [r["seconds"] for r in ok]
-    return {"solutions": len(rows), "built": len(ok), "routes": {k: sum(r["route"] == k for r in rows) for k in ("light", "full")},
+    return {"solutions": len(rows), "built": len(ok), "routes": {k: sum(r["route"] == k for r in rows) for k in ("light", "full", "cached")},
             "p50_s": _quantile(every, 0.5), "p90_s": _quantile(every, 0.9), "max_s": max(every, default=None),
             "one_cu_solutions": len(one_cu), "one_cu_p50_s": _quantile(one_cu, 0.5),
             "one_cu_p90_s": _quantile(one_cu, 0.9), "mean_s": statistics.fmean(every) if every else None}
