@@ -233,18 +233,18 @@ def _make_lite(flavour: str, flags: dict, folder: Path, pch_dir: Path, header: P
     (``lite_cflags``, ``lite_cuda_cflags``). When the binding does not compile, ``lite_binding_obj`` is None
     and every build takes the full headers (the reason is in the toolchain log)."""
     lite_dir = pch_dir / "lite"
-    if lite_dir.exists():
-        shutil.rmtree(lite_dir)
-    shutil.copytree(TEMPLATES / "lite", lite_dir)
-    shutil.copy(TEMPLATES / "lite_binding.cpp", pch_dir / "lite_binding.cpp")
     cuda = ["-DOPFORGE_LITE_CUDA"] if flavour == "cuda" else []
     obj = folder / "lite_binding.o"
     try:
+        if lite_dir.exists():
+            shutil.rmtree(lite_dir)
+        shutil.copytree(TEMPLATES / "lite", lite_dir)
+        shutil.copy(TEMPLATES / "lite_binding.cpp", pch_dir / "lite_binding.cpp")
         _check([*flags["cxx"], *flags["cflags"], *cuda, "-include", str(header), "-Winvalid-pch", "-c",
                 str(pch_dir / "lite_binding.cpp"), "-o", str(obj) + ".tmp", *flags["post_cflags"]], log,
                "light-header binding")
         os.replace(str(obj) + ".tmp", obj)
-    except RuntimeError as exc:
+    except (RuntimeError, OSError) as exc:  # the binding does not compile, or the templates are missing
         print(f"toolchain {flavour}: no light-header builds ({exc})", file=log, flush=True)
         obj = None
     return {"lite_include": str(lite_dir), "lite_binding_obj": str(obj) if obj else None,
