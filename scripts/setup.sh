@@ -35,5 +35,8 @@ fi
 # the trainer adapters' libraries (extras rl, openenv, verifiers) in the version ranges of pyproject.toml that the
 # adapter tests ran against (the test log names the installed versions); torch stays the build installed above
 echo "setup 4/4: opforge (editable) with extras dev, rl, openenv, verifiers"
-python -m pip install -q -e ".[dev,rl,openenv,verifiers]" "torch==${TORCH_VERSION}"
+# setuptools' note "Editable installation ... a meta path finder" (information only: the stage folders are mapped
+# into the opforge package on purpose, so the editable install imports them through a finder) is not shown
+PYTHONWARNINGS="ignore:Editable installation${PYTHONWARNINGS:+,$PYTHONWARNINGS}" \
+    python -m pip install -q -e ".[dev,rl,openenv,verifiers]" "torch==${TORCH_VERSION}"
 echo "setup: done ($(python -c 'import torch; print("torch", torch.__version__)'))"
