@@ -106,7 +106,10 @@ std::tuple<torch::Tensor, torch::Tensor> pair(const torch::Tensor& x, double a, 
     return {y, x.contiguous().view({-1}).narrow(0, 1, 2)};
 }
 OPFORGE_EXPORT(pair, "several argument and result kinds");
-void boom(torch::Tensor& x) { TORCH_CHECK(x.numel() < 0, "boom ", 42); }
+void boom(torch::Tensor& x) {
+    const auto where = at::device_of(x);
+    TORCH_CHECK(!where.has_value() || x.numel() < 0, "boom ", 42);
+}
 OPFORGE_EXPORT(boom, "always fails");
 """
 

@@ -342,6 +342,10 @@ inline Tensor zeros_like(const Tensor& t, TensorOptions o = {}) {
     return Tensor::adopt(abi::zeros_like(t.lite_impl(), o.raw_dtype(), o.raw_device_type(), o.raw_device_index()));
 }
 
+inline std::optional<Device> device_of(const Tensor& t) {
+    return t.defined() ? std::optional<Device>(t.device()) : std::nullopt;
+}
+
 // ---- CUDA: the current stream, device properties, device guards -------------------------------------------
 #ifdef OPFORGE_LITE_CUDA
 namespace cuda {
@@ -544,6 +548,7 @@ struct Export {
     using ::opforge_lite::zeros_like;                                                                            \
     using ::opforge_lite::dtype;                                                                                 \
     using ::opforge_lite::device;                                                                                \
+    using ::opforge_lite::device_of;                                                                             \
     using ::opforge_lite::kByte; using ::opforge_lite::kUInt8; using ::opforge_lite::kChar;                      \
     using ::opforge_lite::kInt8; using ::opforge_lite::kShort; using ::opforge_lite::kInt16;                     \
     using ::opforge_lite::kInt; using ::opforge_lite::kInt32; using ::opforge_lite::kLong;                       \
