@@ -162,7 +162,10 @@ def format_status(s: dict[str, Any]) -> str:
     # duplicate check runs on the client and is not in it; a task composed past the run's last round is), so the
     # line says what it counts and says "passed" where the funnel says "accepted"
     led = s["ledger"]
-    todo = f" of {s['candidates']['unique']}" if "candidates" in s else ""
+    # "N of M" while verdicts are still due; a finished ledger may hold more verdicts than unique candidates
+    # (a task re-run after a crash, a duplicate verdicted before it was seen as one): then only N
+    todo = (f" of {s['candidates']['unique']}" if "candidates" in s and led["verdicted"] < s["candidates"]["unique"]
+            else "")
     lines.append(f"ledger ({LEDGER_LABEL}): {led['verdicted']}{todo} verdicted, {led['accepted']} passed, "
                  f"{led['rejected']} rejected"
                  + (" (" + ", ".join(f"{k} {v}" for k, v in led["by_reason"].items()) + ")" if led["by_reason"] else ""))

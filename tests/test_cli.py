@@ -111,6 +111,11 @@ def test_status_reads_stage_progress_and_failures(tmp_path):
     _fake_run(tmp_path / "done", recs, finished=True)
     s = json.loads(invoke("status", str(tmp_path / "done"), "--json").output)
     assert s["stage"] == "finished" and s["result"]["stop_reason"] == "budget" and s["ledger"]["verdicted"] == 3
+    # a ledger with more verdicts than unique candidates (a duplicate verdicted too) never reads "4 of 3"
+    recs.append({"task_id": "d", "accepted": True, "reason": None, "filter": None, "fingerprint": "f1"})
+    _fake_run(tmp_path / "more", recs, finished=True)
+    text = invoke("status", str(tmp_path / "more")).output
+    assert f"ledger ({LEDGER_LABEL}): 4 verdicted, 2 passed" in text and "4 of 3" not in text
 
 
 def test_status_of_a_filter_directory_and_of_no_run(tmp_path):
