@@ -229,7 +229,7 @@ def _lite_build(req: dict[str, Any], tc: dict, build_dir: Path, src_dir: Path, o
     return {"ok": True, "compiled": [rel for rel, _, _ in todo], "toolchain_s": t_toolchain, "headers": "lite"}
 
 
-def _compile_all(todo: list[tuple[str, Path, list[str]]]) -> list[str] | None:
+def _compile_all(todo: list[tuple[str, Path, list[str]]]) -> list[str]:
     """Compile ``todo`` ((relative path, cached object path, command)) side by side; each object is
     published under its cache path. Returns [] when all compiled, else the failures' messages; the
     commands and the compilers' output go to the log."""

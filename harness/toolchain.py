@@ -146,7 +146,9 @@ def ensure_toolchain(flavour: str, root: str | Path | None = None, log=None) -> 
 
     Returns ``toolchain.json``'s content: ``key``, ``dir``, ``cxx``, ``nvcc`` (command lists), ``cflags``,
     ``post_cflags``, ``cuda_cflags``, ``cuda_post_cflags``, ``ldflags`` (flag lists), ``pch`` (the header
-    to ``-include``) and ``binding_obj`` (path), ``seconds`` (what making it took).
+    to ``-include``) and ``binding_obj`` (path), the light-header build's ``lite_include``, ``lite_binding_obj``
+    (None when it could not be made), ``lite_defines``, ``lite_cflags``, ``lite_cuda_cflags``, and ``seconds``
+    (what making it took).
 
     Raises:
         ValueError: an unknown flavour.
