@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -121,6 +122,7 @@ def main() -> None:
     print(json.dumps(out["opforge_cold_over_load"]), flush=True)
     path = record.write_file(args.out, out) if args.out else record.write(args.name, out)
     print(path)
+    shutil.rmtree(work, ignore_errors=True)  # the modules and build folders of the steps
 
 
 if __name__ == "__main__":
