@@ -120,13 +120,12 @@ def build(req: dict[str, Any]) -> dict[str, Any]:
     object_dir.mkdir(parents=True, exist_ok=True)
     (build_dir / "obj").mkdir(exist_ok=True)
     includes = [f"-I{os.path.abspath(p)}" for p in req.get("extra_include_paths") or []]
-    headers = sorted((p.relative_to(src_dir).as_posix(), p.read_text(errors="replace"))
-                     for p in src_dir.rglob("*") if p.suffix in HEADER_SUFFIXES)
+    files = {p.relative_to(src_dir).as_posix(): p.read_text(errors="replace") for p in src_dir.rglob("*") if p.is_file()}
+    headers = sorted((rel, text) for rel, text in files.items() if rel.endswith(HEADER_SUFFIXES))
     if req.get("lite", True) and tc.get("lite_binding_obj"):
-        why = lite_blocker({p.relative_to(src_dir).as_posix(): p.read_text(errors="replace")
-                            for p in src_dir.rglob("*") if p.is_file()})
+        why = lite_blocker(files)
         if why is None:
-            done = _lite_build(req, tc, build_dir, src_dir, object_dir, includes, t_toolchain)
+            done = _lite_build(req, tc, build_dir, files, object_dir, includes, t_toolchain)
             if done is not None:
                 return done
         else:
@@ -184,28 +183,26 @@ def lite_blocker(files: dict[str, str]) -> str | None:
     return None
 
 
-def _lite_build(req: dict[str, Any], tc: dict, build_dir: Path, src_dir: Path, object_dir: Path,
+def _lite_build(req: dict[str, Any], tc: dict, build_dir: Path, files: dict[str, str], object_dir: Path,
                 includes: list[str], t_toolchain: float) -> dict[str, Any] | None:
-    """Build against the light headers: every source of the solution (the fixed binding excepted) is compiled
-    with ``templates/lite`` in place of torch's headers, from a copy of the sources whose
-    ``kernels/registry.h`` includes them, and linked with the toolchain's ``lite_binding.o``. Returns the
-    build's result, or None when a source does not compile so (the caller builds with the full headers)."""
-    lite_src = build_dir / "lite_src"
-    for p in src_dir.rglob("*"):
-        if p.is_file():
-            rel = p.relative_to(src_dir).as_posix()
-            dest = lite_src / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_text(LITE_REGISTRY if rel == "kernels/registry.h" else p.read_text(errors="replace"))
-    headers = sorted((p.relative_to(lite_src).as_posix(), p.read_text(errors="replace"))
-                     for p in lite_src.rglob("*") if p.suffix in HEADER_SUFFIXES)
+    """Build against the light headers: every source of the solution (``files``: relative path under
+    ``<build_dir>/src`` -> text; the fixed binding excepted) is compiled with ``templates/lite`` in place of
+    torch's headers, from a copy of the sources whose ``kernels/registry.h`` includes them, and linked with the
+    toolchain's ``lite_binding.o``. Returns the build's result, or None when a source does not compile so (the
+    caller builds with the full headers)."""
+    src_dir, lite_src = build_dir / "src", build_dir / "lite_src"
+    lite_files = {rel: LITE_REGISTRY if rel == "kernels/registry.h" else text for rel, text in files.items()}
+    for rel, text in lite_files.items():
+        (lite_src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (lite_src / rel).write_text(text)
+    headers = sorted((rel, text) for rel, text in lite_files.items() if rel.endswith(HEADER_SUFFIXES))
     lite_inc = ["-I" + tc["lite_include"], *tc["lite_defines"]]
     plan: list[tuple[str, Path, list[str] | None]] = []
     for path in map(Path, req["sources"]):
         rel = path.relative_to(src_dir).as_posix()
         if rel == "kernels/binding.cpp":
             continue
-        text = (lite_src / rel).read_text(errors="replace")
+        text = lite_files[rel]
         tmp_obj = build_dir / "obj" / ("lite__" + rel.replace("/", "__") + ".o")
         if path.suffix == ".cu":
             flags = [*_sass_only(tc["lite_cuda_cflags"]), *lite_inc, *includes, *(req.get("extra_cuda_cflags") or [])]

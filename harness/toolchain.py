@@ -87,10 +87,11 @@ def visible_compute_caps() -> list[str] | str:
     out = _run(["nvidia-smi", "--query-gpu=index,uuid,compute_cap", "--format=csv,noheader"])
     if out == "missing":
         return out
+    from opforge.engine.gpu_locks import visible_gpu_ids
+
     rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.count(",") == 2]
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        wanted = [e.strip() for e in env.split(",") if e.strip() and e.strip() != "-1"]
+    wanted = visible_gpu_ids()
+    if wanted is not None:
         rows = [r for r in rows if any(w == r[0] or (w.startswith(("GPU-", "MIG-")) and r[1].startswith(w))
                                        for w in wanted)]
     return sorted({r[2] for r in rows})

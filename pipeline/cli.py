@@ -876,15 +876,11 @@ def harness_toolchain_cmd(
     """Make the extension toolchain of this machine now (a precompiled torch header, the fixed binding units;
     about a minute of CPU, once per torch, compiler and GPU) so the first candidate build does not wait for it;
     print its folder and what making it took. Builds make it themselves when it is missing."""
-    import shutil
-    import subprocess
-
+    from opforge.engine.ledger import gpus
     from opforge.harness.toolchain import ensure_toolchain
 
     if device == "auto":
-        smi = shutil.which("nvidia-smi")
-        listed = smi and subprocess.run([smi, "-L"], capture_output=True, text=True).stdout.strip()
-        device = "cuda" if listed else "cpu"
+        device = "cuda" if gpus() else "cpu"
     if device not in ("cpu", "cuda"):
         _fail(f"--device {device!r}: expected cpu, cuda or auto")
     try:

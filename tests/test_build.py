@@ -111,6 +111,10 @@ void boom(torch::Tensor& x) {
     TORCH_CHECK(!where.has_value() || x.numel() < 0, "boom ", 42);
 }
 OPFORGE_EXPORT(boom, "always fails");
+int64_t ndim(const torch::Tensor& x) { return x.dim(); }
+OPFORGE_EXPORT(ndim, "an int back");
+float halve(double v) { return static_cast<float>(v / 2); }
+OPFORGE_EXPORT(halve, "a float back");
 """
 
 
@@ -140,8 +144,9 @@ for call in (lambda: m.boom(x), lambda: m.pair(x, 1.0), lambda: m.pair(x, "a", 2
         call()
     except (RuntimeError, TypeError) as exc:
         errors.append(type(exc).__name__ + ": " + str(exc).splitlines()[0])
-print(json.dumps([y.tolist(), str(y.dtype), v.tolist(), z.tolist(), errors]))""")
-    y, dtype, v, z, errors = json.loads(out)
+print(json.dumps([y.tolist(), str(y.dtype), v.tolist(), z.tolist(), errors, m.ndim(x), m.halve(3)]))""")
+    y, dtype, v, z, errors, ndim, half = json.loads(out)
+    assert ndim == 2 and half == 1.5
     assert y == [[4.5, 4.5], [4.5, 4.5]] and dtype == "torch.float64" and v == [1.0, 2.0] and z == [101.5] * 3
     assert errors[0].startswith("RuntimeError: boom 42")
     assert errors[1].startswith("TypeError:") and "6 positional arguments but 2" in errors[1]

@@ -471,25 +471,21 @@ template <class... T> struct Ret<std::tuple<T...>> {
         std::apply([r](auto&... t) { (r->tensors.push_back(t.lite_release()), ...); }, v);
     }
 };
-template <> struct Ret<int64_t> {
+template <class T> struct IntRet {
     static constexpr int kind = abi::KIND_INT;
-    static void put(int64_t v, abi::RetC* r) { r->i = v; }
+    static void put(T v, abi::RetC* r) { r->i = v; }
 };
-template <> struct Ret<int32_t> {
-    static constexpr int kind = abi::KIND_INT;
-    static void put(int32_t v, abi::RetC* r) { r->i = v; }
+template <class T> struct FloatRet {
+    static constexpr int kind = abi::KIND_DOUBLE;
+    static void put(T v, abi::RetC* r) { r->d = v; }
 };
+template <> struct Ret<int64_t> : IntRet<int64_t> {};
+template <> struct Ret<int32_t> : IntRet<int32_t> {};
+template <> struct Ret<double> : FloatRet<double> {};
+template <> struct Ret<float> : FloatRet<float> {};
 template <> struct Ret<bool> {
     static constexpr int kind = abi::KIND_BOOL;
     static void put(bool v, abi::RetC* r) { r->i = v; }
-};
-template <> struct Ret<double> {
-    static constexpr int kind = abi::KIND_DOUBLE;
-    static void put(double v, abi::RetC* r) { r->d = v; }
-};
-template <> struct Ret<float> {
-    static constexpr int kind = abi::KIND_DOUBLE;
-    static void put(float v, abi::RetC* r) { r->d = v; }
 };
 template <> struct Ret<void> {
     static constexpr int kind = abi::KIND_VOID;
