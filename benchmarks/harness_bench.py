@@ -142,6 +142,9 @@ def score_batch(dataset, completions, ids, expect, config, device: str, workers:
         # median seconds of the grader's steps over the batch (EvalResult.phases_s: admit, setup, draw, total)
         "phases_median_s": {k: statistics.median(r["phases_s"][k] for r in res if k in (r.get("phases_s") or {}))
                             for k in sorted({k for r in res for k in (r.get("phases_s") or {})})},
+        # evaluations whose reference server was kept from an earlier one (harness.warm), of those that got one
+        "warm_references": sum(1 for r in res if r.get("warm_reference")),
+        "graded": sum(1 for r in res if r.get("phases_s")),
         "cheats_all_minus_one": all(r == -1 for r, k in zip(rewards, expect, strict=True) if k != "honest"),
         "honest_rewards": [r for r, k in zip(rewards, expect, strict=True) if k == "honest"],
         "status": {s: sum(1 for r in res if r["status"] == s) for s in {r["status"] for r in res}},

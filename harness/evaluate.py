@@ -47,10 +47,10 @@ ENGINE_DIR = HARNESS_DIR.parent / "engine"
 # Version of the grader's deciding logic, part of the fingerprint of stored results (``harness.batch``):
 # raise it when a change to the grader can change a result, so no stored result of the old grader is reused.
 GRADER_VERSION = 7
-# Where the grader runs (``_grade``): in a process of its own per evaluation on CUDA (``harness.grader_child``:
-# its CUDA IPC slots never share allocator segments with another evaluation's, and all of its GPU memory goes
-# when it exits); in the calling process on CPU (slots are files; the process start would cost ~2 s per
-# evaluation on the CPU a timing shares).
+# Where the grader runs (``_grade``): on CUDA in a grader process that runs one evaluation at a time
+# (``harness.grader_child``: its CUDA IPC slots never share allocator segments with another evaluation's, and all of
+# an evaluation's GPU memory is freed when it ends); in the calling process on CPU (slots are files; a process per
+# evaluation would cost ~2 s of the CPU a timing shares).
 GRADER_IN_CHILD = {"cuda": True, "cpu": False}
 # seconds a grader process may run beyond ``eval_timeout_s`` (its own deadline) before it is killed
 GRADER_CHILD_MARGIN_S = 60.0
@@ -127,6 +127,7 @@ class EvalResult(BaseModel):
     burst: int = 1  # calls per warm-up and timed request (harness.grader, engine.timing.burst_size)
     graphs: bool = False  # every timed burst was a CUDA-graph replay (harness.grader, EvalConfig.cuda_graphs)
     variants_checked: int = 0  # hidden shape variants the candidate answered correctly (harness.grader)
+    warm_reference: bool = False  # the reference server was kept from an earlier evaluation (harness.warm)
     phases_s: dict[str, float] = {}  # seconds of the grader's steps: admit, setup, draw, total (harness.grader)
     device: str = "cpu"
     logs: dict[str, str] = {}
@@ -245,26 +246,32 @@ def evaluate(task: dict[str, Any], solution: Solution, config: EvalConfig | None
 
 def _grade(task: dict[str, Any], model_new: str, module_path: str | None, config: EvalConfig, work_dir: Path,
            alone: bool, variants: list[dict[str, int]]) -> dict[str, Any]:
-    """``Grader.run``'s fields: in a process of its own where ``GRADER_IN_CHILD`` says so for the device
-    (``harness.grader_child``), else here. A grader process that overruns the evaluation's time by
-    ``GRADER_CHILD_MARGIN_S`` is killed with its servers (``engine.oneshot.kill_tree``; ``timeout``); one that
-    dies gives ``crash``."""
+    """``Grader.run``'s fields: in a grader process where ``GRADER_IN_CHILD`` says so for the device, else here.
+    The grader process is this thread's long-lived one (``harness.grader_service``, warm model servers kept between
+    evaluations) unless ``warm_grader()`` is off, then one per evaluation (``harness.grader_child grade``). A grader
+    process that overruns the evaluation's time by ``GRADER_CHILD_MARGIN_S`` is killed with its servers
+    (``engine.oneshot.kill_tree``; ``timeout``); one that dies gives ``crash``."""
     from opforge.harness.grader import Grader
 
     if not GRADER_IN_CHILD.get(config.device, True):
         return Grader(task, model_new, module_path, config, work_dir, alone=alone, variants=variants).run()
-    from opforge.engine.oneshot import run_child
-
     request = {"task": {"task_id": str(task["task_id"]), "code": task["code"]}, "model_new": model_new,
                "module_path": module_path, "config": config.model_dump(mode="json"), "work_dir": str(work_dir),
                "alone": alone, "variants": variants}
-    # its request and result live in a private folder of their own, not beside the candidate's working folder
-    private = make_tmp("opforge-grader-")
-    try:
-        out, _ = run_child("opforge.harness.grader_child", "grade", request, private,
-                           config.eval_timeout_s + GRADER_CHILD_MARGIN_S)
-    finally:
-        remove_tmp(private)
+    if warm_grader():
+        from opforge.harness.grader_service import grade
+
+        out = grade(request, config.eval_timeout_s + GRADER_CHILD_MARGIN_S)
+    else:
+        from opforge.engine.oneshot import run_child
+
+        # its request and result live in a private folder of their own, not beside the candidate's working folder
+        private = make_tmp("opforge-grader-")
+        try:
+            out, _ = run_child("opforge.harness.grader_child", "grade", request, private,
+                               config.eval_timeout_s + GRADER_CHILD_MARGIN_S)
+        finally:
+            remove_tmp(private)
     log = out.pop("log", None)
     if out.pop("ok", False):
         out.setdefault("logs", {})["grader"] = log
@@ -272,6 +279,14 @@ def _grade(task: dict[str, Any], model_new: str, module_path: str | None, config
     error = str(out.get("error"))
     return {"status": "timeout" if error.startswith("timeout") else "crash", "error": f"grader: {error[:800]}",
             "logs": {"grader": log}}
+
+
+def warm_grader() -> bool:
+    """Whether a grader process serves many evaluations (``harness.grader_service``, with warm model servers:
+    ``harness.warm``): yes unless ``OPFORGE_WARM_GRADER`` is ``0`` (then one grader process per evaluation)."""
+    import os
+
+    return os.environ.get("OPFORGE_WARM_GRADER", "1").strip() != "0"
 
 
 def _null():

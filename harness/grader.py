@@ -199,6 +199,23 @@ def default_threads() -> int:
         return os.cpu_count() or 1
 
 
+# seconds a server may take to answer the teardown's last message (its slots released) before it is killed
+GOODBYE_S = 5.0
+
+
+def _goodbye(server: ServerProcess, msg: dict[str, Any]) -> bool:
+    """Wake ``server`` and send it ``msg`` (``exit``, or an empty ``slots``); True when it answered ok within
+    ``GOODBYE_S`` (a server that already exited or stalls gives False)."""
+    if server.proc.poll() is not None:
+        return False
+    server.resume()
+    try:
+        reply, _ = server.request(msg, GOODBYE_S)
+    except ProtocolError:
+        return False
+    return reply.get("ok") is True
+
+
 def _poison(t: torch.Tensor) -> None:
     if t.is_floating_point() or t.is_complex():
         t.fill_(float("nan"))
@@ -261,11 +278,21 @@ class Grader:
         config: an ``EvalConfig``.
         work_dir: logs of both servers go here; the candidate server runs in ``work_dir/candidate``.
         alone: reserve the whole GPU (an ``oom`` re-run).
+        warm: the warm servers of a long-lived grader process (``harness.warm.WarmServers``): the reference server
+            comes from there when one with this setup is kept (``warm_reference`` then True) and goes back there
+            when the evaluation ends without a fault of the reference's; the candidate server is its spare. None:
+            both servers are started for this evaluation and closed after it.
     """
 
+    # statuses after which the reference server did nothing wrong and may serve the next evaluation (harness.warm)
+    KEEP_REFERENCE = ("correct", "incorrect", "hacked")
+
     def __init__(self, task: dict[str, Any], model_new: str, module_path: str | None, config, work_dir: Path,
-                 alone: bool = False, variants: list[dict[str, int]] | None = None):
+                 alone: bool = False, variants: list[dict[str, int]] | None = None, warm=None):
         self.task, self.model_new, self.module_path = task, model_new, module_path
+        self.warm = warm
+        self.warm_reference = False
+        self._ref_gib = 0.0
         self.variants = list(variants or [])
         self.cfg, self.work_dir, self.alone = config, Path(work_dir), alone
         self.device = config.device
@@ -311,7 +338,10 @@ class Grader:
         return reply, out, (time.perf_counter() - t0) * 1e3
 
     def _server(self, role: str) -> ServerProcess:
-        """Start the ``role`` server (the reference in the work directory, the candidate in its own)."""
+        """Start the ``role`` server (the reference in the work directory, the candidate in its own; with ``warm``,
+        the reference in a folder of the warm servers' and the candidate is their spare)."""
+        if self.warm is not None:
+            return self.warm.new_server(role) if role == "reference" else self.warm.take_candidate()
         if role == "reference":
             return ServerProcess(SERVER_MODULE, role, self.work_dir, self.work_dir / "reference.log", env=SERVER_ENV,
                                  trusted=True)
@@ -323,6 +353,32 @@ class Grader:
         reply, _, _ = self._ask(ref, {"op": "admit", **self._admission()})
         if not reply.get("ok"):
             raise Verdict("load_error", f"reference admission: {reply.get('error')}\n{ref.log_tail()}")
+
+    def _setup_message(self) -> dict[str, Any]:
+        """The reference's ``setup`` message, with a fresh secret seed."""
+        return {"op": "setup", **self._admission(), "seed": secrets.randbits(62), "device": self.device,
+                "threads": self.threads, "allow_tf32": self.cfg.allow_tf32}
+
+    def _warm_setup(self) -> tuple[ServerProcess | None, tuple[dict, bytes | None] | None]:
+        """A kept reference server of this evaluation's setup (``harness.warm``) and its reply to a ``setup`` with
+        a fresh seed, or (None, None) when there is none, this is an ``alone`` re-run, or the kept server cannot
+        serve it (it is closed; the caller starts a fresh one)."""
+        if self.warm is None or self.alone:
+            return None, None
+        from opforge.harness.warm import reference_key
+
+        ref = self.warm.take_reference(reference_key(self._setup_message()))
+        if ref is None:
+            return None, None
+        try:
+            info, payload, _ = self._ask(ref, self._setup_message())
+        except Verdict:
+            info, payload = {"ok": False}, None
+        if not info.get("ok"):
+            self.warm.discard(ref)
+            return None, None
+        self.warm_reference = True
+        return ref, (info, payload)
 
     def _admission(self) -> dict[str, Any]:
         """What the reference needs to size the evaluation's GPU reservation (its ``admit`` and ``setup``)."""
@@ -347,25 +403,30 @@ class Grader:
     # -- the evaluation ----------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         out: dict[str, Any] = {"hacks": [], "flags": []}
-        ref = cand = None
+        ref = cand = warm = None
         slots: list[SlotSet] = []
         t0 = time.perf_counter()
         try:
             if self.cuda:
                 # GPU memory for the whole evaluation, admitted before this evaluation holds the device's lock:
-                # one waiting for memory must not hold up, even shared, one that holds memory and waits to time
-                ref = self._server("reference")
-                self._admit(ref)
+                # one waiting for memory must not hold up, even shared, one that holds memory and waits to time (a
+                # kept reference server holds its admission already, and draws its weights again out of the lock too)
+                ref, warm = self._warm_setup()
+                if ref is None:
+                    ref = self._server("reference")
+                    self._admit(ref)
                 self.phases["admit"] = time.perf_counter() - t0
             # the servers' start (imports of torch) is CPU work a neighbour's timing must not share: the lock
             # is held shared from here until both are set up (on CUDA the reference's import came before)
             self._t_setup = time.perf_counter()
             self._startup = self.lock.shared()
             self._startup.__enter__()
+            if ref is None:
+                ref, warm = self._warm_setup()
             ref = ref or self._server("reference")
             cand = self._server("candidate")
             self.logs = {"reference": str(ref.log), "candidate": str(cand.log)}
-            out.update(self._schedule(ref, cand, slots))
+            out.update(self._schedule(ref, cand, slots, warm))
             out["status"] = "correct"
         except Verdict as v:
             out.update(status=v.status, error=v.error, hacks=[*out["hacks"], *v.hacks])
@@ -375,37 +436,63 @@ class Grader:
             self._end_startup()
             # the teardown (servers' exits, their CUDA contexts, the slots' unmapping and freeing) is work on
             # the device and its host a neighbour's timed round must not share: held shared, like the start
+            keep = self.warm is not None and not self.alone and out.get("status") in self.KEEP_REFERENCE
             with self.lock.shared():
-                self._teardown(ref, cand, slots)
+                self._teardown(ref, cand, slots, keep)
             self.lock.close()
         self.phases["total"] = time.perf_counter() - t0
+        out["warm_reference"] = self.warm_reference
         out["logs"] = self.logs
         out["phases_s"] = {k: round(v, 3) for k, v in self.phases.items()}
         return out
 
-    def _teardown(self, ref: ServerProcess | None, cand: ServerProcess | None, slots: list[SlotSet]) -> None:
+    def _teardown(self, ref: ServerProcess | None, cand: ServerProcess | None, slots: list[SlotSet],
+                  keep: bool = False) -> None:
         """The servers' exits and the slots' release. The reference server holds the evaluation's GPU
         reservation (``harness.gpu_memory``): it exits last, after the candidate has unmapped the slots and
-        this process has freed them and emptied its cache."""
+        this process has freed them and emptied its cache. With ``warm``, the candidate is first asked to let go
+        of its slots (so this long-lived process can free them, ``harness.warm``), and with ``keep`` the reference
+        releases its slots and goes back to the warm servers instead of exiting."""
         if cand is not None:
-            cand.close()
+            if self.warm is not None:
+                _goodbye(cand, {"op": "exit"})
+                self.warm.discard(cand)
+            else:
+                cand.close()
+        kept = keep and ref is not None and _goodbye(ref, {"op": "slots", "slots": []})
         for s in slots:
             s.close()
         slots.clear()
         if self.cuda:
             self.__dict__.pop("_l2", None)
             torch.cuda.empty_cache()
+            if self.warm is not None:
+                torch.cuda.ipc_collect()
         if ref is not None:
-            ref.close()
+            if kept:
+                self.warm.keep_reference(self._ref_key(), ref, self._ref_gib)
+            elif self.warm is not None:
+                self.warm.discard(ref)
+            else:
+                ref.close()
 
-    def _schedule(self, ref: ServerProcess, cand: ServerProcess, slot_sets: list[SlotSet]) -> dict[str, Any]:
+    def _ref_key(self) -> str:
+        from opforge.harness.warm import reference_key
+
+        return reference_key(self._setup_message())
+
+    def _schedule(self, ref: ServerProcess, cand: ServerProcess, slot_sets: list[SlotSet],
+                  warm: tuple[dict, bytes | None] | None = None) -> dict[str, Any]:
         cfg = self.cfg
         common = {"device": self.device, "threads": self.threads, "allow_tf32": cfg.allow_tf32}
-        with self.lock.shared():
-            info, payload, _ = self._ask(ref, {"op": "setup", **self._admission(), "seed": secrets.randbits(62),
-                                               **common})
+        if warm is not None:  # a kept reference server, set up again with a fresh seed (_warm_setup)
+            info, payload = warm
+        else:
+            with self.lock.shared():
+                info, payload, _ = self._ask(ref, self._setup_message())
             if not info.get("ok"):
                 raise _reference_failed(info, f"reference: {info.get('error')}\n{ref.log_tail()}")
+        self._ref_gib = float(info.get("gib") or 0.0)
         result: dict[str, Any] = {"precision": info.get("config", {})}
         layout, out_layout = info["inputs"], info["outputs"]
         k = max(2, cfg.input_sets)
@@ -623,7 +710,8 @@ class Grader:
         cand.resume()
         ref.resume()
         try:
-            ref.request({"op": "exit"}, 5.0)
+            if self.warm is None:  # a warm reference releases its slots in the teardown instead
+                ref.request({"op": "exit"}, 5.0)
             cand.request({"op": "exit"}, 5.0)
         except ProtocolError:
             pass

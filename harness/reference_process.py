@@ -130,10 +130,80 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
                                  "timing": snapshot.changes()}
     if budget is not None:
         _grow(budget, msg, in_layout, out_layout, variants, burst)
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()} if isinstance(model, torch.nn.Module) else {}
     reply = {"ok": True, "config": pinned, "inputs": in_layout, "outputs": out_layout, "burst": burst,
-             "variants": [{k: v for k, v in var.items() if k != "draw"} for var in variants]}
-    return server, reply, _save({"init_inputs": init_inputs, "state": state})
+             "variants": [{k: v for k, v in var.items() if k != "draw"} for var in variants],
+             "gib": budget.held_gib if budget is not None else 0.0}
+
+    def handle_setup(m: dict[str, Any], _blob) -> tuple[dict[str, Any], bytes | None]:
+        # a warm server's next evaluation (harness.warm): the same task and settings, weights drawn again
+        changed = [k for k in SETUP_KEYS if m.get(k) != msg.get(k)]
+        if changed:
+            return {"ok": False, "reusable": False, "error": f"a warm reference serves another setup ({changed})"}, None
+        again = reseed(task, model, int(m["seed"]), device)
+        if again is None or not _same_values(again, init_inputs):
+            return {"ok": False, "reusable": False, "error": "the task's init inputs or weights' structure depend "
+                                                            "on the seed"}, None
+        server.slots = []
+        return reply, _save({"init_inputs": again, "state": _state(model)})
+
+    server.handlers["setup"] = handle_setup
+    return server, reply, _save({"init_inputs": init_inputs, "state": _state(model)})
+
+
+# the setup message's fields a warm reference server must share with its first setup to serve another evaluation
+# (harness.warm); the seed is drawn again
+SETUP_KEYS = ("task_code", "task_id", "variants", "device", "threads", "allow_tf32", "input_sets",
+              "burst_target_ms", "burst_calls", "gpu_memory_fraction", "gpu_admit_gib")
+
+
+def _same_values(a: Any, b: Any) -> bool:
+    """Whether two init-input values are equal: tensors by dtype, shape and value, lists and tuples item by item,
+    anything else by ``==``."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
+                and a.shape == b.shape and bool(torch.equal(a.cpu(), b.cpu())))
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same_values(x, y) for x, y in zip(a, b, strict=True))
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - values that cannot be compared are not the same
+        return False
+
+
+def _state(model) -> dict[str, torch.Tensor]:
+    """The weights the candidate's server loads: ``model``'s state dict on the CPU ({} for a function)."""
+    if not isinstance(model, torch.nn.Module):
+        return {}
+    return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+
+def reseed(task, model, seed: int, device: str) -> list[Any] | None:
+    """Draw the task's weights again for a new evaluation, in place: ``Model(*get_init_inputs())`` is built
+    after ``torch.manual_seed(seed)`` exactly as ``setup`` builds it, and every parameter and buffer of the new
+    model (non-persistent ones included) is copied into ``model``'s own tensors, so ``model``, its compiled
+    ``torch.compile`` graph and the addresses of its weights stay the same. Returns the new init inputs, or None
+    when the new model's tensors differ from ``model``'s in names, shapes or dtypes (or either is not an
+    ``nn.Module``): the caller then starts a fresh reference."""
+    torch.manual_seed(int(seed))
+    with torch.device(device):
+        init_inputs = list(task.init_inputs())
+        fresh = task.build()
+    if not isinstance(fresh, torch.nn.Module) or not isinstance(model, torch.nn.Module):
+        return None
+    fresh = fresh.to(device)
+
+    def tensors(m: torch.nn.Module) -> dict[str, torch.Tensor]:
+        return {**dict(m.named_parameters(remove_duplicate=False)), **dict(m.named_buffers(remove_duplicate=False))}
+
+    old, new = tensors(model), tensors(fresh)
+    if list(old) != list(new) or any(old[k].shape != new[k].shape or old[k].dtype != new[k].dtype for k in old):
+        return None
+    with torch.no_grad():
+        for k, t in old.items():
+            t.copy_(new[k])
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return init_inputs
 
 
 def _burst_sets(msg: dict[str, Any], in_layout: list[dict[str, Any]], out_layout: list[dict[str, Any]]) -> int:
