@@ -82,6 +82,9 @@ def serve(fd: int) -> None:
                 send(conn, {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:500]}"})
                 return
             left = _allocated() - before
+            print(f"graded {msg['task'].get('task_id')}: {out.get('status')}, warm reference "
+                  f"{out.get('warm_reference')}, {len(warm.references)} kept ({warm.reused} reused so far; "
+                  f"{warm.refused}), {left} bytes left allocated", file=sys.stderr, flush=True)
             if left > 0:
                 out["retire"] = f"{left} bytes of GPU memory still allocated after the evaluation"
             send(conn, out)

@@ -73,6 +73,7 @@ class WarmServers:
         self.references: OrderedDict[str, ServerProcess] = OrderedDict()
         self.spare: ServerProcess | None = None
         self.reused = 0
+        self.refused = ""  # why the last reference offered was not kept
 
     def _folder(self, prefix: str) -> Path:
         """A fresh folder ``<prefix><random>`` under this object's folder (made on first use)."""
@@ -101,6 +102,7 @@ class WarmServers:
         """Keep ``server`` (alive, its slots released) for the next evaluation of ``key``, unless it reserves more
         than ``max_idle_gib``; the least recently used reference beyond ``max_references`` is closed."""
         if server.proc.poll() is not None or gib > self.max_idle_gib or self.max_references < 1:
+            self.refused = f"last not kept: exited {server.proc.poll() is not None}, {gib:.2f} GiB reserved"
             self.discard(server)
             return
         old = self.references.pop(key, None)
