@@ -54,6 +54,16 @@ def _allocated() -> int:
     return torch.cuda.memory_allocated() if torch.cuda.is_initialized() else 0
 
 
+def _blocks() -> str:
+    import torch
+
+    if not torch.cuda.is_initialized():
+        return "no CUDA"
+    st = torch.cuda.memory_stats()
+    return (f"active blocks {st.get('active.all.current')}, segments {st.get('segment.all.current')}, "
+            f"reserved {torch.cuda.memory_reserved()}")
+
+
 def serve(fd: int) -> None:
     """The ``serve`` mode's loop (see the module docstring)."""
     from multiprocessing.connection import Connection
@@ -84,7 +94,7 @@ def serve(fd: int) -> None:
             left = _allocated() - before
             print(f"graded {msg['task'].get('task_id')}: {out.get('status')}, warm reference "
                   f"{out.get('warm_reference')}, {len(warm.references)} kept ({warm.reused} reused so far; "
-                  f"{warm.refused}), {left} bytes left allocated", file=sys.stderr, flush=True)
+                  f"{warm.refused}), {left} bytes left allocated ({_blocks()})", file=sys.stderr, flush=True)
             if left > 0:
                 out["retire"] = f"{left} bytes of GPU memory still allocated after the evaluation"
             send(conn, out)

@@ -17,6 +17,7 @@ for i in range(n):
     r = evaluate(get_task(tasks, tid), Solution.from_dir(root / tid), EvalConfig(device="cuda"))
     print(i, tid, r.status, r.reward, "warm", r.warm_reference, round(time.perf_counter() - t0, 2), r.phases_s,
           r.speedup_eager, r.speedup_compile, (r.error or "")[:300], flush=True)
-    log = r.logs.get("grader")
-    if log and Path(log).exists():
-        print("   grader log:", Path(log).read_text()[-600:].replace("\n", "\n   "), flush=True)
+    import glob
+
+    for log in glob.glob("/tmp/opforge-tmp-*/opforge-grader-*/grader.log"):
+        print("   grader log:", Path(log).read_text()[-700:].replace("\n", "\n   "), flush=True)
