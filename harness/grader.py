@@ -203,17 +203,17 @@ def default_threads() -> int:
 GOODBYE_S = 5.0
 
 
-def _goodbye(server: ServerProcess, msg: dict[str, Any]) -> bool:
-    """Wake ``server`` and send it ``msg`` (``exit``, or an empty ``slots``); True when it answered ok within
-    ``GOODBYE_S`` (a server that already exited or stalls gives False)."""
+def _goodbye(server: ServerProcess, msg: dict[str, Any]) -> dict[str, Any] | None:
+    """Wake ``server`` and send it ``msg`` (the candidate's ``exit``, a kept reference's ``idle``); its reply when
+    it answered ok within ``GOODBYE_S``, else None (a server that already exited or stalls)."""
     if server.proc.poll() is not None:
-        return False
+        return None
     server.resume()
     try:
         reply, _ = server.request(msg, GOODBYE_S)
     except ProtocolError:
-        return False
-    return reply.get("ok") is True
+        return None
+    return reply if reply.get("ok") is True else None
 
 
 def _poison(t: torch.Tensor) -> None:
@@ -292,7 +292,6 @@ class Grader:
         self.task, self.model_new, self.module_path = task, model_new, module_path
         self.warm = warm
         self.warm_reference = False
-        self._ref_gib = 0.0
         self.variants = list(variants or [])
         self.cfg, self.work_dir, self.alone = config, Path(work_dir), alone
         self.device = config.device
@@ -371,7 +370,11 @@ class Grader:
         if ref is None:
             return None, None
         try:
-            info, payload, _ = self._ask(ref, self._setup_message())
+            info = {"ok": True}
+            if self.cuda:  # the idle server's reservation grows back to the evaluation's (waiting, out of any lock)
+                info, _, _ = self._ask(ref, {"op": "admit"})
+            if info.get("ok"):
+                info, payload, _ = self._ask(ref, self._setup_message())
         except Verdict:
             info, payload = {"ok": False}, None
         if not info.get("ok"):
@@ -459,7 +462,7 @@ class Grader:
                 self.warm.discard(cand)
             else:
                 cand.close()
-        kept = keep and ref is not None and _goodbye(ref, {"op": "slots", "slots": []})
+        idle = _goodbye(ref, {"op": "idle"}) if keep and ref is not None else None
         for s in slots:
             s.close()
         slots.clear()
@@ -469,8 +472,8 @@ class Grader:
             if self.warm is not None:
                 torch.cuda.ipc_collect()
         if ref is not None:
-            if kept:
-                self.warm.keep_reference(self._ref_key(), ref, self._ref_gib)
+            if idle is not None:
+                self.warm.keep_reference(self._ref_key(), ref, float(idle.get("gib") or 0.0))
             elif self.warm is not None:
                 self.warm.discard(ref)
             else:
@@ -492,7 +495,6 @@ class Grader:
                 info, payload, _ = self._ask(ref, self._setup_message())
             if not info.get("ok"):
                 raise _reference_failed(info, f"reference: {info.get('error')}\n{ref.log_tail()}")
-        self._ref_gib = float(info.get("gib") or 0.0)
         result: dict[str, Any] = {"precision": info.get("config", {})}
         layout, out_layout = info["inputs"], info["outputs"]
         k = max(2, cfg.input_sets)

@@ -48,10 +48,14 @@ def grade(req: dict[str, Any], warm=None) -> dict[str, Any]:
 
 
 def _allocated() -> int:
-    """Bytes of GPU memory this process's caching allocator has allocated (0 without CUDA)."""
+    """Bytes of GPU memory this process's caching allocator has allocated, less the L2 flush buffer that
+    ``engine.timing`` keeps for the process's life (0 without CUDA)."""
     import torch
+    from opforge.engine.timing import _FLUSH
 
-    return torch.cuda.memory_allocated() if torch.cuda.is_initialized() else 0
+    if not torch.cuda.is_initialized():
+        return 0
+    return torch.cuda.memory_allocated() - sum(t.numel() * t.element_size() for t in _FLUSH.values())
 
 
 def _blocks() -> str:

@@ -1,9 +1,9 @@
-"""Long-lived grader processes, one per thread of the calling process: ``grade`` sends an evaluation's request to
-this thread's ``harness.grader_child serve`` process and waits for its result, so an evaluation pays neither the
-grader's start (Python, torch, CUDA) nor, where ``harness.warm`` can keep them, its model servers' start and the
-reference's ``torch.compile``.
+"""Long-lived grader processes, lent one per evaluation (``GraderPool``): ``grade`` sends an evaluation's request to
+a ``harness.grader_child serve`` process and waits for its result, so an evaluation pays neither the grader's start
+(Python, torch, CUDA) nor, where ``harness.warm`` can keep them, its model servers' start and the reference's
+``torch.compile``. An evaluation goes preferably to a grader process that graded the same task lately.
 
-A thread's grader process is started on its first request and started again when it is gone: after it died, was
+A grader process is started on its first request and started again when it is gone: after it died, was
 killed (an evaluation that overran ``timeout_s``: the process is killed with its model servers,
 ``engine.oneshot.kill_tree``, and the result says ``timeout``), retired itself (``harness.grader_child``), or sat idle
 for ``RESTART_IDLE_S`` (it leaves on its own after ``harness.grader_child.IDLE_S``). Every grader process of this
@@ -23,6 +23,7 @@ from opforge.engine.oneshot import ServerProcess, kill_tree
 from opforge.engine.protocol import ProtocolError
 from opforge.engine.tempdirs import make as make_tmp
 from opforge.engine.tempdirs import remove as remove_tmp
+from opforge.harness.warm import MAX_REFERENCES
 
 MODULE = "opforge.harness.grader_child"
 # a grader process idle this long is replaced before the next request (it exits by itself at
@@ -38,6 +39,7 @@ class GraderService:
         self.folder: Path | None = None
         self.last = 0.0
         self.started = 0  # grader processes started so far
+        self.recent: list[str] = []  # affinity keys of its latest evaluations (GraderPool)
 
     def _start(self) -> ServerProcess:
         self.close()
@@ -78,29 +80,64 @@ class GraderService:
             self.folder = None
 
 
-_LOCAL = threading.local()
-_ALL: list[GraderService] = []
-_ALL_LOCK = threading.Lock()
+class GraderPool:
+    """The grader processes of this process, lent one per evaluation (see the module docstring). An evaluation
+    goes to an idle grader process that graded the same task under the same settings lately (``affinity``), whose
+    warm reference server it can reuse (``harness.warm``), else to any idle one, else to a new one: so there are
+    as many grader processes as evaluations ever ran at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.idle: list[GraderService] = []
+        self.all: list[GraderService] = []
+
+    def grade(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """``GraderService.grade`` of ``request`` on a lent grader process."""
+        key = affinity(request)
+        with self._lock:
+            svc = next((s for s in reversed(self.idle) if key in s.recent), None) or \
+                next((s for s in reversed(self.idle) if s.server is not None), None) or \
+                (self.idle[-1] if self.idle else None)
+            if svc is not None:
+                self.idle.remove(svc)
+            else:
+                svc = GraderService()
+                self.all.append(svc)
+        try:
+            out = svc.grade(request, timeout_s)
+            svc.recent = [*[k for k in svc.recent if k != key], key][-MAX_REFERENCES:] if svc.server else []
+            return out
+        finally:
+            with self._lock:
+                self.idle.append(svc)
+
+    def close(self) -> None:
+        """Close every grader process of the pool."""
+        with self._lock:
+            for svc in self.all:
+                svc.close()
+                svc.recent = []
 
 
-def service() -> GraderService:
-    """This thread's ``GraderService`` (made on first use)."""
-    svc = getattr(_LOCAL, "service", None)
-    if svc is None:
-        svc = _LOCAL.service = GraderService()
-        with _ALL_LOCK:
-            _ALL.append(svc)
-    return svc
+def affinity(request: dict[str, Any]) -> str:
+    """What an evaluation's reference server depends on (the task, the settings, the hidden shape variants, an
+    ``alone`` re-run): SHA-256 of those request fields as canonical JSON."""
+    import hashlib
+    import json
+
+    fields = {k: request.get(k) for k in ("task", "config", "variants", "alone")}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
+
+
+POOL = GraderPool()
 
 
 def grade(request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    """``GraderService.grade`` on this thread's grader process."""
-    return service().grade(request, timeout_s)
+    """``GraderPool.grade`` on this process's pool."""
+    return POOL.grade(request, timeout_s)
 
 
 @atexit.register
 def close_all() -> None:
-    """Close every thread's grader process (at exit; also when a caller wants the GPU memory back)."""
-    with _ALL_LOCK:
-        for svc in _ALL:
-            svc.close()
+    """Close every grader process of this process (at exit; also when a caller wants the GPU memory back)."""
+    POOL.close()

@@ -100,6 +100,11 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
     burst = _burst_sets(msg, in_layout, out_layout) if device == "cuda" else \
         _burst(model, sample, device, msg, in_layout, out_layout)
     variants = _variants(msg, model, device)
+    del outputs
+    # the evaluation's seed (a warm server's next setup draws another): the ``size`` step draws its sample from it
+    current = {"seed": int(msg["seed"])}
+    if device == "cuda":
+        del sample  # not kept: an idle warm server holds as little memory as it can (harness.warm)
     server = Server(device)
     server.targets["eager"] = model
     compiled: dict[str, Any] = {}
@@ -120,7 +125,7 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
 
     server.handlers["draw"] = handle_draw
     server.handlers["size"] = lambda m, _blob: (
-        {"ok": True, "burst": min(burst, _burst(model, sample, device, msg, in_layout, out_layout,
+        {"ok": True, "burst": min(burst, _burst(model, draw(current["seed"] ^ 1), device, msg, in_layout, out_layout,
                                                 graph=bool(m.get("graph"))))}, None)
     # the same per-call bookkeeping as the candidate's server (its timing snapshot included, its findings unused),
     # so both sides' requests cost the same
@@ -143,10 +148,42 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
         if again is None or not _same_values(again, init_inputs):
             return {"ok": False, "reusable": False, "error": "the task's init inputs or weights' structure depend "
                                                             "on the seed"}, None
+        current["seed"] = int(m["seed"])
         server.slots = []
-        return reply, _save({"init_inputs": again, "state": _state(model)})
+        return {**reply, "gib": budget.held_gib if budget is not None else 0.0}, \
+            _save({"init_inputs": again, "state": _state(model)})
+
+    full = {"gib": budget.held_gib if budget is not None else 0.0}  # the evaluation's reservation
+
+    def handle_idle(_m: dict[str, Any], _blob) -> tuple[dict[str, Any], None]:
+        # between evaluations (harness.warm): the slots and their graphs released, the cache emptied, and the
+        # reservation shrunk to what this process still holds (its model, compiled graph and CUDA context)
+        server.graphs.clear()
+        server.graph_error.clear()
+        server.slots = []
+        import gc
+
+        gc.collect()
+        if budget is None:
+            return {"ok": True, "gib": 0.0}, None
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        full["gib"] = max(full["gib"], budget.held_gib)
+        from opforge.harness.gpu_memory import CONTEXT_BYTES
+
+        budget.resize((torch.cuda.memory_reserved() + CONTEXT_BYTES) / 2**30)
+        return {"ok": True, "gib": budget.held_gib}, None
+
+    def handle_admit(_m: dict[str, Any], _blob) -> tuple[dict[str, Any], None]:
+        # an idle warm server's next evaluation: the whole reservation again, waiting as a first admission does
+        if budget is not None and budget.held_gib < full["gib"]:
+            budget.release()
+            budget.admit(full["gib"])
+        return {"ok": True, "gib": full["gib"]}, None
 
     server.handlers["setup"] = handle_setup
+    server.handlers["idle"] = handle_idle
+    server.handlers["admit"] = handle_admit
     return server, reply, _save({"init_inputs": init_inputs, "state": _state(model)})
 
 

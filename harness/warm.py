@@ -4,13 +4,15 @@ compiling it with ``torch.compile`` every time.
 
 * **Reference servers**, per setup: after an evaluation whose reference did nothing wrong, its server is kept,
   keyed by everything its setup depends on except the seed (``reference_key``: the task's code and id, its hidden
-  shape variants, the device, threads, TF32, input sets, burst settings and GPU admission). The next evaluation with
-  the same key sends it a new ``setup`` with a fresh secret seed: the server draws the weights again in place
-  (``harness.reference_process.reseed``; same values as a fresh server given that seed) and keeps its model, its
-  compiled graph and its GPU memory reservation. It gets the new evaluation's slots (the old ones, and every CUDA
-  graph captured on them, were released when the last evaluation ended). A reference that failed, timed out or ran
-  out of memory is never kept; nor is one reserving more than ``MAX_IDLE_GIB`` (idle, it would hold memory other
-  evaluations wait for). At most ``MAX_REFERENCES`` are kept, least recently used first out.
+  shape variants, the device, threads, TF32, input sets, burst settings and GPU admission). Kept, it is *idle*: its
+  slots and every CUDA graph captured on them released, its allocator cache emptied, and its GPU memory
+  reservation (``harness.gpu_memory``) shrunk to what it still holds (its model, its compiled graph, its CUDA
+  context). The next evaluation with the same key first admits the evaluation's whole reservation again (waiting
+  as a fresh server's admission does), then sends a new ``setup`` with a fresh secret seed: the server draws the
+  weights again in place (``harness.reference_process.reseed``; the same values as a fresh server given that seed)
+  and keeps its model and its compiled graph. A reference that failed, timed out or ran out of memory is never
+  kept; nor is one whose idle reservation is above ``MAX_IDLE_GIB``. At most ``MAX_REFERENCES`` are kept, least
+  recently used first out.
 * **A spare candidate server**: a fresh ``harness.server candidate`` process started after an evaluation ends
   (``prestart_candidate``), so the next evaluation's candidate has already imported torch. It has never seen
   candidate code; each evaluation's candidate still runs in a process of its own, killed when the evaluation
@@ -44,7 +46,7 @@ SERVER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 # reference servers kept per grader process: a trainer's batch has several completions per task (GRPO's group), so
 # the next evaluation on a grader is often the same task; a few cover interleaved tasks
 MAX_REFERENCES = 2
-# GiB of GPU memory reservation (harness.gpu_memory) above which a reference is not kept: with 16 grader
+# GiB of idle GPU memory reservation (harness.gpu_memory) above which a reference is not kept: with 16 grader
 # processes on one GPU, idle references hold at most 16 x MAX_REFERENCES x MAX_IDLE_GIB of a 141 GiB H200's
 # 127 GiB budget (gpu_memory_fraction 0.9), leaving room for the evaluations that run
 MAX_IDLE_GIB = 2.0
@@ -99,8 +101,9 @@ class WarmServers:
         return server
 
     def keep_reference(self, key: str, server: ServerProcess, gib: float) -> None:
-        """Keep ``server`` (alive, its slots released) for the next evaluation of ``key``, unless it reserves more
-        than ``max_idle_gib``; the least recently used reference beyond ``max_references`` is closed."""
+        """Keep ``server`` (alive and idle: its slots released, ``gib`` reserved) for the next evaluation of ``key``,
+        unless ``gib`` is above ``max_idle_gib``; the least recently used reference beyond ``max_references`` is
+        closed."""
         if server.proc.poll() is not None or gib > self.max_idle_gib or self.max_references < 1:
             self.refused = f"last not kept: exited {server.proc.poll() is not None}, {gib:.2f} GiB reserved"
             self.discard(server)
