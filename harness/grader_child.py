@@ -104,7 +104,7 @@ def serve(fd: int) -> None:
             send(conn, out)
             if left > 0:
                 return
-            warm.prestart_candidate()
+            warm.prestart_candidate(msg["config"].get("device", "cpu"))
     finally:
         warm.close()
 

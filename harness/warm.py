@@ -14,7 +14,9 @@ compiling it with ``torch.compile`` every time.
   kept; nor is one whose idle reservation is above ``MAX_IDLE_GIB``. At most ``MAX_REFERENCES`` are kept, least
   recently used first out.
 * **A spare candidate server**: a fresh ``harness.server candidate`` process started after an evaluation ends
-  (``prestart_candidate``), so the next evaluation's candidate has already imported torch. It has never seen
+  (``prestart_candidate``), so the next evaluation's candidate has already imported torch and, on CUDA, made its
+  CUDA context (about 0.5 GiB of GPU memory per spare, outside the memory budget, which keeps a tenth of the GPU
+  for such contexts and library workspaces). It has never seen
   candidate code; each evaluation's candidate still runs in a process of its own, killed when the evaluation
   ends, and the next spare is a new process.
 
@@ -83,10 +85,14 @@ class WarmServers:
             self.root = make_tmp("opforge-warm-")
         return Path(tempfile.mkdtemp(prefix=prefix, dir=self.root))
 
-    def new_server(self, role: str) -> ServerProcess:
-        """Start a ``role`` server (``reference`` trusted) in a fresh folder of its own."""
+    def new_server(self, role: str, preinit: bool = False) -> ServerProcess:
+        """Start a ``role`` server (``reference`` trusted) in a fresh folder of its own; ``preinit``: it makes its
+        CUDA context before its first message."""
+        from opforge.harness.server import PREINIT_ENV
+
         folder = self._folder(f"{role}-")
-        return ServerProcess(SERVER_MODULE, role, folder, folder / f"{role}.log", env=SERVER_ENV,
+        env = {**SERVER_ENV, PREINIT_ENV: "cuda" if preinit else ""}
+        return ServerProcess(SERVER_MODULE, role, folder, folder / f"{role}.log", env=env,
                              trusted=role == "reference")
 
     def take_reference(self, key: str) -> ServerProcess | None:
@@ -124,10 +130,11 @@ class WarmServers:
             server = self.new_server("candidate")
         return server
 
-    def prestart_candidate(self) -> None:
-        """Start the next evaluation's candidate server now (a fresh process; no-op when one is waiting)."""
+    def prestart_candidate(self, device: str = "cpu") -> None:
+        """Start the next evaluation's candidate server now (a fresh process; no-op when one is waiting). On
+        ``cuda`` it makes its CUDA context while it waits (``harness.server.PREINIT_ENV``)."""
         if self.spare is None:
-            self.spare = self.new_server("candidate")
+            self.spare = self.new_server("candidate", preinit=device == "cuda")
 
     def discard(self, server: ServerProcess) -> None:
         """Kill ``server``'s process group and remove its folder (idempotent)."""
