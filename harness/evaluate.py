@@ -259,9 +259,11 @@ def _grade(task: dict[str, Any], model_new: str, module_path: str | None, config
                "module_path": module_path, "config": config.model_dump(mode="json"), "work_dir": str(work_dir),
                "alone": alone, "variants": variants}
     if warm_grader():
-        from opforge.harness.grader_service import grade
+        from opforge.harness.grader_service import POOL
 
-        out = grade(request, config.eval_timeout_s + GRADER_CHILD_MARGIN_S)
+        if alone:  # the whole GPU: the idle grader processes' warm servers give their reservations back first
+            POOL.close_idle()
+        out = POOL.grade(request, config.eval_timeout_s + GRADER_CHILD_MARGIN_S)
     else:
         from opforge.engine.oneshot import run_child
 

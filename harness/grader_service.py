@@ -111,6 +111,14 @@ class GraderPool:
             with self._lock:
                 self.idle.append(svc)
 
+    def close_idle(self) -> None:
+        """Close the grader processes no evaluation is using, with their warm servers and the GPU memory these
+        reserve (before an evaluation that must have the whole GPU: an ``alone`` re-run)."""
+        with self._lock:
+            for svc in self.idle:
+                svc.close()
+                svc.recent = []
+
     def close(self) -> None:
         """Close every grader process of the pool."""
         with self._lock:
