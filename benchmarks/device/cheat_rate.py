@@ -13,29 +13,35 @@ from opforge.harness.batch import evaluate_many  # noqa: E402
 from opforge.harness.dataset import get_task, load_tasks  # noqa: E402
 from opforge.harness.evaluate import EvalConfig  # noqa: E402
 
-n, workers, ledger = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
-tasks = load_tasks(ROOT / "tasks.jsonl")
-kinds = ["zeros", "returns_input"]
-pairs = [({**get_task(tasks, tasks.index[i % len(tasks)]), "task_id": f"{tasks.index[i % len(tasks)]}"},
-          {"model_new.py": _cheat(CHEAT_BODIES[kinds[(i // len(tasks)) % 2]])["model_new.py"] + f"# {i}\n"})
-         for i in range(n)]
-handle = open_cluster("cuda", workers)
-t0 = time.perf_counter()
-stop = threading.Event()
+
+def main() -> None:
+    n, workers, ledger = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+    tasks = load_tasks(ROOT / "tasks.jsonl")
+    kinds = ["zeros", "returns_input"]
+    pairs = [({**get_task(tasks, tasks.index[i % len(tasks)]), "task_id": f"{tasks.index[i % len(tasks)]}"},
+              {"model_new.py": _cheat(CHEAT_BODIES[kinds[(i // len(tasks)) % 2]])["model_new.py"] + f"# {i}\n"})
+             for i in range(n)]
+    handle = open_cluster("cuda", workers)
+    t0 = time.perf_counter()
+    stop = threading.Event()
 
 
-def watch():
-    while not stop.wait(5):
-        done = len(ledger.read_text().splitlines()) if ledger.exists() else 0
-        print(f"t={time.perf_counter() - t0:.0f}s done={done}", flush=True)
+    def watch():
+        while not stop.wait(5):
+            done = len(ledger.read_text().splitlines()) if ledger.exists() else 0
+            print(f"t={time.perf_counter() - t0:.0f}s done={done}", flush=True)
 
 
-threading.Thread(target=watch, daemon=True).start()
-res = evaluate_many(pairs, EvalConfig(device="cuda"), client=handle.client, results_path=ledger, progress=False)
-stop.set()
-wall = time.perf_counter() - t0
-print({"n": n, "wall_s": round(wall, 1), "per_min": round(60 * n / wall, 1),
-       "status": {s: sum(r["status"] == s for r in res) for s in {r["status"] for r in res}},
-       "warm": sum(bool(r.get("warm_reference")) for r in res),
-       "phases": [r.get("phases_s") for r in res[-4:]]}, flush=True)
-handle.close()
+    threading.Thread(target=watch, daemon=True).start()
+    res = evaluate_many(pairs, EvalConfig(device="cuda"), client=handle.client, results_path=ledger, progress=False)
+    stop.set()
+    wall = time.perf_counter() - t0
+    print({"n": n, "wall_s": round(wall, 1), "per_min": round(60 * n / wall, 1),
+           "status": {s: sum(r["status"] == s for r in res) for s in {r["status"] for r in res}},
+           "warm": sum(bool(r.get("warm_reference")) for r in res),
+           "phases": [r.get("phases_s") for r in res[-4:]]}, flush=True)
+    handle.close()
+
+
+if __name__ == "__main__":
+    main()
