@@ -52,6 +52,8 @@ GRADER_VERSION = 7
 # an evaluation's GPU memory is freed when it ends); in the calling process on CPU (slots are files; a process per
 # evaluation would cost ~2 s of the CPU a timing shares).
 GRADER_IN_CHILD = {"cuda": True, "cpu": False}
+# set to 1 for long-lived grader processes with warm model servers (``warm_grader``, ``harness.grader_service``)
+WARM_GRADER_ENV = "OPFORGE_WARM_GRADER"
 # seconds a grader process may run beyond ``eval_timeout_s`` (its own deadline) before it is killed
 GRADER_CHILD_MARGIN_S = 60.0
 
@@ -246,14 +248,14 @@ def evaluate(task: dict[str, Any], solution: Solution, config: EvalConfig | None
 
 def _grade(task: dict[str, Any], model_new: str, module_path: str | None, config: EvalConfig, work_dir: Path,
            alone: bool, variants: list[dict[str, int]]) -> dict[str, Any]:
-    """``Grader.run``'s fields: in a grader process where ``GRADER_IN_CHILD`` says so for the device, else here.
-    The grader process is this thread's long-lived one (``harness.grader_service``, warm model servers kept between
-    evaluations) unless ``warm_grader()`` is off, then one per evaluation (``harness.grader_child grade``). A grader
+    """``Grader.run``'s fields: with ``warm_grader()``, on any device, in a long-lived grader process
+    (``harness.grader_service``, warm model servers kept between evaluations); else in a grader process of its own
+    (``harness.grader_child grade``) where ``GRADER_IN_CHILD`` says so for the device, else here. A grader
     process that overruns the evaluation's time by ``GRADER_CHILD_MARGIN_S`` is killed with its servers
     (``engine.oneshot.kill_tree``; ``timeout``); one that dies gives ``crash``."""
     from opforge.harness.grader import Grader
 
-    if not GRADER_IN_CHILD.get(config.device, True):
+    if not warm_grader() and not GRADER_IN_CHILD.get(config.device, True):
         return Grader(task, model_new, module_path, config, work_dir, alone=alone, variants=variants).run()
     request = {"task": {"task_id": str(task["task_id"]), "code": task["code"]}, "model_new": model_new,
                "module_path": module_path, "config": config.model_dump(mode="json"), "work_dir": str(work_dir),
@@ -285,10 +287,10 @@ def _grade(task: dict[str, Any], model_new: str, module_path: str | None, config
 
 def warm_grader() -> bool:
     """Whether a grader process serves many evaluations (``harness.grader_service``, with warm model servers:
-    ``harness.warm``): yes unless ``OPFORGE_WARM_GRADER`` is ``0`` (then one grader process per evaluation)."""
+    ``harness.warm``): when ``OPFORGE_WARM_GRADER`` is ``1``; otherwise one grader process per evaluation."""
     import os
 
-    return os.environ.get("OPFORGE_WARM_GRADER", "1").strip() != "0"
+    return os.environ.get(WARM_GRADER_ENV, "").strip() == "1"
 
 
 def _null():

@@ -473,7 +473,7 @@ class Grader:
                 torch.cuda.ipc_collect()
         if ref is not None:
             if idle is not None:
-                self.warm.keep_reference(self._ref_key(), ref, float(idle.get("gib") or 0.0))
+                self.warm.keep_reference(self._ref_key(), ref, idle)
             elif self.warm is not None:
                 self.warm.discard(ref)
             else:

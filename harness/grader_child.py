@@ -1,10 +1,12 @@
 """The grader in a process of its own (``harness.evaluate`` uses it on CUDA), in one of two modes:
 
 * ``python -m opforge.harness.grader_child grade REQUEST RESULT``: one evaluation, then exit
-  (``engine.oneshot.run_child``; ``OPFORGE_WARM_GRADER=0``).
-* ``python -m opforge.harness.grader_child serve FD``: a long-lived grader (``harness.grader_service``) that grades
+  (``engine.oneshot.run_child``; the default).
+* ``python -m opforge.harness.grader_child serve FD``: a long-lived grader (``harness.grader_service``, with
+  ``OPFORGE_WARM_GRADER=1``) that grades
   one request after another on the socket ``FD`` (``engine.protocol``) and keeps warm model servers between them
-  (``harness.warm.WarmServers``). After each reply it starts the next evaluation's spare candidate server. It exits
+  (``harness.warm.WarmServers``). After each reply on CUDA it starts the next evaluation's spare candidate server
+  (not on CPU, where that start would share the cores with a neighbour's timing). It exits
   when asked (``exit``), when the socket closes, after ``IDLE_S`` without a request (its kept servers, and their
   GPU memory, go with it), and after an evaluation that left GPU memory of its own allocated (below); its reply
   then says ``retire``.
@@ -104,7 +106,8 @@ def serve(fd: int) -> None:
             send(conn, out)
             if left > 0:
                 return
-            warm.prestart_candidate(msg["config"].get("device", "cpu"))
+            if msg["config"].get("device") == "cuda":  # on CPU its start would load the CPU a timing uses
+                warm.prestart_candidate()
     finally:
         warm.close()
 

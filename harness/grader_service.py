@@ -7,8 +7,8 @@ A grader process is started on its first request and started again when it is go
 killed (an evaluation that overran ``timeout_s``: the process is killed with its model servers,
 ``engine.oneshot.kill_tree``, and the result says ``timeout``), retired itself (``harness.grader_child``), or sat idle
 for ``RESTART_IDLE_S`` (it leaves on its own after ``harness.grader_child.IDLE_S``). Every grader process of this
-process is killed at exit (``close_all``). The results are the same as those of a grader process per evaluation
-(``OPFORGE_WARM_GRADER=0`` selects that: ``harness.evaluate``).
+process is killed at exit (``close_all``). The results are the same as those of a grader process per evaluation,
+which stays the default: ``harness.evaluate`` uses this module when ``OPFORGE_WARM_GRADER=1``.
 """
 
 from __future__ import annotations

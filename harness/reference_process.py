@@ -172,7 +172,7 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
         from opforge.harness.gpu_memory import CONTEXT_BYTES
 
         budget.resize((torch.cuda.memory_reserved() + CONTEXT_BYTES) / 2**30)
-        return {"ok": True, "gib": budget.held_gib}, None
+        return {"ok": True, "gib": budget.held_gib, "full_gib": full["gib"], "capacity_gib": budget.capacity_gib}, None
 
     def handle_admit(_m: dict[str, Any], _blob) -> tuple[dict[str, Any], None]:
         # an idle warm server's next evaluation: the whole reservation again, waiting as a first admission does

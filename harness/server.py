@@ -15,7 +15,6 @@ a speed-up.
 from __future__ import annotations
 
 import gc
-import os
 import sys
 import time
 import traceback
@@ -26,9 +25,6 @@ import torch
 from opforge.engine.execution import flatten_tensors, is_oom
 from opforge.harness.guard import aliases
 from torch.utils._python_dispatch import _disable_current_modes
-
-# set to "cuda" in a spare server's environment (harness.warm): it makes its CUDA context before its first message
-PREINIT_ENV = "OPFORGE_SERVER_PREINIT"
 
 
 class Server:
@@ -189,10 +185,6 @@ def main() -> None:
 
     role, fd = sys.argv[1], int(sys.argv[2])
     conn = Connection(fd)
-    if os.environ.get(PREINIT_ENV) == "cuda" and torch.cuda.is_available():
-        # a spare server (harness.warm) makes its CUDA context while it waits: before any message, so before any
-        # candidate code exists in this process
-        torch.zeros(1, device="cuda")
     try:
         msg, blob = recv(conn, allow_blob=True, max_bytes=1 << 31)
     except ProtocolError:

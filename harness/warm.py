@@ -11,12 +11,12 @@ compiling it with ``torch.compile`` every time.
   as a fresh server's admission does), then sends a new ``setup`` with a fresh secret seed: the server draws the
   weights again in place (``harness.reference_process.reseed``; the same values as a fresh server given that seed)
   and keeps its model and its compiled graph. A reference that failed, timed out or ran out of memory is never
-  kept; nor is one whose idle reservation is above ``MAX_IDLE_GIB``. At most ``MAX_REFERENCES`` are kept, least
-  recently used first out.
+  kept; nor is one whose idle reservation is above ``MAX_IDLE_GIB``, or whose evaluation reserved more than
+  ``MAX_SHARE`` of the GPU's budget (there the idle reservations would cost the evaluations their turn). At most
+  ``MAX_REFERENCES`` are kept, least recently used first out.
 * **A spare candidate server**: a fresh ``harness.server candidate`` process started after an evaluation ends
-  (``prestart_candidate``), so the next evaluation's candidate has already imported torch and, on CUDA, made its
-  CUDA context (about 0.5 GiB of GPU memory per spare, outside the memory budget, which keeps a tenth of the GPU
-  for such contexts and library workspaces). It has never seen
+  (``prestart_candidate``), so the next evaluation's candidate has already imported torch (it makes no CUDA
+  context before its setup: an idle spare holds no GPU memory). It has never seen
   candidate code; each evaluation's candidate still runs in a process of its own, killed when the evaluation
   ends, and the next spare is a new process.
 
@@ -49,9 +49,17 @@ SERVER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 # the next evaluation on a grader is often the same task; a few cover interleaved tasks
 MAX_REFERENCES = 2
 # GiB of idle GPU memory reservation (harness.gpu_memory) above which a reference is not kept: with 16 grader
-# processes on one GPU, idle references hold at most 16 x MAX_REFERENCES x MAX_IDLE_GIB of a 141 GiB H200's
-# 127 GiB budget (gpu_memory_fraction 0.9), leaving room for the evaluations that run
-MAX_IDLE_GIB = 2.0
+# processes on one GPU, idle references hold at most 16 x MAX_REFERENCES x MAX_IDLE_GIB = 32 GiB of a 141 GiB
+# H200's 127 GiB budget (gpu_memory_fraction 0.9); in practice a CUDA context and the model, about 0.6 GiB
+MAX_IDLE_GIB = 1.0
+# the largest share of the GPU's memory budget an evaluation may reserve for its reference to be kept. Idle
+# references' reservations, however small, cost the evaluations of a large task their turn: an evaluation reserving
+# 59 GiB (three 1.5 GiB tensors per input / output set) fits twice in an H200's 127 GiB budget, but only once
+# next to 16 idle references of 0.6 GiB each, and on one H200 a batch of 64 such evaluations took longer with
+# references kept than without (150 s, cut off, against 119 s; measured 2026-11-29). Below this share the
+# re-admission costs at most a small part of the budget's turns, and the evaluation saves its reference's start
+# and torch.compile.
+MAX_SHARE = 0.125
 
 
 def reference_key(setup: dict[str, Any]) -> str:
@@ -85,14 +93,10 @@ class WarmServers:
             self.root = make_tmp("opforge-warm-")
         return Path(tempfile.mkdtemp(prefix=prefix, dir=self.root))
 
-    def new_server(self, role: str, preinit: bool = False) -> ServerProcess:
-        """Start a ``role`` server (``reference`` trusted) in a fresh folder of its own; ``preinit``: it makes its
-        CUDA context before its first message."""
-        from opforge.harness.server import PREINIT_ENV
-
+    def new_server(self, role: str) -> ServerProcess:
+        """Start a ``role`` server (``reference`` trusted) in a fresh folder of its own."""
         folder = self._folder(f"{role}-")
-        env = {**SERVER_ENV, PREINIT_ENV: "cuda" if preinit else ""}
-        return ServerProcess(SERVER_MODULE, role, folder, folder / f"{role}.log", env=env,
+        return ServerProcess(SERVER_MODULE, role, folder, folder / f"{role}.log", env=SERVER_ENV,
                              trusted=role == "reference")
 
     def take_reference(self, key: str) -> ServerProcess | None:
@@ -106,12 +110,17 @@ class WarmServers:
         self.reused += 1
         return server
 
-    def keep_reference(self, key: str, server: ServerProcess, gib: float) -> None:
-        """Keep ``server`` (alive and idle: its slots released, ``gib`` reserved) for the next evaluation of ``key``,
-        unless ``gib`` is above ``max_idle_gib``; the least recently used reference beyond ``max_references`` is
-        closed."""
-        if server.proc.poll() is not None or gib > self.max_idle_gib or self.max_references < 1:
-            self.refused = f"last not kept: exited {server.proc.poll() is not None}, {gib:.2f} GiB reserved"
+    def keep_reference(self, key: str, server: ServerProcess, idle: dict[str, Any]) -> None:
+        """Keep ``server`` (alive and idle: its slots released) for the next evaluation of ``key``, given its reply
+        to ``idle`` (``gib``: its idle reservation; on CUDA ``full_gib``: the evaluation's, and ``capacity_gib``: the
+        budget's), unless ``gib`` is above ``max_idle_gib`` or ``full_gib`` above ``MAX_SHARE`` of the budget; the
+        least recently used reference beyond ``max_references`` is closed."""
+        gib, full = float(idle.get("gib") or 0.0), float(idle.get("full_gib") or 0.0)
+        capacity = float(idle.get("capacity_gib") or 0.0)
+        large = capacity > 0 and full > MAX_SHARE * capacity
+        if server.proc.poll() is not None or gib > self.max_idle_gib or large or self.max_references < 1:
+            self.refused = (f"last not kept: exited {server.proc.poll() is not None}, {gib:.2f} GiB idle, "
+                            f"{full:.2f} of {capacity:.2f} GiB while it ran")
             self.discard(server)
             return
         old = self.references.pop(key, None)
@@ -130,11 +139,10 @@ class WarmServers:
             server = self.new_server("candidate")
         return server
 
-    def prestart_candidate(self, device: str = "cpu") -> None:
-        """Start the next evaluation's candidate server now (a fresh process; no-op when one is waiting). On
-        ``cuda`` it makes its CUDA context while it waits (``harness.server.PREINIT_ENV``)."""
+    def prestart_candidate(self) -> None:
+        """Start the next evaluation's candidate server now (a fresh process; no-op when one is waiting)."""
         if self.spare is None:
-            self.spare = self.new_server("candidate", preinit=device == "cuda")
+            self.spare = self.new_server("candidate")
 
     def discard(self, server: ServerProcess) -> None:
         """Kill ``server``'s process group and remove its folder (idempotent)."""

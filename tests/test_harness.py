@@ -265,23 +265,29 @@ def test_grader_in_its_own_process_gives_the_same_verdicts(build_root, monkeypat
     assert hacked.status == "hacked" and any(h.startswith(EXPECTED[name]) for h in hacked.hacks), hacked
 
 
-def test_a_grader_process_past_its_time_is_killed_with_its_servers(build_root, monkeypatch, tmp_path):
+@pytest.mark.parametrize("warm", [False, True], ids=["per_evaluation", "warm"])
+def test_a_grader_process_past_its_time_is_killed_with_its_servers(build_root, monkeypatch, tmp_path, warm):
     """A grader process that overruns is killed, and so are its model servers, found from the process table
     (a paused candidate would otherwise wait for ever holding its GPU mappings; no file the candidate could
-    write names them); the evaluation ends ``timeout``."""
+    write names them); the evaluation ends ``timeout``. The same for a long-lived grader process
+    (``OPFORGE_WARM_GRADER=1``), whose next evaluation gets a new one."""
     import threading
     import time
 
     import opforge.harness.evaluate as ev
     import psutil
+    from opforge.harness import grader_service
 
     monkeypatch.setitem(ev.GRADER_IN_CHILD, "cpu", True)
+    if warm:
+        monkeypatch.setenv("OPFORGE_WARM_GRADER", "1")
     stall = {"model_new.py": model_new("        import time\n        time.sleep(60)\n"
                                        "        return opforge_kernels.fused_scale_relu(x, self.scale)\n",
                                        head="import opforge_kernels\n"),
              **{k: v for k, v in HONEST.items() if k != "model_new.py"}}
     cfg = EvalConfig(profile_compile=False, timing_trials=5, warmup=1, eval_timeout_s=60.0)
-    monkeypatch.setattr(ev, "GRADER_CHILD_MARGIN_S", -45.0)  # the parent kills the grader at 15 s
+    # the parent kills the grader at 15 s (25 s for a long-lived one, whose own start comes first)
+    monkeypatch.setattr(ev, "GRADER_CHILD_MARGIN_S", -35.0 if warm else -45.0)
     work = tmp_path / "eval"
     seen: set[int] = set()
     done = threading.Event()
@@ -323,6 +329,11 @@ def test_a_grader_process_past_its_time_is_killed_with_its_servers(build_root, m
         time.sleep(0.1)
     assert not any(alive(p) for p in seen), [p for p in seen if alive(p)]
     assert res.logs.get("grader")
+    if warm:
+        assert all(s.server is None for s in grader_service.POOL.all)  # the killed grader is not lent again
+        honest = evaluate(ROW, Solution(HONEST), FAST, build_root=build_root)
+        assert honest.status == "correct", honest
+        grader_service.POOL.close()
 
 
 def test_an_evaluation_reserves_what_its_three_processes_hold():
