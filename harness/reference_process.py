@@ -24,10 +24,18 @@ the socket); reply: each set's layout (JSON values included) and ``copied``. ``s
 warm-up and timed burst (``_burst``: eager timed on that draw), asked by the grader while it holds the device's
 timing lock exclusively, so the size does not depend on what neighbouring evaluations run at the time; reply
 ``burst``.
+
+Between evaluations of a long-lived grader (``harness.warm``): ``idle`` releases the slots and their CUDA graphs,
+empties the allocator cache and shrinks the reservation to what the process still holds (reply: ``gib``, and on
+CUDA the evaluation's ``full_gib`` and the budget's ``capacity_gib``); ``admit`` takes the evaluation's whole
+reservation again (waiting); ``setup`` with the same fields but the seed (``SETUP_KEYS``) draws the weights again
+in place (``reseed``) and replies as the first setup did; a setup the server cannot serve so is refused
+(``reusable: false``).
 """
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 from typing import Any
@@ -161,8 +169,6 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
         server.graphs.clear()
         server.graph_error.clear()
         server.slots = []
-        import gc
-
         gc.collect()
         if budget is None:
             return {"ok": True, "gib": 0.0}, None
