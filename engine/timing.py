@@ -163,6 +163,11 @@ def l2_flush_buffer(device: torch.device) -> torch.Tensor:
     return _FLUSH[index]
 
 
+def flush_buffer_bytes() -> int:
+    """Bytes of the L2 flush buffers (``l2_flush_buffer``) this process keeps, over all devices."""
+    return sum(t.numel() * t.element_size() for t in _FLUSH.values())
+
+
 def time_call(fn: Callable[[], object], device: str | torch.device = "cpu", *, warmup: int = 3,
               min_trials: int = 3, max_trials: int = 100, budget_s: float = 0.5,
               stop_above_ms: float | None = None, burst: int | None = 1, set_bytes: int = 0,

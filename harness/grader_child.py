@@ -53,14 +53,15 @@ def _allocated() -> int:
     """Bytes of GPU memory this process's caching allocator has allocated, less the L2 flush buffer that
     ``engine.timing`` keeps for the process's life (0 without CUDA)."""
     import torch
-    from opforge.engine.timing import _FLUSH
+    from opforge.engine.timing import flush_buffer_bytes
 
     if not torch.cuda.is_initialized():
         return 0
-    return torch.cuda.memory_allocated() - sum(t.numel() * t.element_size() for t in _FLUSH.values())
+    return torch.cuda.memory_allocated() - flush_buffer_bytes()
 
 
 def _blocks() -> str:
+    """The caching allocator's active blocks, segments and reserved bytes, for the log line of an evaluation."""
     import torch
 
     if not torch.cuda.is_initialized():
