@@ -131,6 +131,8 @@ def score_batch(dataset, completions, ids, expect, config, device: str, workers:
     res = fn.last_results
     batch = {
         "size": len(completions), "device": device, "workers": workers, "wall_s": wall,
+        # KernelReward grades each distinct (task, completion) once and gives its copies the same reward
+        "distinct": len(set(zip(ids, completions, strict=True))),
         "rewards_per_min": 60 * len(completions) / wall,
         "build_s_total": sum(r["build_s"] for r in res), "builds": sum(1 for r in res if r["build_s"] > 0),
         # one build per distinct solution (the others wait for it and get the cached module: 0 s)
