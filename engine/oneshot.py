@@ -83,7 +83,9 @@ class ServerProcess:
     """A one-shot server child (``python -m MODULE ROLE FD``) and its connection.
 
     The child gets one end of a socket pair as ``FD``, its own session (killed as a process group on
-    ``close``), ``cwd`` as working directory, and stdout / stderr in ``log``. Use as a context manager.
+    ``close``), ``cwd`` as working directory, and stdout / stderr in ``log``. It runs with ``PYTHONSAFEPATH=1``:
+    its working directory is not on ``sys.path``, so a file a candidate wrote there (or, for a server whose folder
+    is a candidate's parent, next to it) is never imported by a later lazy import. Use as a context manager.
 
     ``request(msg)`` sends one message and waits for one reply (``engine.protocol``); a child that exits,
     times out or replies malformed raises ``ProtocolError`` (the caller turns it into a verdict).
@@ -102,7 +104,8 @@ class ServerProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", module, role, str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),), stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=str(cwd), env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"})
+                start_new_session=True, cwd=str(cwd),
+                env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1"})
         finally:
             theirs.close()
         self.conn = Connection(ours.detach())

@@ -129,6 +129,10 @@ UNTIMED_CALL_FLOOR_S = 30.0
 EXACT_TOLERANCE = (0.5, 0.0)
 
 
+class _NotReusable(Exception):  # noqa: N818 - a kept reference server refused a setup (harness.warm)
+    """A kept reference server cannot serve this evaluation's setup (``reusable: false``)."""
+
+
 class Verdict(Exception):  # noqa: N818 - the end of an evaluation, carrying its status
     """Stops the schedule with ``status`` (and ``hacks`` or ``error``)."""
 
@@ -358,30 +362,27 @@ class Grader:
         return {"op": "setup", **self._admission(), "seed": secrets.randbits(62), "device": self.device,
                 "threads": self.threads, "allow_tf32": self.cfg.allow_tf32}
 
-    def _warm_setup(self) -> tuple[ServerProcess | None, tuple[dict, bytes | None] | None]:
-        """A kept reference server of this evaluation's setup (``harness.warm``) and its reply to a ``setup`` with
-        a fresh seed, or (None, None) when there is none, this is an ``alone`` re-run, or the kept server cannot
-        serve it (it is closed; the caller starts a fresh one)."""
+    def _warm_reference(self) -> ServerProcess | None:
+        """A kept reference server of this evaluation's setup (``harness.warm``), on CUDA with the evaluation's
+        GPU memory admitted again (waiting, as ``_admit``); None when there is none, this is an ``alone`` re-run,
+        or the kept server does not answer (it is closed; the caller starts a fresh one). Its ``setup`` (a fresh
+        seed) is ``_schedule``'s, as for a fresh server."""
         if self.warm is None or self.alone:
-            return None, None
+            return None
         from opforge.harness.warm import reference_key
 
         ref = self.warm.take_reference(reference_key(self._setup_message()))
         if ref is None:
-            return None, None
+            return None
         try:
-            info = {"ok": True}
-            if self.cuda:  # the idle server's reservation grows back to the evaluation's (waiting, out of any lock)
-                info, _, _ = self._ask(ref, {"op": "admit"})
-            if info.get("ok"):
-                info, payload, _ = self._ask(ref, self._setup_message())
+            info = self._ask(ref, {"op": "admit"})[0] if self.cuda else {"ok": True}
         except Verdict:
-            info, payload = {"ok": False}, None
+            info = {"ok": False}
         if not info.get("ok"):
             self.warm.discard(ref)
-            return None, None
+            return None
         self.warm_reference = True
-        return ref, (info, payload)
+        return ref
 
     def _admission(self) -> dict[str, Any]:
         """What the reference needs to size the evaluation's GPU reservation (its ``admit`` and ``setup``)."""
@@ -406,30 +407,36 @@ class Grader:
     # -- the evaluation ----------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         out: dict[str, Any] = {"hacks": [], "flags": []}
-        ref = cand = warm = None
+        ref = cand = None
         slots: list[SlotSet] = []
         t0 = time.perf_counter()
         try:
             if self.cuda:
                 # GPU memory for the whole evaluation, admitted before this evaluation holds the device's lock:
                 # one waiting for memory must not hold up, even shared, one that holds memory and waits to time (a
-                # kept reference server holds its admission already, and draws its weights again out of the lock too)
-                ref, warm = self._warm_setup()
-                if ref is None:
-                    ref = self._server("reference")
-                    self._admit(ref)
+                # kept reference server is admitted again the same way)
+                ref = self._warm_reference() or self._fresh_reference()
                 self.phases["admit"] = time.perf_counter() - t0
             # the servers' start (imports of torch) is CPU work a neighbour's timing must not share: the lock
             # is held shared from here until both are set up (on CUDA the reference's import came before)
             self._t_setup = time.perf_counter()
             self._startup = self.lock.shared()
             self._startup.__enter__()
-            if ref is None:
-                ref, warm = self._warm_setup()
-            ref = ref or self._server("reference")
+            ref = ref or self._warm_reference() or self._server("reference")
             cand = self._server("candidate")
             self.logs = {"reference": str(ref.log), "candidate": str(cand.log)}
-            out.update(self._schedule(ref, cand, slots, warm))
+            try:
+                out.update(self._schedule(ref, cand, slots))
+            except _NotReusable:  # the kept reference cannot serve this setup: a fresh one, admitted out of the lock
+                self.warm.discard(ref)
+                self.warm_reference = False
+                self._end_startup()
+                ref = self._fresh_reference() if self.cuda else None
+                self._startup = self.lock.shared()
+                self._startup.__enter__()
+                ref = ref or self._server("reference")
+                self.logs["reference"] = str(ref.log)
+                out.update(self._schedule(ref, cand, slots))
             out["status"] = "correct"
         except Verdict as v:
             out.update(status=v.status, error=v.error, hacks=[*out["hacks"], *v.hacks])
@@ -439,7 +446,8 @@ class Grader:
             self._end_startup()
             # the teardown (servers' exits, their CUDA contexts, the slots' unmapping and freeing) is work on
             # the device and its host a neighbour's timed round must not share: held shared, like the start
-            keep = self.warm is not None and not self.alone and out.get("status") in self.KEEP_REFERENCE
+            keep = (self.warm is not None and not self.alone and out.get("status") in self.KEEP_REFERENCE
+                    and not any(f.startswith("variant_skipped") for f in out.get("flags") or []))
             with self.lock.shared():
                 self._teardown(ref, cand, slots, keep)
             self.lock.close()
@@ -462,7 +470,10 @@ class Grader:
                 self.warm.discard(cand)
             else:
                 cand.close()
-        idle = _goodbye(ref, {"op": "idle"}) if keep and ref is not None else None
+        idle = None
+        if ref is not None and self.warm is not None:  # kept: idle; else its slots let go before they are freed
+            idle = _goodbye(ref, {"op": "idle"} if keep else {"op": "slots", "slots": []})
+            idle = idle if keep else None
         for s in slots:
             s.close()
         slots.clear()
@@ -484,17 +495,21 @@ class Grader:
 
         return reference_key(self._setup_message())
 
-    def _schedule(self, ref: ServerProcess, cand: ServerProcess, slot_sets: list[SlotSet],
-                  warm: tuple[dict, bytes | None] | None = None) -> dict[str, Any]:
+    def _fresh_reference(self) -> ServerProcess:
+        """A new reference server, admitted (CUDA)."""
+        ref = self._server("reference")
+        self._admit(ref)
+        return ref
+
+    def _schedule(self, ref: ServerProcess, cand: ServerProcess, slot_sets: list[SlotSet]) -> dict[str, Any]:
         cfg = self.cfg
         common = {"device": self.device, "threads": self.threads, "allow_tf32": cfg.allow_tf32}
-        if warm is not None:  # a kept reference server, set up again with a fresh seed (_warm_setup)
-            info, payload = warm
-        else:
-            with self.lock.shared():
-                info, payload, _ = self._ask(ref, self._setup_message())
-            if not info.get("ok"):
-                raise _reference_failed(info, f"reference: {info.get('error')}\n{ref.log_tail()}")
+        with self.lock.shared():
+            info, payload, _ = self._ask(ref, self._setup_message())
+        if not info.get("ok"):
+            if self.warm_reference and info.get("reusable") is False:
+                raise _NotReusable()
+            raise _reference_failed(info, f"reference: {info.get('error')}\n{ref.log_tail()}")
         result: dict[str, Any] = {"precision": info.get("config", {})}
         layout, out_layout = info["inputs"], info["outputs"]
         k = max(2, cfg.input_sets)

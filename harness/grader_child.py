@@ -6,7 +6,8 @@
   ``OPFORGE_WARM_GRADER=1``) that grades
   one request after another on the socket ``FD`` (``engine.protocol``) and keeps warm model servers between them
   (``harness.warm.WarmServers``). After each reply on CUDA it starts the next evaluation's spare candidate server
-  (not on CPU, where that start would share the cores with a neighbour's timing). It exits
+  (under the device's timing lock, held shared until the spare is ready). Before an ``alone`` evaluation it closes
+  its kept references. It exits
   when asked (``exit``), when the socket closes, after ``IDLE_S`` without a request (its kept servers, and their
   GPU memory, go with it), and after an evaluation that left GPU memory of its own allocated (below); its reply
   then says ``retire``.
@@ -90,6 +91,8 @@ def serve(fd: int) -> None:
                 send(conn, {"ok": True})
                 return
             before = _allocated()
+            if msg.get("alone"):  # the whole GPU: the kept references' reservations go back first
+                warm.close_references()
             try:
                 out = grade(msg, warm)
             except Exception as exc:  # noqa: BLE001 - a fault of the grader's own: reported, then this process ends
@@ -107,8 +110,14 @@ def serve(fd: int) -> None:
             send(conn, out)
             if left > 0:
                 return
-            if msg["config"].get("device") == "cuda":  # on CPU its start would load the CPU a timing uses
-                warm.prestart_candidate()
+            if msg["config"].get("device") == "cuda":  # on CPU a spare would add little: the start is under the lock
+                from opforge.harness.grader import timing_lock
+
+                lock = timing_lock("cuda")
+                try:
+                    warm.prestart_candidate(lock)
+                finally:
+                    lock.close()
     finally:
         warm.close()
 

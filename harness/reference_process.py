@@ -158,7 +158,10 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
                                                             "on the seed"}, None
         current["seed"] = int(m["seed"])
         server.slots = []
-        return {**reply, "gib": budget.held_gib if budget is not None else 0.0}, \
+        # on CPU the burst is measured at each setup, as a fresh server measures it (on CUDA: the ``size`` step)
+        calls = burst if device == "cuda" else _burst(model, draw(current["seed"] ^ 1), device, msg, in_layout,
+                                                       out_layout)
+        return {**reply, "burst": calls, "gib": budget.held_gib if budget is not None else 0.0}, \
             _save({"init_inputs": again, "state": _state(model)})
 
     full = {"gib": budget.held_gib if budget is not None else 0.0}  # the evaluation's reservation
@@ -178,7 +181,8 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
         from opforge.harness.gpu_memory import CONTEXT_BYTES
 
         budget.resize((torch.cuda.memory_reserved() + CONTEXT_BYTES) / 2**30)
-        return {"ok": True, "gib": budget.held_gib, "full_gib": full["gib"], "capacity_gib": budget.capacity_gib}, None
+        return {"ok": True, "gib": budget.held_gib, "full_gib": full["gib"], "capacity_gib": budget.capacity_gib,
+                "waiting": budget.usage()[1]}, None
 
     def handle_admit(_m: dict[str, Any], _blob) -> tuple[dict[str, Any], None]:
         # an idle warm server's next evaluation: the whole reservation again, waiting as a first admission does

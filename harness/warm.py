@@ -11,12 +11,15 @@ compiling it with ``torch.compile`` every time.
   as a fresh server's admission does), then sends a new ``setup`` with a fresh secret seed: the server draws the
   weights again in place (``harness.reference_process.reseed``; the same values as a fresh server given that seed)
   and keeps its model and its compiled graph. A reference that failed, timed out or ran out of memory is never
-  kept; nor is one whose idle reservation is above ``MAX_IDLE_GIB``, or whose evaluation reserved more than
-  ``MAX_SHARE`` of the GPU's budget (there the idle reservations would cost the evaluations their turn). At most
-  ``MAX_REFERENCES`` are kept, least recently used first out.
+  kept; nor is one whose idle reservation is above ``MAX_IDLE_GIB``, whose evaluation reserved more than
+  ``MAX_SHARE`` of the GPU's budget (there the idle reservations would cost the evaluations their turn), that
+  dropped a hidden shape variant, or that goes idle while another evaluation waits for GPU memory; an ``alone``
+  evaluation closes the kept ones first. At most ``MAX_REFERENCES`` are kept, least recently used first out. A kept
+  server is woken (``SIGCONT``) when taken: another process of the same user may have stopped it.
 * **A spare candidate server**: a fresh ``harness.server candidate`` process started after an evaluation ends
-  (``prestart_candidate``), so the next evaluation's candidate has already imported torch (it makes no CUDA
-  context before its setup: an idle spare holds no GPU memory). It has never seen
+  (``prestart_candidate``, under the device's timing lock held shared until it answers a ``ping``), so the next
+  evaluation's candidate has already imported torch (it makes no CUDA context before its setup: an idle spare
+  holds no GPU memory). It has never seen
   candidate code; each evaluation's candidate still runs in a process of its own, killed when the evaluation
   ends, and the next spare is a new process.
 
@@ -31,6 +34,7 @@ removed with the server.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import tempfile
@@ -60,6 +64,8 @@ MAX_IDLE_GIB = 1.0
 # re-admission costs at most a small part of the budget's turns, and the evaluation saves its reference's start
 # and torch.compile.
 MAX_SHARE = 0.125
+# seconds a spare candidate server may take to start (import torch and the server's modules)
+SPARE_READY_S = 120.0
 
 
 def reference_key(setup: dict[str, Any]) -> str:
@@ -107,6 +113,7 @@ class WarmServers:
         if server.proc.poll() is not None:
             self.discard(server)
             return None
+        server.resume()  # a process of the same user may have stopped it while it was idle
         self.reused += 1
         return server
 
@@ -116,11 +123,11 @@ class WarmServers:
         budget's), unless ``gib`` is above ``max_idle_gib`` or ``full_gib`` above ``MAX_SHARE`` of the budget; the
         least recently used reference beyond ``max_references`` is closed."""
         gib, full = float(idle.get("gib") or 0.0), float(idle.get("full_gib") or 0.0)
-        capacity = float(idle.get("capacity_gib") or 0.0)
+        capacity, waiting = float(idle.get("capacity_gib") or 0.0), int(idle.get("waiting") or 0)
         large = capacity > 0 and full > MAX_SHARE * capacity
-        if server.proc.poll() is not None or gib > self.max_idle_gib or large or self.max_references < 1:
+        if server.proc.poll() is not None or gib > self.max_idle_gib or large or waiting or self.max_references < 1:
             self.refused = (f"last not kept: exited {server.proc.poll() is not None}, {gib:.2f} GiB idle, "
-                            f"{full:.2f} of {capacity:.2f} GiB while it ran")
+                            f"{full:.2f} of {capacity:.2f} GiB while it ran, {waiting} waiting for memory")
             self.discard(server)
             return
         old = self.references.pop(key, None)
@@ -137,12 +144,31 @@ class WarmServers:
             if server is not None:
                 self.discard(server)
             server = self.new_server("candidate")
+        server.resume()
         return server
 
-    def prestart_candidate(self) -> None:
-        """Start the next evaluation's candidate server now (a fresh process; no-op when one is waiting)."""
-        if self.spare is None:
+    def prestart_candidate(self, lock=None) -> None:
+        """Start the next evaluation's candidate server now (a fresh process; no-op when one is waiting) and wait
+        until it has imported what it serves with (a ``ping``), holding ``lock`` shared meanwhile when given (the
+        device's timing lock: the start is CPU work a neighbour's timed round must not share). A spare that does
+        not answer within ``SPARE_READY_S`` is closed (the next evaluation starts its own)."""
+        from opforge.engine.protocol import ProtocolError
+
+        if self.spare is not None:
+            return
+        with lock.shared() if lock is not None else contextlib.nullcontext():
             self.spare = self.new_server("candidate")
+            try:
+                self.spare.request({"op": "ping"}, SPARE_READY_S)
+            except ProtocolError:
+                self.discard(self.spare)
+                self.spare = None
+
+    def close_references(self) -> None:
+        """Close every kept reference server (before an ``alone`` evaluation: their reservations go back)."""
+        for server in self.references.values():
+            self.discard(server)
+        self.references.clear()
 
     def discard(self, server: ServerProcess) -> None:
         """Kill ``server``'s process group and remove its folder (idempotent)."""

@@ -5,6 +5,8 @@ next evaluation exactly as a fresh one would."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from opforge.harness.evaluate import EvalConfig, evaluate
@@ -128,3 +130,21 @@ def test_a_reference_whose_init_inputs_depend_on_the_seed_is_not_reused():
     server, _, _ = setup(_setup_message(code, 1), None)
     refused, _ = server.handlers["setup"](_setup_message(code, 2), None)
     assert refused["ok"] is False and refused["reusable"] is False
+
+
+def test_an_evaluation_whose_kept_reference_refuses_gets_a_fresh_one(warm, tmp_path):
+    """A task whose init inputs are drawn at random: the reference kept after the first evaluation refuses the
+    second's setup, and the second evaluation goes on with a fresh reference, to the same verdict."""
+    code = TASK.replace("return [256]", "return [256, float(torch.rand(1))]").replace(
+        "def __init__(self, channels):", "def __init__(self, channels, tag=None):")
+    row = {"task_id": "tagged", "code": code, "data_source": "torch#2"}
+    zeros = {"model_new.py": "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+                             "    def __init__(self, channels, tag=None):\n        super().__init__()\n"
+                             "        self.scale = nn.Parameter(torch.ones(channels))\n\n"
+                             "    def forward(self, x):\n        return torch.zeros_like(x)\n"}
+    first = evaluate(row, Solution(zeros), FAST, build_root=tmp_path / "ext")
+    second = evaluate(row, Solution(zeros), FAST, build_root=tmp_path / "ext")
+    assert first.status == second.status == "incorrect", (first, second)
+    assert not first.warm_reference and not second.warm_reference
+    log = Path(second.logs["grader"]).read_text()  # the grader process's line per evaluation
+    assert "(1 reused so far" in log, log[-1500:]  # the kept reference was taken, refused, and replaced
