@@ -120,8 +120,9 @@ class WarmServers:
     def keep_reference(self, key: str, server: ServerProcess, idle: dict[str, Any]) -> None:
         """Keep ``server`` (alive and idle: its slots released) for the next evaluation of ``key``, given its reply
         to ``idle`` (``gib``: its idle reservation; on CUDA ``full_gib``: the evaluation's, and ``capacity_gib``: the
-        budget's), unless ``gib`` is above ``max_idle_gib`` or ``full_gib`` above ``MAX_SHARE`` of the budget; the
-        least recently used reference beyond ``max_references`` is closed."""
+        budget's; ``waiting``: evaluations waiting for GPU memory), unless ``gib`` is above ``max_idle_gib``,
+        ``full_gib`` above ``MAX_SHARE`` of the budget, or an evaluation waits; the least recently used reference
+        beyond ``max_references`` is closed."""
         gib, full = float(idle.get("gib") or 0.0), float(idle.get("full_gib") or 0.0)
         capacity, waiting = float(idle.get("capacity_gib") or 0.0), int(idle.get("waiting") or 0)
         large = capacity > 0 and full > MAX_SHARE * capacity
