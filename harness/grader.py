@@ -369,9 +369,7 @@ class Grader:
         seed) is ``_schedule``'s, as for a fresh server."""
         if self.warm is None or self.alone:
             return None
-        from opforge.harness.warm import reference_key
-
-        ref = self.warm.take_reference(reference_key(self._setup_message()))
+        ref = self.warm.take_reference(self._ref_key())
         if ref is None:
             return None
         try:
@@ -491,6 +489,7 @@ class Grader:
                 ref.close()
 
     def _ref_key(self) -> str:
+        """The key of this evaluation's reference setup among the warm servers (``harness.warm.reference_key``)."""
         from opforge.harness.warm import reference_key
 
         return reference_key(self._setup_message())

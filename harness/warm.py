@@ -45,10 +45,8 @@ from typing import Any
 from opforge.engine.oneshot import ServerProcess
 from opforge.engine.tempdirs import make as make_tmp
 from opforge.engine.tempdirs import remove as remove_tmp
+from opforge.harness.grader import SERVER_ENV, SERVER_MODULE
 
-SERVER_MODULE = "opforge.harness.server"
-# environment of both model servers (harness.grader.SERVER_ENV)
-SERVER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 # reference servers kept per grader process: a trainer's batch has several completions per task (GRPO's group), so
 # the next evaluation on a grader is often the same task; a few cover interleaved tasks
 MAX_REFERENCES = 2
