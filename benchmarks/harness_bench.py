@@ -152,6 +152,12 @@ def score_batch(dataset, completions, ids, expect, config, device: str, workers:
         "status": {s: sum(1 for r in res if r["status"] == s) for s in {r["status"] for r in res}},
         "honest_errors": sorted({str(r.get("error"))[:400] for r, k in zip(res, expect, strict=True)
                                  if k == "honest" and r["status"] != "correct"}),
+        # each distinct evaluation: its kind, status, build and grading seconds and the grader's steps
+        "evaluations": [{"task": t, "kind": k, "status": r["status"], "build_s": round(r["build_s"], 2),
+                         "eval_s": round(r.get("eval_s") or 0.0, 2), "phases_s": r.get("phases_s") or {},
+                         "warm_reference": bool(r.get("warm_reference"))}
+                        for (t, c), (r, k) in {(t, c): (r, k) for t, c, r, k in
+                                               zip(ids, completions, res, expect, strict=True)}.items()],
     }
     print(json.dumps(batch), flush=True)
     return batch

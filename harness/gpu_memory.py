@@ -35,6 +35,14 @@ FLUSH_BYTES = 128 * 2**20
 MARGIN = 1.1
 
 
+def slot_sets(input_sets: int, burst: int, graphs: bool) -> int:
+    """Rotating slot sets of the public shape an evaluation allocates, for bursts of at most ``burst`` calls:
+    ``max(input_sets, burst)`` for plain bursts; with CUDA graphs (``EvalConfig.cuda_graphs``) the rounds rotate
+    over the sets the first rounds capture (``harness.grader``: a burst's own sets, two when a burst is one
+    call), so ``max(burst, 2)``."""
+    return max(int(burst), 2) if graphs else max(int(input_sets), int(burst))
+
+
 class Shape(NamedTuple):
     """One input shape of an evaluation: ``sets`` rotating slot sets, bytes of one set of ``inputs`` and of
     ``outputs``, the eager forward's ``peak`` bytes."""

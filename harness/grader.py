@@ -85,6 +85,7 @@ import torch
 from opforge.engine.oneshot import ServerProcess
 from opforge.engine.protocol import ProtocolError, pack_pair
 from opforge.engine.timing import MAX_BURST
+from opforge.harness import gpu_memory
 from opforge.harness.slots import SlotSet, dtype_from
 
 SERVER_MODULE = "opforge.harness.server"  # the model servers' entry point (``harness.server``)
@@ -388,6 +389,7 @@ class Grader:
         return {"task_code": self.task["code"], "task_id": str(self.task["task_id"]),
                 "gpu_memory_fraction": cfg.gpu_memory_fraction, "gpu_admit_gib": cfg.gpu_admit_gib,
                 "alone": self.alone, "variants": self.variants, "input_sets": max(2, cfg.input_sets),
+                "cuda_graphs": self.cuda and cfg.cuda_graphs,
                 "burst_target_ms": cfg.burst_target_ms, "burst_calls": cfg.burst_calls}
 
     def _end_startup(self) -> None:
@@ -514,13 +516,15 @@ class Grader:
         k = max(2, cfg.input_sets)
         # each call of a burst has a slot set of its own: on CUDA, sets for the longest burst the reference may ask
         # for (engine.timing.burst_cap), the calls per burst sized once both servers are set up (below); on CPU
-        # the reference sized the burst during its setup
+        # the reference sized the burst during its setup. With CUDA graphs only the sets the rounds rotate over
+        # (``rotate`` below) are allocated: gpu_memory.slot_sets
         most = max(1, min(int(info.get("burst") or 1), MAX_BURST))
-        cset, rset = SlotSet(self.device), SlotSet(self.device)
+        # the candidate's set in a memory pool of its own: CUDA IPC maps whole segments (harness.slots)
+        cset, rset = SlotSet(self.device, private=True), SlotSet(self.device)
         slot_sets += [cset, rset]
         # hidden shape variants the reference could run; each gets two rotating slot sets of its own, allocated
         # with the public ones, so the candidate's setup and call messages look alike for every shape
-        shapes = {None: (layout, out_layout, max(k, most))}
+        shapes = {None: (layout, out_layout, gpu_memory.slot_sets(k, most, self.cuda and cfg.cuda_graphs))}
         for j, v in enumerate(info.get("variants") or []):
             if "error" in v:
                 result.setdefault("flags", []).append(f"variant_skipped:{j}")

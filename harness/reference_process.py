@@ -200,7 +200,7 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
 # the setup message's fields a warm reference server must share with its first setup to serve another evaluation
 # (harness.warm); the seed is drawn again
 SETUP_KEYS = ("task_code", "task_id", "variants", "device", "threads", "allow_tf32", "input_sets",
-              "burst_target_ms", "burst_calls", "gpu_memory_fraction", "gpu_admit_gib")
+              "burst_target_ms", "burst_calls", "cuda_graphs", "gpu_memory_fraction", "gpu_admit_gib")
 
 
 def _same_values(a: Any, b: Any) -> bool:
@@ -332,7 +332,7 @@ def admit(msg: dict[str, Any]) -> dict[str, Any]:
     """Admit the whole evaluation to the GPU's memory budget (``harness.gpu_memory``), held until this
     process exits: the bytes predicted on fake tensors for the public shape and each variant, ``gpu_admit_gib``
     when the prediction fails, the whole budget for an ``oom`` re-run (``alone``). ``msg``: the setup
-    message's fields (``task_code``, ``task_id``, ``variants``, ``input_sets``, ``gpu_memory_fraction``,
+    message's fields (``task_code``, ``task_id``, ``variants``, ``input_sets``, ``cuda_graphs``, ``gpu_memory_fraction``,
     ``gpu_admit_gib``, ``alone``). The grader sends it as a message of its own (``admit``) before it holds any
     lock of the device, so an evaluation waiting for memory never holds up one that holds memory and waits
     for the device. Returns ``{"budget": MemoryBudget, "gib": reserved GiB}``."""
@@ -355,13 +355,15 @@ def _admit(msg: dict[str, Any]):
 
 
 def public_sets(msg: dict[str, Any], set_bytes: int) -> int:
-    """Slot sets of the public shape the grader may allocate: ``input_sets``, or more for a burst of calls
-    (``engine.timing.burst_cap`` of one input + output set's bytes) when ``burst_target_ms`` is on."""
+    """Slot sets of the public shape the grader may allocate (``harness.gpu_memory.slot_sets`` of ``input_sets``,
+    the longest burst - ``engine.timing.burst_cap`` of one input + output set's bytes when ``burst_target_ms`` is
+    on, else 1 - and ``cuda_graphs``)."""
     from opforge.engine.timing import burst_cap
+    from opforge.harness.gpu_memory import slot_sets
 
-    sets = int(msg.get("input_sets") or 4)
     bursts = float(msg.get("burst_target_ms") or 0.0) > 0 or msg.get("burst_calls")
-    return max(sets, burst_cap(set_bytes)) if bursts else sets
+    return slot_sets(int(msg.get("input_sets") or 4), burst_cap(set_bytes) if bursts else 1,
+                     bool(msg.get("cuda_graphs")))
 
 
 def predicted_need_gib(msg: dict[str, Any], device: str) -> float | None:
@@ -392,14 +394,14 @@ def _grow(budget, msg: dict[str, Any], in_layout: list[dict[str, Any]], out_layo
     """Fit the evaluation's reservation (never waiting) to ``harness.gpu_memory.evaluation_bytes`` over the
     measured layouts (the public shape's ``in_layout`` / ``out_layout`` and each variant's) and this process's
     measured peak: grown when that is more than was admitted; shrunk by the slot sets admitted for a burst
-    longer than ``burst`` (the public shape's ``public_sets`` less ``max(input_sets, burst)``)."""
-    from opforge.harness.gpu_memory import VARIANT_SETS, Shape, evaluation_bytes, layout_bytes
+    longer than ``burst`` (the public shape's ``public_sets`` less ``gpu_memory.slot_sets`` for ``burst``)."""
+    from opforge.harness.gpu_memory import VARIANT_SETS, Shape, evaluation_bytes, layout_bytes, slot_sets
 
     peak = torch.cuda.max_memory_reserved()
     ins, outs = layout_bytes(in_layout), layout_bytes(out_layout)
     rest = [Shape(VARIANT_SETS, layout_bytes(v["inputs"]), layout_bytes(v["outputs"]), peak)
             for v in variants if "error" not in v]
-    used = max(int(msg.get("input_sets") or 4), burst)
+    used = slot_sets(int(msg.get("input_sets") or 4), burst, bool(msg.get("cuda_graphs")))
     gib = evaluation_bytes([Shape(used, ins, outs, peak), *rest]) / 2**30
     unused = (evaluation_bytes([Shape(public_sets(msg, ins + outs), ins, outs, peak), *rest]) / 2**30) - gib
     fit = max(gib, budget.held_gib - unused)

@@ -6,7 +6,10 @@ The grader allocates every slot; a child only maps them. A slot is described by 
 * CPU: one file per slot in a private directory on ``/dev/shm`` (else the system temp directory), mapped
   shared by both sides with ``torch.from_file(..., shared=True)``.
 * CUDA: the grader's tensors go to the child through CUDA IPC (``torch.multiprocessing``'s reductions,
-  pickled by the grader and unpickled by the child); ``SlotSpec.ipc`` is the index into that list.
+  pickled by the grader and unpickled by the child); ``SlotSpec.ipc`` is the index into that list. CUDA IPC
+  maps the whole allocator segment a tensor lies in, not just the tensor, so a set shared with untrusted code
+  (``private=True``: the candidate's) is allocated from a memory pool of its own (``torch.cuda.MemPool``): its
+  segments hold nothing but its own slots, never the reference's slots or the inputs drawn for later rounds.
 """
 
 from __future__ import annotations
@@ -57,14 +60,17 @@ class SlotSet:
     Attributes:
         tensors: every slot allocated so far, in allocation order (the grader's own views).
         specs: their ``SlotSpec`` s, same order.
+        pool: on CUDA with ``private``, the ``torch.cuda.MemPool`` every slot is allocated from (None otherwise,
+            and on a torch without ``MemPool``, where the set shares the caching allocator's segments).
     """
 
-    def __init__(self, device: str, directory: Path | None = None):
+    def __init__(self, device: str, directory: Path | None = None, private: bool = False):
         self.device = device
         self.cuda = device.startswith("cuda")
         self.directory = None if self.cuda else (directory or slot_dir())
         self.tensors: list[torch.Tensor] = []
         self.specs: list[SlotSpec] = []
+        self.pool = torch.cuda.MemPool() if self.cuda and private and hasattr(torch.cuda, "use_mem_pool") else None
 
     def new(self, shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> tuple[int, torch.Tensor]:
         """Allocate one slot (zero-filled); returns (index, tensor)."""
@@ -74,7 +80,11 @@ class SlotSet:
             numel *= s
         index = len(self.tensors)
         if self.cuda:
-            t = torch.zeros(shape, dtype=dtype, device=self.device)
+            if self.pool is not None:
+                with torch.cuda.use_mem_pool(self.pool):
+                    t = torch.zeros(shape, dtype=dtype, device=self.device)
+            else:
+                t = torch.zeros(shape, dtype=dtype, device=self.device)
             spec = SlotSpec(shape, dtype_name(dtype), ipc=index)
         else:
             path = self.directory / f"slot{index}"
@@ -97,9 +107,11 @@ class SlotSet:
         return bytes(ForkingPickler.dumps(self.tensors))
 
     def close(self) -> None:
-        """Drop this set's tensors and remove the CPU slot files (a child's mappings stay valid until it
-        frees them)."""
+        """Drop this set's tensors and its memory pool (its segments go back to the driver at the next
+        ``torch.cuda.empty_cache`` once nothing holds them) and remove the CPU slot files (a child's mappings stay
+        valid until it frees them)."""
         self.tensors = []
+        self.pool = None
         if self.directory is not None:
             for p in self.directory.glob("slot*"):
                 p.unlink(missing_ok=True)

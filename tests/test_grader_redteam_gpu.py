@@ -105,7 +105,8 @@ def test_evaluations_queued_for_memory_all_finish_and_score(build_root):
     from opforge.harness.batch import evaluate_many
     from opforge.harness.reference_process import predicted_need_gib
 
-    need = predicted_need_gib({"task_code": ROW["code"], "task_id": "x", "input_sets": 4}, "cuda")
+    need = predicted_need_gib({"task_code": ROW["code"], "task_id": "x", "input_sets": 4, "cuda_graphs": True},
+                              "cuda")
     total = torch.cuda.get_device_properties(0).total_memory / 2**30
     cfg = config(device="cuda", timing_trials=5, gpu_memory_fraction=min(1.0, 2.5 * need / total),
                  eval_timeout_s=300.0)
@@ -131,3 +132,32 @@ def test_other_library_calls_are_hacked_on_cuda(name, build_root):
     res = _evaluate(files, build_root)
     assert res.status == "hacked" and res.reward == -1.0, _summary(res)
     assert any(h.startswith("source:") and h.endswith(token) for h in res.hacks), _summary(res)
+
+
+def test_the_candidates_slots_share_no_allocator_segment_with_anything_else():
+    """CUDA IPC maps the whole allocator segment a shared tensor lies in: the candidate's slot set
+    (``SlotSet(private=True)``, as the grader allocates it) must sit in segments that hold none of the grader's
+    other tensors (the reference's slots, the inputs drawn for later rounds), whatever the slot sizes; its
+    memory goes back when the set is closed."""
+    import torch
+    from opforge.harness.slots import SlotSet
+
+    rset, cset = SlotSet("cuda"), SlotSet("cuda", private=True)
+    mine, others = [], []
+    for n in (1, 16, 1000, 4096, 2**18, 2**20 + 3, 3 * 2**20, 64, 5 * 2**20):  # small and large pool blocks
+        others.append(rset.new([n], torch.float32)[1])
+        mine.append(cset.new([n], torch.float32)[1])
+        others.append(torch.empty(n, device="cuda"))
+    held = 0
+    for seg in torch.cuda.memory_snapshot():
+        lo, hi = seg["address"], seg["address"] + seg["total_size"]
+        ours = [t for t in mine if lo <= t.data_ptr() < hi]
+        if ours:
+            held += seg["total_size"]
+            assert not [t for t in others if lo <= t.data_ptr() < hi], seg
+    assert held >= sum(t.numel() * 4 for t in mine)
+    del mine
+    before = torch.cuda.memory_reserved()
+    cset.close()
+    torch.cuda.empty_cache()
+    assert torch.cuda.memory_reserved() <= before - held

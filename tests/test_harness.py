@@ -367,8 +367,8 @@ def test_an_evaluation_reserves_what_its_three_processes_hold():
 
 
 def test_the_reference_predicts_the_need_of_every_shape_it_will_run():
-    """``reference_process.predicted_need_gib``: the public shape with ``input_sets`` sets and each hidden variant
-    with two, from fake-tensor runs (inputs and outputs scale with the variant's batch); a variant the task cannot
+    """``reference_process.predicted_need_gib``: the public shape with ``input_sets`` sets (two with CUDA graphs and
+    one call per burst) and each hidden variant with two, from fake-tensor runs (inputs and outputs scale with the variant's batch); a variant the task cannot
     take is left out; a task fake tensors cannot run gives None (the caller admits ``gpu_admit_gib``)."""
     from opforge.engine.memory_estimate import predict_footprint
     from opforge.harness.gpu_memory import Shape, evaluation_bytes
@@ -382,6 +382,9 @@ def test_the_reference_predicts_the_need_of_every_shape_it_will_run():
     assert pub.inputs == 64 * 256 * 4 and var.inputs == 256 * 256 * 4 and var.outputs == 4 * pub.outputs
     want = evaluation_bytes([Shape(4, pub.inputs, pub.outputs, pub.peak), Shape(2, var.inputs, var.outputs, var.peak)])
     assert predicted_need_gib(msg, "cpu") == want / 2**30
+    # with CUDA graphs the rounds rotate over two captured sets of one call each: two are allocated, not four
+    graphed = evaluation_bytes([Shape(2, pub.inputs, pub.outputs, pub.peak), Shape(2, var.inputs, var.outputs, var.peak)])
+    assert predicted_need_gib({**msg, "cuda_graphs": True}, "cpu") == graphed / 2**30 < want / 2**30
     assert predicted_need_gib({**msg, "variants": []}, "cpu") < want / 2**30
     assert predicted_need_gib({**msg, "task_code": sized.replace("return torch.relu(", "return x.sum().item() * (")},
                               "cpu") is None

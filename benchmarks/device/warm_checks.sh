@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue #58 on the H200, one call: the toolchain, the reward batch, both GPU red-team suites, then the environment's
-# episodes with what is left of BUDGET_S. Each step has its own timeout; logs and results under $OUT/wc (tar them).
+# Issue #58 on the H200, one call: the toolchain, the reward batch (batchwarm: with OPFORGE_WARM_GRADER=1), both GPU
+# red-team suites, then the environment's episodes with what is left of BUDGET_S. Each step has its own timeout; logs and results under $OUT/wc (tar them).
 # Leftover model servers of a step cut off by its timeout are killed before the next step.
 # Usage (device tool, repository root, carry .whl): BUDGET_S=540 bash benchmarks/device/warm_checks.sh
 set -uo pipefail
@@ -17,6 +17,7 @@ for s in $STEPS; do
   case $s in
     toolchain) log toolchain; timeout 150 opforge harness toolchain --device cuda > "$OUT/wc/toolchain.log" 2>&1; log "toolchain rc=$?" ;;
     batch) log batch; timeout ${BATCH_S:-150} python3 benchmarks/harness_bench.py --skip-solutions --batch 64 --workers 16 --out "$OUT/wc/harness_batch.json" > "$OUT/wc/harness_batch.log" 2>&1; log "batch rc=$?"; sweep ;;
+    batchwarm) log batchwarm; OPFORGE_WARM_GRADER=1 timeout ${BATCH_S:-150} python3 benchmarks/harness_bench.py --skip-solutions --batch 64 --workers 16 --out "$OUT/wc/harness_batch_warm.json" > "$OUT/wc/harness_batch_warm.log" 2>&1; log "batchwarm rc=$?"; sweep ;;
     redteam) N=""; python3 -c "import xdist" 2>/dev/null && N="-n 8"
       log redteam; timeout ${REDTEAM_S:-250} python3 -m pytest -m gpu $N -q -p no:cacheprovider tests/test_grader_redteam_gpu.py tests/test_timing_gpu.py > "$OUT/wc/redteam.log" 2>&1; log "redteam rc=$?"; sweep ;;
     episodes) T=$(( $(left) - 10 )); log "episodes (timeout $T)"
