@@ -26,7 +26,10 @@ Heavy steps (compile, verify, profile, submit) run through ``harness.env_steps.r
 environment's settings pickle into a trainer's worker processes) (``engine.cluster.open_cluster``: one worker per GPU on
 CUDA, so many environments share the machine's GPUs and cores the way ``opforge eval`` does), else in this
 process (each evaluation still runs the candidate in its own server process, ``harness.grader``). The files
-travel as values, so the workers need no shared filesystem. The workspace and its record are deleted by the
+travel as values, so the workers need no shared filesystem. On a client, a step's Dask key is the hash of its
+kind, row, files and settings: identical steps in flight at the same time (episodes that compile, verify or
+submit the same code for the same row) run once and share the result, as ``harness.rl.KernelReward`` grades each
+distinct completion once; a step asked again after that runs again. The workspace and its record are deleted by the
 next ``reset``, by ``close()``, or when the environment is garbage-collected; the environment's folder
 (``opforge-env-*``) lives in the process tree's temporary session (``engine.tempdirs``), so one never closed - in a
 rollout process that ends through ``os._exit`` or a signal - is removed when the tree's first process exits.
@@ -393,8 +396,13 @@ class KernelEnv:
         row = {k: _plain(v) for k, v in (self._row or {}).items()}
         if self.scheduler is None:
             return run_step(kind, row, files, config_json, self.build_root)
+        # keyed by content: identical steps in flight at once (other episodes' same code) are graded once
+        from opforge.engine.ledger import content_hash
+        from opforge.harness.evaluate import GRADER_VERSION
+
+        key = f"env-{kind}-{content_hash(kind, row, files, config_json, self.build_root, GRADER_VERSION)}"
         return self.scheduler.get().submit(run_step, kind, row, files, config_json, self.build_root,
-                                           pure=False).result()
+                                           key=key).result()
 
 
 def _plain(v: Any) -> Any:

@@ -186,6 +186,36 @@ def test_scripted_agents_honest_hardcoded_and_wrong(tasks, build_root):
     assert summary["episodes"] == 3 and summary["reward_counts"]["-1"] == 2 and summary["episodes_per_min"] == 3.0
 
 
+def test_identical_steps_in_flight_at_once_are_graded_once(tasks, build_root):
+    """Two environments on one Dask client whose agents submit the same code at the same time share one
+    evaluation (its Dask key is the step's content): the same result, to the grader's own seconds; another
+    code is graded on its own."""
+    import threading
+
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=1, threads_per_worker=3, processes=False, dashboard_address=None)
+    client = Client(cluster)
+    envs = [KernelEnv(tasks, CONFIG, client=client, build_root=build_root) for _ in range(3)]
+    try:
+        kinds = ["honest", "honest", "wrong"]
+        for env in envs:
+            env.reset("scale_relu")
+        threads = [threading.Thread(target=agents.scripted_agent(k), args=(env, "")) for k, env in zip(kinds, envs)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        first, second, wrong = (env.result for env in envs)
+    finally:
+        for env in envs:
+            env.close()
+        client.close()
+        cluster.close()
+    assert first["status"] == "correct" and first == second, (first, second)
+    assert wrong["status"] == "incorrect" and wrong["eval_s"] != first["eval_s"]
+
+
 def test_a_dataset_file_keeps_the_hidden_variants(tasks, build_root, tmp_path):
     """A dataset given as a .parquet or .jsonl file (as vf-eval, the OpenEnv server and opforge eval take it)
     keeps every column, the hidden shape_variants above all: the final check of an episode on the file fails
