@@ -201,7 +201,8 @@ def test_identical_steps_in_flight_at_once_are_graded_once(tasks, build_root):
         kinds = ["honest", "honest", "wrong"]
         for env in envs:
             env.reset("scale_relu")
-        threads = [threading.Thread(target=agents.scripted_agent(k), args=(env, "")) for k, env in zip(kinds, envs)]
+        threads = [threading.Thread(target=agents.scripted_agent(k), args=(env, "")) for k, env in
+                   zip(kinds, envs, strict=True)]
         for t in threads:
             t.start()
         for t in threads:
