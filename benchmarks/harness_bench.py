@@ -141,7 +141,7 @@ def score_batch(dataset, completions, ids, expect, config, device: str, workers:
         "verify_s_total": sum(r.get("verify_s") or 0 for r in res),
         "profile_s_total": sum(r.get("profile_s") or 0 for r in res),
         "eval_child_s_total": sum(r.get("eval_s") or 0 for r in res),
-        # median seconds of the grader's steps over the batch (EvalResult.phases_s: admit, setup, draw, total)
+        # median seconds of the grader's steps over the batch (EvalResult.phases_s: admit, setup, rounds, draw, teardown, total)
         "phases_median_s": {k: statistics.median(r["phases_s"][k] for r in res if k in (r.get("phases_s") or {}))
                             for k in sorted({k for r in res for k in (r.get("phases_s") or {})})},
         # evaluations whose reference server was kept from an earlier one (harness.warm), of those that got one

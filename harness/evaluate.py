@@ -131,7 +131,8 @@ class EvalResult(BaseModel):
     graphs: bool = False  # every timed burst was a CUDA-graph replay (harness.grader, EvalConfig.cuda_graphs)
     variants_checked: int = 0  # hidden shape variants the candidate answered correctly (harness.grader)
     warm_reference: bool = False  # the reference server was kept from an earlier evaluation (harness.warm)
-    phases_s: dict[str, float] = {}  # seconds of the grader's steps: admit, setup, draw, total (harness.grader)
+    # seconds of the grader's steps: admit, setup, rounds, draw, teardown, total (harness.grader)
+    phases_s: dict[str, float] = {}
     device: str = "cpu"
     logs: dict[str, str] = {}
 

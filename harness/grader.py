@@ -307,9 +307,11 @@ class Grader:
         self._startup = None
         self.logs: dict[str, str] = {}
         # seconds of the evaluation's steps (EvalResult.phases_s): admit (reference start and GPU memory
-        # admission, CUDA), setup (both servers ready), draw (the reference's input draws), total
+        # admission, CUDA), setup (both servers ready), rounds (from then to the verdict), draw (the reference's
+        # input draws, part of the rounds), teardown (servers' exits, slots freed), total
         self.phases: dict[str, float] = {}
         self._t_setup = 0.0  # perf_counter when the servers' setup began
+        self._t_rounds = 0.0  # perf_counter when both servers were set up
 
     # -- plumbing ------------------------------------------------------------------------------------
     def _left(self) -> float:
@@ -443,6 +445,9 @@ class Grader:
         except torch.OutOfMemoryError as exc:  # this process's slots or copies: the neighbours' memory, or its own
             out.update(status="oom", error=f"grader: {str(exc)[:300]}")
         finally:
+            t_end = time.perf_counter()
+            if self._t_rounds:
+                self.phases["rounds"] = t_end - self._t_rounds
             self._end_startup()
             # the teardown (servers' exits, their CUDA contexts, the slots' unmapping and freeing) is work on
             # the device and its host a neighbour's timed round must not share: held shared, like the start
@@ -451,6 +456,7 @@ class Grader:
             with self.lock.shared():
                 self._teardown(ref, cand, slots, keep)
             self.lock.close()
+            self.phases["teardown"] = time.perf_counter() - t_end
         self.phases["total"] = time.perf_counter() - t0
         out["warm_reference"] = self.warm_reference
         out["logs"] = self.logs
@@ -562,7 +568,8 @@ class Grader:
                 raise Verdict(status, reply.get("error"))
         result["weights_missing"] = reply.get("weights_missing")
         self._end_startup()
-        self.phases["setup"] = time.perf_counter() - self._t_setup
+        self._t_rounds = time.perf_counter()
+        self.phases["setup"] = self._t_rounds - self._t_setup
         # calls per warm-up and timed burst (engine.timing.burst_size), sized by the reference from eager's time
         # while this evaluation holds the device alone: a neighbour's work would make eager look slower and the
         # bursts too short (in batches of 16 on one H100, most evaluations of a 0.06 ms task got one call per
