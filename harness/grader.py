@@ -414,18 +414,23 @@ class Grader:
         t0 = time.perf_counter()
         try:
             if self.cuda:
+                # the candidate's server starts beside the reference's, so its import of torch overlaps the
+                # reference's start and the wait for GPU memory instead of following them (it touches the GPU only
+                # at its setup, after the admission; with ``warm``, a spare started earlier is taken below)
+                if self.warm is None:
+                    cand = self._server("candidate")
                 # GPU memory for the whole evaluation, admitted before this evaluation holds the device's lock:
                 # one waiting for memory must not hold up, even shared, one that holds memory and waits to time (a
                 # kept reference server is admitted again the same way)
                 ref = self._warm_reference() or self._fresh_reference()
                 self.phases["admit"] = time.perf_counter() - t0
             # the servers' start (imports of torch) is CPU work a neighbour's timing must not share: the lock
-            # is held shared from here until both are set up (on CUDA the reference's import came before)
+            # is held shared from here until both are set up (on CUDA both servers' imports began before)
             self._t_setup = time.perf_counter()
             self._startup = self.lock.shared()
             self._startup.__enter__()
             ref = ref or self._warm_reference() or self._server("reference")
-            cand = self._server("candidate")
+            cand = cand or self._server("candidate")
             self.logs = {"reference": str(ref.log), "candidate": str(cand.log)}
             try:
                 out.update(self._schedule(ref, cand, slots))
