@@ -36,6 +36,24 @@ if __name__ == "__main__":
                          round(time.perf_counter() - t0, 3)))
 
     gr.Grader._ask = timed_ask
+    # the servers' imports (python -X importtime, in their logs): the slowest ones of each server, before teardown
+    gr.SERVER_ENV = {**gr.SERVER_ENV, "PYTHONPROFILEIMPORTTIME": "1"}
+    plain_teardown = gr.Grader._teardown
+
+    def teardown(self, *args, **kwargs):
+        for role, log in self.logs.items():
+            rows = []
+            for line in Path(log).read_text(errors="replace").splitlines():
+                parts = line.split("|")
+                if line.startswith("import time:") and len(parts) == 3 and parts[1].strip().isdigit():
+                    rows.append((int(parts[1]), parts[2].rstrip()))
+            rows.sort(reverse=True)
+            print(f"   {role}: {len(rows)} imports, slowest (cumulative us):", flush=True)
+            for us, name in rows[:12]:
+                print(f"      {us:>9} {name}", flush=True)
+        return plain_teardown(self, *args, **kwargs)
+
+    gr.Grader._teardown = teardown
     for kind in sys.argv[1:] or ["torch_ops", "zeros"]:
         asks.clear()
         prof = cProfile.Profile()
