@@ -100,6 +100,15 @@ class DispatchGuard(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+# ``TorchDispatchMode`` wraps each subclass's ``__torch_dispatch__`` in ``torch._disable_dynamo``, which imports
+# ``torch._dynamo`` (sympy and the rest: about 5 s of one core, measured on an H200 machine, 2026-11-29) at the
+# guard's first op, in every candidate's process. Nothing there runs ``torch.compile`` (``harness.policy`` denies it
+# and ``torch._*``), so the wrapper is told that the method itself is its dynamo-disabled form and never imports.
+_RAW_DISPATCH = getattr(DispatchGuard.__torch_dispatch__, "__wrapped__", None)
+if _RAW_DISPATCH is not None:
+    setattr(_RAW_DISPATCH, "__dynamo_disable", _RAW_DISPATCH)  # noqa: B010 - the name torch's wrapper reads
+
+
 def guard_all_threads(state: GuardState) -> DispatchGuard:
     """Enter a ``DispatchGuard`` in this thread for the rest of the process's life, and in every thread
     started from Python from now on (``_thread.start_new_thread``, which ``threading`` uses too)."""
