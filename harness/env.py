@@ -400,7 +400,7 @@ class KernelEnv:
         from opforge.engine.ledger import content_hash
         from opforge.harness.evaluate import GRADER_VERSION
 
-        key = f"env-{kind}-{content_hash(kind, row, files, config_json, self.build_root, GRADER_VERSION)}"
+        key = f"run_step-{content_hash(kind, row, files, config_json, self.build_root, GRADER_VERSION)}"
         return self.scheduler.get().submit(run_step, kind, row, files, config_json, self.build_root,
                                            key=key).result()
 
