@@ -65,8 +65,9 @@ class EvalConfig(GpuAdmission):
     tolerance of each reference output's dtype, ``opforge.task.precision``); times in s. Every call of the
     candidate is verified, so ``correct_trials`` / ``warmup`` / ``timing_trials`` / ``reverify_trials`` are
     rounds of one schedule (``harness.grader``). ``threads``: intra-op threads of both servers (None: the
-    cores this process may use). ``input_sets``: rotating input slots of the single-call rounds (>= 2) of plain bursts (with CUDA graphs the
-    rounds rotate over the sets the burst's graphs were captured on: ``harness.gpu_memory.slot_sets``).
+    cores this process may use). ``input_sets``: rotating input slots of the single-call rounds (>= 2) of plain
+    bursts (with CUDA graphs the rounds rotate over the sets the burst's graphs were captured on:
+    ``harness.gpu_memory.slot_sets``).
     ``burst_target_ms``: a warm-up or timed round of each target is one burst of calls on fresh input sets,
     as many as make it last about this long (``engine.timing.burst_size``); 0 times one call per request.
     ``burst_calls``: that many calls per burst instead (at most what ``engine.timing.burst_cap`` allows for the

@@ -368,8 +368,8 @@ def test_an_evaluation_reserves_what_its_three_processes_hold():
 
 def test_the_reference_predicts_the_need_of_every_shape_it_will_run():
     """``reference_process.predicted_need_gib``: the public shape with ``input_sets`` sets (two with CUDA graphs and
-    one call per burst) and each hidden variant with two, from fake-tensor runs (inputs and outputs scale with the variant's batch); a variant the task cannot
-    take is left out; a task fake tensors cannot run gives None (the caller admits ``gpu_admit_gib``)."""
+    one call per burst) and each hidden variant with two, from fake-tensor runs (inputs and outputs scale with the
+    variant's batch); a variant the task cannot take is left out; a task fake tensors cannot run gives None (the caller admits ``gpu_admit_gib``)."""
     from opforge.engine.memory_estimate import predict_footprint
     from opforge.harness.gpu_memory import Shape, evaluation_bytes
     from opforge.harness.reference_process import predicted_need_gib

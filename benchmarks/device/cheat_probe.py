@@ -1,5 +1,5 @@
-"""One cheat (``zeros``, no build) of the reward batch evaluated alone, N times in a row on CUDA: the grader's
-phases per evaluation, to tell an evaluation's own cost from what a batch's neighbours add.
+"""Two cheats of the reward batch (``zeros``, ``torch_ops``; no build), each evaluated alone N times in a row on CUDA
+through the shipped grader process: the grader's phases per evaluation, to tell an evaluation's own cost from what a batch's neighbours add.
 
     python3 benchmarks/device/cheat_probe.py N        # prints one JSON line per evaluation
 """

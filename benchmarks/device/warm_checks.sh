@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Issue #58 on the H200, one call: the toolchain, the reward batch (batchwarm, redteamwarm, episodeswarm: the same with
-# OPFORGE_WARM_GRADER=1), both GPU
-# red-team suites, then the environment's episodes with what is left of BUDGET_S. Each step has its own timeout; logs and results under $OUT/wc (tar them).
+# Issue #58 on the H200, one call: the toolchain, the reward batch, both GPU red-team suites, then the environment's
+# episodes with what is left of BUDGET_S. A step named with "warm" after it (batchwarm, redteamwarm, episodeswarm) is
+# the same step with OPFORGE_WARM_GRADER=1, its files named *_warm. Each step has its own timeout; logs and results
+# under $OUT/wc (tar them).
 # Leftover model servers of a step cut off by its timeout are killed before the next step.
 # Usage (device tool, repository root, carry .whl): BUDGET_S=540 bash benchmarks/device/warm_checks.sh
 set -uo pipefail
@@ -15,18 +16,15 @@ log() { echo "$(date -u +%T) t=$(( $(date +%s) - T0 )) s: $*" | tee -a "$OUT/wc/
 sweep() { pkill -9 -f "[o]pforge\.harness\.(server|grader_child)" 2>/dev/null; pkill -9 -f "[d]istributed\.cli" 2>/dev/null; sleep 1; }
 STEPS=${STEPS:-"toolchain batch redteam episodes"}
 for s in $STEPS; do
-  case $s in
+  step=${s%warm}; W=""; WARM=()
+  [ "$step" != "$s" ] && { W=_warm; WARM=(OPFORGE_WARM_GRADER=1); }
+  case $step in
     toolchain) log toolchain; timeout 150 opforge harness toolchain --device cuda > "$OUT/wc/toolchain.log" 2>&1; log "toolchain rc=$?" ;;
-    batch) log batch; timeout ${BATCH_S:-150} python3 benchmarks/harness_bench.py --skip-solutions --batch 64 --workers 16 --out "$OUT/wc/harness_batch.json" > "$OUT/wc/harness_batch.log" 2>&1; log "batch rc=$?"; sweep ;;
-    batchwarm) log batchwarm; OPFORGE_WARM_GRADER=1 timeout ${BATCH_S:-150} python3 benchmarks/harness_bench.py --skip-solutions --batch 64 --workers 16 --out "$OUT/wc/harness_batch_warm.json" > "$OUT/wc/harness_batch_warm.log" 2>&1; log "batchwarm rc=$?"; sweep ;;
+    batch) log "$s"; env "${WARM[@]}" timeout ${BATCH_S:-150} python3 benchmarks/harness_bench.py --skip-solutions --batch 64 --workers 16 --out "$OUT/wc/harness_batch$W.json" > "$OUT/wc/harness_batch$W.log" 2>&1; log "$s rc=$?"; sweep ;;
     redteam) N=""; python3 -c "import xdist" 2>/dev/null && N="-n 8"
-      log redteam; timeout ${REDTEAM_S:-250} python3 -m pytest -m gpu $N -q -p no:cacheprovider tests/test_grader_redteam_gpu.py tests/test_timing_gpu.py > "$OUT/wc/redteam.log" 2>&1; log "redteam rc=$?"; sweep ;;
-    episodeswarm) T=$(( $(left) - 10 )); log "episodeswarm (timeout $T)"
-      [ $T -gt 30 ] && OPFORGE_WARM_GRADER=1 timeout $T python3 benchmarks/env_episodes.py --device cuda --episodes 64 --out "$OUT/wc/env_episodes_warm.json" > "$OUT/wc/env_episodes_warm.log" 2>&1; log "episodeswarm rc=$?"; sweep ;;
-    redteamwarm) N=""; python3 -c "import xdist" 2>/dev/null && N="-n 8"
-      log redteamwarm; OPFORGE_WARM_GRADER=1 timeout ${REDTEAM_S:-250} python3 -m pytest -m gpu $N -q -p no:cacheprovider tests/test_grader_redteam_gpu.py tests/test_timing_gpu.py > "$OUT/wc/redteam_warm.log" 2>&1; log "redteamwarm rc=$?"; sweep ;;
-    episodes) T=$(( $(left) - 10 )); log "episodes (timeout $T)"
-      [ $T -gt 30 ] && timeout $T python3 benchmarks/env_episodes.py --device cuda --episodes 64 --out "$OUT/wc/env_episodes.json" > "$OUT/wc/env_episodes.log" 2>&1; log "episodes rc=$?"; sweep ;;
+      log "$s"; env "${WARM[@]}" timeout ${REDTEAM_S:-250} python3 -m pytest -m gpu $N -q -p no:cacheprovider tests/test_grader_redteam_gpu.py tests/test_timing_gpu.py > "$OUT/wc/redteam$W.log" 2>&1; log "$s rc=$?"; sweep ;;
+    episodes) T=$(( $(left) - 10 )); log "$s (timeout $T)"
+      [ $T -gt 30 ] && env "${WARM[@]}" timeout $T python3 benchmarks/env_episodes.py --device cuda --episodes 64 --out "$OUT/wc/env_episodes$W.json" > "$OUT/wc/env_episodes$W.log" 2>&1; log "$s rc=$?"; sweep ;;
   esac
 done
 tail -3 "$OUT/wc/redteam.log" 2>/dev/null
