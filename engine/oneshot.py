@@ -24,8 +24,10 @@ from typing import Any
 
 
 def run_child(module: str, step: str, request: dict[str, Any], work_dir: Path, timeout_s: float,
-              env: dict[str, str] | None = None) -> tuple[dict[str, Any], float]:
-    """Run ``python -m module step REQUEST RESULT`` in a child; returns (result dict, wall seconds).
+              env: dict[str, str] | None = None, preload: tuple[str, ...] = ()) -> tuple[dict[str, Any], float]:
+    """Run ``python -m module step REQUEST RESULT`` in a child; returns (result dict, wall seconds). With
+    ``preload``, the child is forked from the fork server that has imported those modules (``engine.forkserver``;
+    it calls ``module.main()``), where one can serve.
 
     A child that times out, dies or writes no result gives ``{"ok": False, "error": ..., "log": path}``.
     """
@@ -35,9 +37,10 @@ def run_child(module: str, step: str, request: dict[str, Any], work_dir: Path, t
     res.unlink(missing_ok=True)
     t0 = time.perf_counter()
     with open(log, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", module, step, str(req), str(res)],
-                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"})
+        argv, full_env = [step, str(req), str(res)], {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+        proc = _start(module, argv, preload, Path.cwd(), full_env, fh.fileno(), (), step) if preload else None
+        proc = proc or subprocess.Popen([sys.executable, "-m", module, *argv], stdout=fh, stderr=subprocess.STDOUT,
+                                        start_new_session=True, env=full_env)
         try:
             code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -55,10 +58,21 @@ def run_child(module: str, step: str, request: dict[str, Any], work_dir: Path, t
             "log": str(log)}, seconds
 
 
+def _start(module: str, argv: list[str], preload: tuple[str, ...], cwd: Path, env: dict[str, str], out: int,
+           pass_fds: tuple[int, ...], name: str):
+    """``module.main()`` in a child of the fork server for ``preload`` (``engine.forkserver``), or None."""
+    from opforge.engine import forkserver
+
+    return forkserver.spawn(f"{module}:main", argv, preload=preload, cwd=cwd, env=env, stdout=out,
+                            pass_fds=pass_fds, name=f"opf-{name}"[:15])
+
+
 def kill_tree(pid: int) -> None:
     """SIGKILL the process group of ``pid`` and of every process descended from it, found from the process
     table (never from a file a child could write): a child's own one-shot servers start sessions of their
-    own, so killing the child's group alone would leave them running (a stopped one for ever)."""
+    own, so killing the child's group alone would leave them running (a stopped one for ever). A child that a fork
+    server started for ``pid`` (``engine.forkserver``) is not in that table's tree: the fork server kills it when
+    ``pid`` is gone."""
     import psutil
 
     try:
@@ -82,6 +96,9 @@ def kill_tree(pid: int) -> None:
 class ServerProcess:
     """A one-shot server child (``python -m MODULE ROLE FD``) and its connection.
 
+    With ``preload``, the child is forked from the fork server that has imported those modules
+    (``engine.forkserver``; it calls ``module.main()``), where one can serve.
+
     The child gets one end of a socket pair as ``FD``, its own session (killed as a process group on
     ``close``), ``cwd`` as working directory, and stdout / stderr in ``log``. It runs with ``PYTHONSAFEPATH=1``:
     its working directory is not on ``sys.path``, so a file a candidate wrote there (or, for a server whose folder
@@ -92,7 +109,7 @@ class ServerProcess:
     """
 
     def __init__(self, module: str, role: str, cwd: Path, log: Path, env: dict[str, str] | None = None,
-                 trusted: bool = False):
+                 trusted: bool = False, preload: tuple[str, ...] = ()):
         import socket
         from multiprocessing.connection import Connection
 
@@ -101,11 +118,13 @@ class ServerProcess:
         cwd.mkdir(parents=True, exist_ok=True)
         self._log = open(log, "wb")  # noqa: SIM115 - closed in close()
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", module, role, str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=str(cwd),
-                env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1"})
+            argv = [role, str(theirs.fileno())]
+            full_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1"}
+            proc = _start(module, argv, preload, cwd, full_env, self._log.fileno(), (theirs.fileno(),), role) \
+                if preload else None
+            self.proc = proc or subprocess.Popen(
+                [sys.executable, "-m", module, *argv], pass_fds=(theirs.fileno(),), stdout=self._log,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=str(cwd), env=full_env)
         finally:
             theirs.close()
         self.conn = Connection(ours.detach())

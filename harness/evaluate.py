@@ -271,12 +271,13 @@ def _grade(task: dict[str, Any], model_new: str, module_path: str | None, config
         out = POOL.grade(request, config.eval_timeout_s + GRADER_CHILD_MARGIN_S)
     else:
         from opforge.engine.oneshot import run_child
+        from opforge.harness.grader_child import PRELOAD as GRADER_PRELOAD
 
         # its request and result live in a private folder of their own, not beside the candidate's working folder
         private = make_tmp("opforge-grader-")
         try:
             out, _ = run_child("opforge.harness.grader_child", "grade", request, private,
-                               config.eval_timeout_s + GRADER_CHILD_MARGIN_S)
+                               config.eval_timeout_s + GRADER_CHILD_MARGIN_S, preload=GRADER_PRELOAD)
         finally:
             remove_tmp(private)
     log = out.pop("log", None)

@@ -95,6 +95,11 @@ SERVER_MODULE = "opforge.harness.server"  # the model servers' entry point (``ha
 # measured 3.5-4.0 ms instead of 0.1-0.3 ms in 2 of 5 evaluations on a 2-core machine (0 of 6 with PASSIVE;
 # measured 2026-11-23, 2-core CPU; record in the git history of docs/benchmark-log.md)
 SERVER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+# what the model servers' fork server imports before it forks them (engine.forkserver): torch and torch._dynamo
+# (the reference's FakeTensorMode and torch.compile need it) are about 4 s + 5 s of each server's start on an H200
+# host, more when a batch's servers all start at once. Both roles share it: it holds nothing but imported code.
+SERVER_PRELOAD = ("torch", "torch._dynamo", "opforge.harness.server", "opforge.harness.reference_process",
+                  "opforge.harness.candidate_process")
 
 # The quantile of the timed calls' walls (and of the reference's wall - hint) that bounds a time from below:
 # low enough that the wake-up and socket delays, which only add, rarely reach it; high enough that one
@@ -350,8 +355,9 @@ class Grader:
             return self.warm.new_server(role) if role == "reference" else self.warm.take_candidate()
         if role == "reference":
             return ServerProcess(SERVER_MODULE, role, self.work_dir, self.work_dir / "reference.log", env=SERVER_ENV,
-                                 trusted=True)
-        return ServerProcess(SERVER_MODULE, role, self.work_dir / role, self.work_dir / f"{role}.log", env=SERVER_ENV)
+                                 trusted=True, preload=SERVER_PRELOAD)
+        return ServerProcess(SERVER_MODULE, role, self.work_dir / role, self.work_dir / f"{role}.log", env=SERVER_ENV,
+                             preload=SERVER_PRELOAD)
 
     def _admit(self, ref: ServerProcess) -> None:
         """The reference server's ``admit`` step (``harness.reference_process.admit``); waits as long as the

@@ -36,6 +36,9 @@ from typing import Any
 # seconds a serving grader waits for its next request before it exits (harness.grader_service restarts it
 # sooner than this: it never sends a request to a process about to leave)
 IDLE_S = 120.0
+# what the grader processes' fork server imports before it forks them (engine.forkserver; the grader's start was
+# 3-4 s of each evaluation on an H200 host)
+PRELOAD = ("torch", "opforge.harness.grader_child", "opforge.harness.grader", "opforge.harness.evaluate")
 
 
 def grade(req: dict[str, Any], warm=None) -> dict[str, Any]:

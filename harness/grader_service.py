@@ -23,6 +23,7 @@ from opforge.engine.oneshot import ServerProcess, kill_tree
 from opforge.engine.protocol import ProtocolError
 from opforge.engine.tempdirs import make as make_tmp
 from opforge.engine.tempdirs import remove as remove_tmp
+from opforge.harness.grader_child import PRELOAD
 from opforge.harness.warm import MAX_REFERENCES
 
 MODULE = "opforge.harness.grader_child"
@@ -44,7 +45,8 @@ class GraderService:
     def _start(self) -> ServerProcess:
         self.close()
         self.folder = make_tmp("opforge-grader-")
-        self.server = ServerProcess(MODULE, "serve", self.folder, self.folder / "grader.log", trusted=True)
+        self.server = ServerProcess(MODULE, "serve", self.folder, self.folder / "grader.log", trusted=True,
+                                    preload=PRELOAD)
         self.started += 1
         return self.server
 

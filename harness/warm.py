@@ -45,7 +45,7 @@ from typing import Any
 from opforge.engine.oneshot import ServerProcess
 from opforge.engine.tempdirs import make as make_tmp
 from opforge.engine.tempdirs import remove as remove_tmp
-from opforge.harness.grader import SERVER_ENV, SERVER_MODULE
+from opforge.harness.grader import SERVER_ENV, SERVER_MODULE, SERVER_PRELOAD
 
 # reference servers kept per grader process: a trainer's batch has several completions per task (GRPO's group), so
 # the next evaluation on a grader is often the same task; a few cover interleaved tasks
@@ -101,7 +101,7 @@ class WarmServers:
         """Start a ``role`` server (``reference`` trusted) in a fresh folder of its own."""
         folder = self._folder(f"{role}-")
         return ServerProcess(SERVER_MODULE, role, folder, folder / f"{role}.log", env=SERVER_ENV,
-                             trusted=role == "reference")
+                             trusted=role == "reference", preload=SERVER_PRELOAD)
 
     def take_reference(self, key: str) -> ServerProcess | None:
         """The kept reference server of ``key`` (removed from the pool), or None when there is none alive."""

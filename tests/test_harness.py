@@ -4,6 +4,7 @@ GPU-only checks (side streams, CUDA events) are exercised on the lent GPU, not h
 
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -265,11 +266,13 @@ def test_grader_in_its_own_process_gives_the_same_verdicts(build_root, monkeypat
     assert hacked.status == "hacked" and any(h.startswith(EXPECTED[name]) for h in hacked.hacks), hacked
 
 
-@pytest.mark.parametrize("warm", [False, True], ids=["per_evaluation", "warm"])
-def test_a_grader_process_past_its_time_is_killed_with_its_servers(build_root, monkeypatch, tmp_path, warm):
+@pytest.mark.parametrize(("warm", "forkserver"), [(False, True), (False, False), (True, True)],
+                         ids=["per_evaluation", "per_evaluation_python_m", "warm"])
+def test_a_grader_process_past_its_time_is_killed_with_its_servers(build_root, monkeypatch, tmp_path, warm,
+                                                                     forkserver):
     """A grader process that overruns is killed, and so are its model servers, found from the process table
-    (a paused candidate would otherwise wait for ever holding its GPU mappings; no file the candidate could
-    write names them); the evaluation ends ``timeout``. The same for a long-lived grader process
+    or, when a fork server started them, killed by it (a paused candidate would otherwise wait for ever holding its
+    GPU mappings; no file the candidate could write names them); the evaluation ends ``timeout``. The same for a long-lived grader process
     (``OPFORGE_WARM_GRADER=1``), whose next evaluation gets a new one."""
     import threading
     import time
@@ -281,6 +284,8 @@ def test_a_grader_process_past_its_time_is_killed_with_its_servers(build_root, m
     monkeypatch.setitem(ev.GRADER_IN_CHILD, "cpu", True)
     if warm:
         monkeypatch.setenv("OPFORGE_WARM_GRADER", "1")
+    if not forkserver:
+        monkeypatch.setenv("OPFORGE_FORKSERVER", "0")
     stall = {"model_new.py": model_new("        import time\n        time.sleep(60)\n"
                                        "        return opforge_kernels.fused_scale_relu(x, self.scale)\n",
                                        head="import opforge_kernels\n"),
@@ -292,11 +297,19 @@ def test_a_grader_process_past_its_time_is_killed_with_its_servers(build_root, m
     seen: set[int] = set()
     done = threading.Event()
 
-    def servers() -> set[int]:  # model servers started under this test's process
+    # this test's model servers: started by python -m (cmdline) or forked by a fork server (engine.forkserver:
+    # comm "opf-<role>", the fork server's environment, which is the servers' own, carries this test's tag)
+    tag = f"{os.getpid()}-{tmp_path.name}"
+    monkeypatch.setenv("OPFORGE_TEST_OVERRUN_TAG", tag)
+
+    def servers() -> set[int]:
         out = set()
-        for p in psutil.Process().children(recursive=True):
+        for p in psutil.process_iter():
             try:
-                if "opforge.harness.server" in p.cmdline():
+                cmd = p.cmdline()
+                started = ("opforge.harness.server" in cmd and "opforge.engine.forkserver" not in cmd) or \
+                    p.name() in ("opf-reference", "opf-candidate")
+                if started and p.environ().get("OPFORGE_TEST_OVERRUN_TAG") == tag:
                     out.add(p.pid)
             except psutil.Error:
                 continue

@@ -1,0 +1,453 @@
+"""A fork server per machine and set of modules: a process that has imported torch (and the modules its callers
+name) once, and forks every new child of theirs from there, so a child starts in milliseconds instead of paying
+the interpreter's start and torch's import. On an H200 host that import is about 4 s, and ``torch._dynamo`` (which
+the reference's ``FakeTensorMode`` and ``torch.compile`` need) about 5 s more; an evaluation starts three such
+processes (its grader, the reference's and the candidate's model servers), and a batch of evaluations started at
+once spends most of its first seconds importing torch on every core.
+
+``spawn(target, argv, preload=...)`` returns a ``ForkedProcess`` (the subset of ``subprocess.Popen`` the engine uses:
+``pid``, ``poll``, ``wait``, ``returncode``), or None where no fork server can serve (the caller starts the child
+the usual way: ``python -m``). The child is what ``python -m MODULE ARGV...`` would be, with these differences:
+its modules of ``preload`` (and what they import) were imported before the fork, in the same environment; its
+``/proc/PID/cmdline`` is the fork server's (its ``comm``, what ``ps`` and ``psutil.Process.name`` show, is
+``name``); it calls ``target``'s function (``module:function``) instead of running the module as ``__main__``.
+
+Rules:
+
+* **One fork server per key**: the Python executable, ``preload`` and the child's whole environment
+  (``env``). A caller with another environment gets a fork server of its own, started with that environment, so a
+  module that reads a variable at import sees the value a fresh ``python -m`` would. It listens on a Unix socket
+  ``$TMPDIR/opforge-forkserver-<uid>/<key>.sock`` (folder 0700); the first caller starts it (a file lock keeps
+  callers from starting two) and waits for it (``START_TIMEOUT_S``).
+* **Never stale**: before each fork the server compares the size and modification time of every module file it
+  has loaded with what it loaded; when one changed (an edited opforge source, an upgraded torch) it refuses, removes
+  its socket and exits, and the caller starts a fresh one.
+* **The child**: its own session (a process group killed as one, as ``start_new_session``), the caller's working
+  folder, stdout and stderr on the caller's file descriptor, stdin on ``/dev/null``, the file descriptors
+  ``pass_fds`` under the same numbers as in the caller (nothing else of the server's), ``sys.argv`` =
+  ``[module, *argv]``, ``random`` reseeded; at the end the exit handlers run and the process exits with the
+  function's exit status (``SystemExit``'s code; 1 and the traceback on stderr after another exception).
+* **It dies with its caller**: the child is the server's child, not the caller's, so ``psutil``'s tree of the
+  caller does not hold it. The server watches the caller (the socket's peer, ``SO_PEERCRED``) through a pidfd and
+  kills the child's process group when the caller is gone; a child also dies with the server itself
+  (``PR_SET_PDEATHSIG``).
+* Only modules of the ``opforge`` package (``TARGET_PREFIXES``) may be a target; only the server's own user may
+  connect.
+* A fork server exits after ``IDLE_S`` with no child and no request. Torch must not have touched the GPU in it
+  (a CUDA driver initialised before a fork is unusable in the child): one whose imports loaded the CUDA driver
+  refuses to serve and exits (its callers start their children the usual way).
+
+``OPFORGE_FORKSERVER=0`` turns fork servers off (every child is a fresh ``python -m``). Linux only (``os.pidfd_open``,
+``SCM_RIGHTS``); elsewhere ``spawn`` returns None.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ENV = "OPFORGE_FORKSERVER"
+# seconds a fork server with no child waits for a request before it exits
+IDLE_S = 300.0
+# seconds a caller waits for a fork server it started to listen (its imports, on a loaded machine)
+START_TIMEOUT_S = 180.0
+# modules whose functions a fork server runs
+TARGET_PREFIXES = ("opforge.",)
+MAX_MESSAGE = 1 << 20
+PR_SET_NAME, PR_SET_PDEATHSIG = 15, 1
+
+
+def enabled() -> bool:
+    """Whether ``spawn`` may use fork servers: Linux with pidfds, and ``OPFORGE_FORKSERVER`` not ``0``."""
+    return (sys.platform == "linux" and hasattr(os, "pidfd_open") and hasattr(socket, "send_fds")
+            and os.environ.get(ENV, "").strip() != "0")
+
+
+def _key(preload: tuple[str, ...], env: dict[str, str]) -> str:
+    blob = json.dumps([sys.executable, sorted(preload), sorted(env.items())])
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def _folder() -> Path:
+    base = Path(tempfile.gettempdir())
+    if len(str(base)) > 60:  # a Unix socket's path is at most 107 bytes
+        base = Path("/tmp")
+    folder = base / f"opforge-forkserver-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    if folder.stat().st_uid != os.getuid() or folder.stat().st_mode & 0o077:
+        raise PermissionError(f"fork server folder {folder} is not private to this user")
+    return folder
+
+
+class ForkedProcess:
+    """A child of a fork server, as the caller sees it (the ``subprocess.Popen`` subset the engine uses).
+
+    ``returncode``: None while it runs, then its exit status (negative: killed by that signal; -9 when the fork
+    server went away before it could say)."""
+
+    def __init__(self, pid: int, conn: socket.socket):
+        self.pid, self._conn, self.returncode = pid, conn, None
+
+    def _read(self, timeout_s: float | None) -> bool:
+        import select
+
+        if self.returncode is not None:
+            return True
+        ready, _, _ = select.select([self._conn], [], [], timeout_s)
+        if not ready:
+            return False
+        try:
+            data = self._conn.recv(4096)
+        except OSError:
+            data = b""
+        try:
+            self.returncode = int(json.loads(data)["exit"]) if data else -signal.SIGKILL
+        except (ValueError, KeyError, TypeError):
+            self.returncode = -signal.SIGKILL
+        self._conn.close()
+        return True
+
+    def poll(self) -> int | None:
+        self._read(0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The exit status; raises ``subprocess.TimeoutExpired`` after ``timeout`` seconds."""
+        if not self._read(timeout):
+            raise subprocess.TimeoutExpired(f"forked child {self.pid}", timeout)
+        return self.returncode
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self._conn.close()
+
+
+def spawn(target: str, argv: list[str], *, preload: tuple[str, ...], cwd: str | Path, env: dict[str, str],
+          stdout: int, pass_fds: tuple[int, ...] = (), name: str = "") -> ForkedProcess | None:
+    """Start ``target`` (``module:function``) with ``sys.argv = [module, *argv]`` in a child of the fork server
+    for ``preload`` and ``env`` (started if there is none; see the module docstring). ``stdout``: a file descriptor
+    for the child's stdout and stderr; ``pass_fds``: descriptors the child gets under the same numbers; ``name``:
+    its ``comm`` (15 bytes at most). Returns None when fork servers are off or cannot serve here; raises
+    ``ValueError`` for a target outside ``TARGET_PREFIXES``."""
+    module, _, func = target.partition(":")
+    if not module.startswith(TARGET_PREFIXES) or not func:
+        raise ValueError(f"fork server target {target!r}: must be 'module:function' in {TARGET_PREFIXES}")
+    if not enabled():
+        return None
+    request = json.dumps({"target": target, "argv": [str(a) for a in argv], "cwd": str(cwd), "env": env,
+                          "pass": list(pass_fds), "name": name}).encode()
+    if len(request) > MAX_MESSAGE:
+        return None
+    try:
+        folder = _folder()
+    except OSError:
+        return None
+    key = _key(preload, env)
+    sock_path = folder / f"{key}.sock"
+    for _ in range(3):  # a server that exits (idle, stale) between our connect and its reply: start another
+        conn = _connect(sock_path)
+        if conn is None:
+            conn = _start(folder, key, preload, env)
+            if conn is None:
+                return None
+        try:
+            socket.send_fds(conn, [request], [stdout, *pass_fds])
+            conn.settimeout(60.0)
+            reply = conn.recv(4096)
+            conn.settimeout(None)
+            pid = int(json.loads(reply)["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            conn.close()
+            continue
+        return ForkedProcess(pid, conn)
+    return None
+
+
+def _connect(path: Path) -> socket.socket | None:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        conn.connect(str(path))
+    except OSError:
+        conn.close()
+        return None
+    return conn
+
+
+def _start(folder: Path, key: str, preload: tuple[str, ...], env: dict[str, str]) -> socket.socket | None:
+    """Connect to the fork server of ``key``, starting it first (under a file lock) if nobody has."""
+    import fcntl
+
+    sock_path, log = folder / f"{key}.sock", folder / f"{key}.log"
+    with open(folder / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        conn = _connect(sock_path)
+        if conn is not None:
+            return conn
+        with contextlib.suppress(FileNotFoundError):
+            sock_path.unlink()
+        with open(log, "ab") as fh:
+            proc = subprocess.Popen([sys.executable, "-m", "opforge.engine.forkserver", str(sock_path), *preload],
+                                    stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, cwd="/",
+                                    env=env, start_new_session=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            conn = _connect(sock_path)
+            if conn is not None:
+                return conn
+            if proc.poll() is not None:
+                return None
+            time.sleep(0.05)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        return None
+
+
+# -- the fork server -----------------------------------------------------------------------------------------
+def _loaded_files() -> dict[str, tuple[int, int]]:
+    out = {}
+    for mod in list(sys.modules.values()):
+        path = getattr(mod, "__file__", None)
+        if path:
+            with contextlib.suppress(OSError):
+                st = os.stat(path)
+                out[path] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def _stale(files: dict[str, tuple[int, int]]) -> str | None:
+    for path, seen in files.items():
+        try:
+            st = os.stat(path)
+        except OSError:
+            return path
+        if (st.st_size, st.st_mtime_ns) != seen:
+            return path
+    return None
+
+
+def _cuda_touched() -> bool:
+    with open("/proc/self/maps") as fh:
+        return "libcuda.so" in fh.read()
+
+
+def _prctl(option: int, arg) -> None:
+    import ctypes
+
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)
+
+
+def _child(req: dict[str, Any], fds: list[int], server_pid: int) -> None:
+    """In the forked child: become ``python -m target argv`` (see the module docstring); never returns."""
+    code = 1
+    try:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != server_pid:
+            os._exit(1)
+        os.setsid()
+        if req.get("name"):
+            _prctl(PR_SET_NAME, str(req["name"]).encode()[:15])
+        # the caller's descriptors above everything they will replace, then nothing else of the server's
+        high = [fcntl_dup(fd) for fd in fds]
+        keep = set(high)
+        for fd in _open_fds():
+            if fd > 2 and fd not in keep:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        os.dup2(high[0], 1)
+        os.dup2(high[0], 2)
+        for fd, number in zip(high[1:], req["pass"], strict=True):
+            os.dup2(fd, number)
+        for fd in high:
+            if fd not in req["pass"]:
+                os.close(fd)
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        import random
+
+        random.seed()
+        module, _, func = req["target"].partition(":")
+        sys.argv = [module, *req["argv"]]
+        import importlib
+
+        try:
+            getattr(importlib.import_module(module), func)()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if not isinstance(exc.code, int) and exc.code is not None:
+                print(exc.code, file=sys.stderr)
+        except BaseException:  # noqa: BLE001 - as the interpreter would: the traceback, then exit 1
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+        import atexit
+
+        with contextlib.suppress(BaseException):
+            atexit._run_exitfuncs()
+    finally:
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _kill(pid: int) -> None:
+    """SIGKILL a child and its process group (the child may not have made its session yet)."""
+    for kill in (os.killpg, os.kill):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            kill(pid, signal.SIGKILL)
+
+
+def fcntl_dup(fd: int) -> int:
+    import fcntl
+
+    return fcntl.fcntl(fd, fcntl.F_DUPFD, 1000)
+
+
+def _open_fds() -> list[int]:
+    return [int(n) for n in os.listdir("/proc/self/fd")]
+
+
+def serve(sock_path: str, preload: list[str]) -> int:
+    """The fork server's loop (``python -m opforge.engine.forkserver SOCKET MODULE...``); see the module docstring."""
+    import gc
+    import importlib
+    import selectors
+    import struct
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r".*fork\(\) may lead to deadlocks.*", category=DeprecationWarning)
+    for name in preload:
+        importlib.import_module(name)
+    if _cuda_touched():
+        print("opforge fork server: importing the preloaded modules loaded the CUDA driver; not serving",
+              file=sys.stderr)
+        return 1
+    files = _loaded_files()
+    gc.collect()
+    gc.freeze()  # the children's collections leave the server's objects (and their shared pages) alone
+    tmp = f"{sock_path}.{os.getpid()}"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(tmp)
+    listener.listen(64)
+    os.rename(tmp, sock_path)  # callers see the socket only once it is listening
+    inode = os.stat(sock_path).st_ino
+    me = os.getpid()
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ, ("listen", None))
+    children: dict[int, dict[str, Any]] = {}  # pid -> conn, child pidfd, owner pidfd
+    last = time.monotonic()
+    closing = False
+
+    def unlink() -> None:
+        with contextlib.suppress(OSError):
+            if os.stat(sock_path).st_ino == inode:  # never a later server's socket
+                os.unlink(sock_path)
+
+    def finish(pid: int) -> None:
+        info = children.pop(pid)
+        with contextlib.suppress(ChildProcessError):
+            _, status = os.waitpid(pid, 0)
+            with contextlib.suppress(OSError):
+                info["conn"].send(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode())
+        for fd in (info["pidfd"], info["owner"]):
+            if fd is not None:
+                with contextlib.suppress(KeyError, ValueError):
+                    sel.unregister(fd)
+                os.close(fd)
+        info["conn"].close()
+
+    def fork(conn: socket.socket) -> None:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        peer, uid, _ = struct.unpack("3i", creds)
+        conn.settimeout(5.0)  # a caller sends its request right after it connects
+        try:
+            msg, fds, _, _ = socket.recv_fds(conn, MAX_MESSAGE, 64)
+        except OSError:
+            conn.close()
+            return
+        conn.settimeout(None)
+        try:
+            if uid != os.getuid():
+                raise ValueError("another user")
+            req = json.loads(msg)
+            module = str(req["target"]).partition(":")[0]
+            if not module.startswith(TARGET_PREFIXES) or len(fds) != 1 + len(req["pass"]):
+                raise ValueError("bad request")
+        except (ValueError, KeyError, TypeError):
+            conn.close()
+            for fd in fds:
+                os.close(fd)
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _child(req, fds, me)
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        try:
+            owner = os.pidfd_open(peer)
+        except OSError:  # the caller is gone already
+            owner = None
+            _kill(pid)
+        children[pid] = {"conn": conn, "pidfd": pidfd, "owner": owner}
+        sel.register(pidfd, selectors.EVENT_READ, ("exit", pid))
+        if owner is not None:
+            sel.register(owner, selectors.EVENT_READ, ("owner", pid))
+        try:
+            conn.send(json.dumps({"pid": pid}).encode())
+        except OSError:
+            pass
+
+    try:
+        while True:
+            events = sel.select(timeout=5.0)
+            for key, _ in events:
+                what, pid = key.data
+                if what == "listen":
+                    conn, _ = listener.accept()
+                    last = time.monotonic()
+                    if _stale(files) is not None:
+                        # a module changed on disk: a fresh server serves the next callers; this one exits when its
+                        # last child has
+                        conn.close()
+                        sel.unregister(listener)
+                        unlink()
+                        listener.close()
+                        closing = True
+                        continue
+                    fork(conn)
+                elif what == "owner" and pid in children:
+                    _kill(pid)
+                    sel.unregister(children[pid]["owner"])
+                    os.close(children[pid]["owner"])
+                    children[pid]["owner"] = None
+                elif what == "exit" and pid in children:
+                    finish(pid)
+                    last = time.monotonic()
+            if not children and (closing or time.monotonic() - last > IDLE_S):
+                return 0
+    finally:
+        unlink()  # its children, if any are left, die with it (PR_SET_PDEATHSIG)
+
+
+if __name__ == "__main__":
+    sys.exit(serve(sys.argv[1], sys.argv[2:]))
