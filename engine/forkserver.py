@@ -18,7 +18,8 @@ Rules:
   (``env``). A caller with another environment gets a fork server of its own, started with that environment, so a
   module that reads a variable at import sees the value a fresh ``python -m`` would. It listens on a Unix socket
   ``$TMPDIR/opforge-forkserver-<uid>/<key>.sock`` (folder 0700); the first caller starts it (a file lock keeps
-  callers from starting two) and waits for it (``START_TIMEOUT_S``).
+  callers from starting two) and waits for it (``START_TIMEOUT_S``). The server detaches from that caller (it is in
+  nobody's process tree). One that failed to start (``REFUSED_S``) is not tried again for a while.
 * **Never stale**: before each fork the server compares the size and modification time of every module file it
   has loaded with what it loaded; when one changed (an edited opforge source, an upgraded torch) it refuses, removes
   its socket and exits, and the caller starts a fresh one.
@@ -61,6 +62,9 @@ ENV = "OPFORGE_FORKSERVER"
 IDLE_S = 300.0
 # seconds a caller waits for a fork server it started to listen (its imports, on a loaded machine)
 START_TIMEOUT_S = 180.0
+# seconds after a fork server failed to start (its imports failed or initialised CUDA, or it did not listen within
+# START_TIMEOUT_S) during which its callers start their children the usual way instead of trying again
+REFUSED_S = 600.0
 # modules whose functions a fork server runs
 TARGET_PREFIXES = ("opforge.",)
 MAX_MESSAGE = 1 << 20
@@ -103,8 +107,9 @@ class ForkedProcess:
 
         if self.returncode is not None:
             return True
-        ready, _, _ = select.select([self._conn], [], [], timeout_s)
-        if not ready:
+        poller = select.poll()  # not select(): a caller's descriptors may number above FD_SETSIZE
+        poller.register(self._conn, select.POLLIN)
+        if not poller.poll(None if timeout_s is None else max(0, int(timeout_s * 1000))):
             return False
         try:
             data = self._conn.recv(4096)
@@ -187,28 +192,33 @@ def _start(folder: Path, key: str, preload: tuple[str, ...], env: dict[str, str]
     """Connect to the fork server of ``key``, starting it first (under a file lock) if nobody has."""
     import fcntl
 
-    sock_path, log = folder / f"{key}.sock", folder / f"{key}.log"
+    sock_path, log, refused = folder / f"{key}.sock", folder / f"{key}.log", folder / f"{key}.refused"
     with open(folder / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         conn = _connect(sock_path)
         if conn is not None:
             return conn
+        with contextlib.suppress(OSError):
+            if time.time() - refused.stat().st_mtime < REFUSED_S:  # it failed lately: no second try yet
+                return None
         with contextlib.suppress(FileNotFoundError):
             sock_path.unlink()
+        # the server detaches (it forks and its first process exits), so it is in no caller's process tree: a
+        # caller killed with its descendants (engine.oneshot.kill_tree) never takes it, nor with it every other
+        # caller's children
         with open(log, "ab") as fh:
-            proc = subprocess.Popen([sys.executable, "-m", "opforge.engine.forkserver", str(sock_path), *preload],
-                                    stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, cwd="/",
-                                    env=env, start_new_session=True)
+            subprocess.run([sys.executable, "-m", "opforge.engine.forkserver", str(sock_path), *preload],
+                           stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, cwd="/", env=env,
+                           start_new_session=True, check=False, timeout=60)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             conn = _connect(sock_path)
             if conn is not None:
                 return conn
-            if proc.poll() is not None:
+            if refused.exists():
                 return None
             time.sleep(0.05)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        refused.touch()
         return None
 
 
@@ -235,9 +245,28 @@ def _stale(files: dict[str, tuple[int, int]]) -> str | None:
     return None
 
 
-def _cuda_touched() -> bool:
+def _cuda_initialised() -> bool:
+    """Whether the CUDA driver has been initialised in this process (torch's CUDA state, or ``cuInit`` called by
+    anything): a loaded but uninitialised driver is fine to fork, an initialised one is unusable in the child.
+    ``cuDeviceGetCount`` answers ``CUDA_ERROR_NOT_INITIALIZED`` (3) before ``cuInit``, and initialises nothing."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return True
     with open("/proc/self/maps") as fh:
-        return "libcuda.so" in fh.read()
+        paths = {line.split()[-1] for line in fh if "libcuda.so" in line}
+    if not paths:
+        return False
+    import ctypes
+
+    count = ctypes.c_int(0)
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD)
+        except OSError:
+            return True
+        if lib.cuDeviceGetCount(ctypes.byref(count)) != 3:
+            return True
+    return False
 
 
 def _prctl(option: int, arg) -> None:
@@ -247,18 +276,20 @@ def _prctl(option: int, arg) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)
 
 
-def _child(req: dict[str, Any], fds: list[int], server_pid: int) -> None:
+def _child(req: dict[str, Any], fds: list[int], server_pid: int, ready: int) -> None:
     """In the forked child: become ``python -m target argv`` (see the module docstring); never returns."""
     code = 1
     try:
+        os.setsid()
+        os.close(ready)  # the server replies with this child's pid once it leads its own session
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != server_pid:
             os._exit(1)
-        os.setsid()
         if req.get("name"):
             _prctl(PR_SET_NAME, str(req["name"]).encode()[:15])
         # the caller's descriptors above everything they will replace, then nothing else of the server's
-        high = [fcntl_dup(fd) for fd in fds]
+        floor = max(1000, max(req["pass"], default=0) + 1)
+        high = [fcntl_dup(fd, floor) for fd in fds]
         keep = set(high)
         for fd in _open_fds():
             if fd > 2 and fd not in keep:
@@ -314,10 +345,10 @@ def _kill(pid: int) -> None:
             kill(pid, signal.SIGKILL)
 
 
-def fcntl_dup(fd: int) -> int:
+def fcntl_dup(fd: int, floor: int) -> int:
     import fcntl
 
-    return fcntl.fcntl(fd, fcntl.F_DUPFD, 1000)
+    return fcntl.fcntl(fd, fcntl.F_DUPFD, floor)
 
 
 def _open_fds() -> list[int]:
@@ -332,13 +363,23 @@ def serve(sock_path: str, preload: list[str]) -> int:
     import struct
     import warnings
 
+    if os.fork():  # detach: the starting caller returns at once, this server is reparented (see _start)
+        os._exit(0)
+    refused = Path(f"{sock_path[:-len('.sock')]}.refused")
     warnings.filterwarnings("ignore", message=r".*fork\(\) may lead to deadlocks.*", category=DeprecationWarning)
-    for name in preload:
-        importlib.import_module(name)
-    if _cuda_touched():
-        print("opforge fork server: importing the preloaded modules loaded the CUDA driver; not serving",
+    try:
+        for name in preload:
+            importlib.import_module(name)
+    except BaseException:
+        refused.touch()
+        raise
+    if _cuda_initialised():
+        print("opforge fork server: importing the preloaded modules initialised the CUDA driver; not serving",
               file=sys.stderr)
+        refused.touch()
         return 1
+    with contextlib.suppress(FileNotFoundError):
+        refused.unlink()
     files = _loaded_files()
     gc.collect()
     gc.freeze()  # the children's collections leave the server's objects (and their shared pages) alone
@@ -397,11 +438,17 @@ def serve(sock_path: str, preload: list[str]) -> int:
             return
         sys.stdout.flush()
         sys.stderr.flush()
+        wait_r, wait_w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            _child(req, fds, me)
+            os.close(wait_r)
+            _child(req, fds, me, wait_w)
+        os.close(wait_w)
         for fd in fds:
             os.close(fd)
+        with contextlib.suppress(OSError):
+            os.read(wait_r, 1)  # end of file: the child has its session (or died)
+        os.close(wait_r)
         pidfd = os.pidfd_open(pid)
         try:
             owner = os.pidfd_open(peer)
