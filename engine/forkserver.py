@@ -5,7 +5,8 @@ the reference's ``FakeTensorMode`` and ``torch.compile`` need) about 5 s more; a
 processes (its grader, the reference's and the candidate's model servers), and a batch of evaluations started at
 once spends most of its first seconds importing torch on every core.
 
-``spawn(target, argv, preload=...)`` returns a ``ForkedProcess`` (the subset of ``subprocess.Popen`` the engine uses:
+``prestart(preload, env)`` starts one in the background ahead of need. ``spawn(target, argv, preload=...)`` returns a
+``ForkedProcess`` (the subset of ``subprocess.Popen`` the engine uses:
 ``pid``, ``poll``, ``wait``, ``returncode``), or None where no fork server can serve (the caller starts the child
 the usual way: ``python -m``). The child is what ``python -m MODULE ARGV...`` would be, with these differences:
 its modules of ``preload`` (and what they import) were imported before the fork, in the same environment; its
@@ -176,6 +177,24 @@ def spawn(target: str, argv: list[str], *, preload: tuple[str, ...], cwd: str | 
             continue
         return ForkedProcess(pid, conn)
     return None
+
+
+def prestart(preload: tuple[str, ...], env: dict[str, str]) -> None:
+    """Start the fork server of ``preload`` and ``env`` in the background when none listens, so that its imports
+    overlap the caller's other work; returns at once (a later ``spawn`` waits for it under the same lock). Does
+    nothing where fork servers are off."""
+    import threading
+
+    if not enabled():
+        return
+
+    def start() -> None:
+        with contextlib.suppress(OSError):
+            conn = _start(_folder(), _key(preload, env), preload, env)
+            if conn is not None:
+                conn.close()
+
+    threading.Thread(target=start, name="opforge-forkserver-prestart", daemon=True).start()
 
 
 def _connect(path: Path) -> socket.socket | None:

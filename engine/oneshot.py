@@ -23,6 +23,17 @@ from pathlib import Path
 from typing import Any
 
 
+def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a ``run_child`` child: this process's, ``env`` over it, Python unbuffered."""
+    return {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+
+
+def server_env(env: dict[str, str] | None = None, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a ``ServerProcess`` child started by a process whose environment is ``base`` (default:
+    this one's): ``env`` over it, Python unbuffered, its working folder not on ``sys.path``."""
+    return {**(os.environ if base is None else base), **(env or {}), "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1"}
+
+
 def run_child(module: str, step: str, request: dict[str, Any], work_dir: Path, timeout_s: float,
               env: dict[str, str] | None = None, preload: tuple[str, ...] = ()) -> tuple[dict[str, Any], float]:
     """Run ``python -m module step REQUEST RESULT`` in a child; returns (result dict, wall seconds). With
@@ -37,7 +48,7 @@ def run_child(module: str, step: str, request: dict[str, Any], work_dir: Path, t
     res.unlink(missing_ok=True)
     t0 = time.perf_counter()
     with open(log, "wb") as fh:
-        argv, full_env = [step, str(req), str(res)], {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+        argv, full_env = [step, str(req), str(res)], child_env(env)
         proc = _start(module, argv, preload, Path.cwd(), full_env, fh.fileno(), (), step) if preload else None
         proc = proc or subprocess.Popen([sys.executable, "-m", module, *argv], stdout=fh, stderr=subprocess.STDOUT,
                                         start_new_session=True, env=full_env)
@@ -119,7 +130,7 @@ class ServerProcess:
         self._log = open(log, "wb")  # noqa: SIM115 - closed in close()
         try:
             argv = [role, str(theirs.fileno())]
-            full_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1"}
+            full_env = server_env(env)
             proc = _start(module, argv, preload, cwd, full_env, self._log.fileno(), (theirs.fileno(),), role) \
                 if preload else None
             self.proc = proc or subprocess.Popen(

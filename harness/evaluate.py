@@ -273,6 +273,8 @@ def _grade(task: dict[str, Any], model_new: str, module_path: str | None, config
         from opforge.engine.oneshot import run_child
         from opforge.harness.grader_child import PRELOAD as GRADER_PRELOAD
 
+        _prestart_servers()
+
         # its request and result live in a private folder of their own, not beside the candidate's working folder
         private = make_tmp("opforge-grader-")
         try:
@@ -287,6 +289,27 @@ def _grade(task: dict[str, Any], model_new: str, module_path: str | None, config
     error = str(out.get("error"))
     return {"status": "timeout" if error.startswith("timeout") else "crash", "error": f"grader: {error[:800]}",
             "logs": {"grader": log}}
+
+
+_PRESTARTED: set[str] = set()
+
+
+def _prestart_servers() -> None:
+    """Once per process and environment: start the model servers' fork server (``engine.forkserver``) in the
+    background, so that its imports (torch, torch._dynamo) overlap the grader process's start instead of following
+    it. Its environment is the one the grader process will give its servers (``engine.oneshot.server_env`` over
+    ``child_env``); were it to differ, the grader's servers would start their own fork server as without this."""
+    import os
+
+    from opforge.engine import forkserver
+    from opforge.engine.oneshot import child_env, server_env
+    from opforge.harness.grader import SERVER_ENV, SERVER_PRELOAD
+
+    env = server_env(SERVER_ENV, base=child_env())
+    key = repr(sorted(env.items()))
+    if key not in _PRESTARTED and forkserver.enabled() and os.name == "posix":
+        _PRESTARTED.add(key)
+        forkserver.prestart(SERVER_PRELOAD, env)
 
 
 def warm_grader() -> bool:

@@ -312,7 +312,7 @@ class Grader:
         self._startup = None
         self.logs: dict[str, str] = {}
         # seconds of the evaluation's steps (EvalResult.phases_s): admit (reference start and GPU memory
-        # admission, CUDA), setup (both servers ready), rounds (from then to the verdict), draw (the reference's
+        # admission, CUDA; admit_wait: the part of it spent waiting for memory), setup (both servers ready), rounds (from then to the verdict), draw (the reference's
         # input draws, part of the rounds), teardown (servers' exits, slots freed), total
         self.phases: dict[str, float] = {}
         self._t_setup = 0.0  # perf_counter when the servers' setup began
@@ -365,6 +365,7 @@ class Grader:
         reply, _, _ = self._ask(ref, {"op": "admit", **self._admission()})
         if not reply.get("ok"):
             raise Verdict("load_error", f"reference admission: {reply.get('error')}\n{ref.log_tail()}")
+        self.phases["admit_wait"] = float(reply.get("waited_s") or 0.0)
 
     def _setup_message(self) -> dict[str, Any]:
         """The reference's ``setup`` message, with a fresh secret seed."""

@@ -335,10 +335,11 @@ def admit(msg: dict[str, Any]) -> dict[str, Any]:
     message's fields (``task_code``, ``task_id``, ``variants``, ``input_sets``, ``cuda_graphs``, ``gpu_memory_fraction``,
     ``gpu_admit_gib``, ``alone``). The grader sends it as a message of its own (``admit``) before it holds any
     lock of the device, so an evaluation waiting for memory never holds up one that holds memory and waits
-    for the device. Returns ``{"budget": MemoryBudget, "gib": reserved GiB}``."""
+    for the device. Returns ``{"budget": MemoryBudget, "gib": reserved GiB, "waited_s": seconds spent waiting for
+    it}``."""
     budget = _admit(msg)
     _ADMITTED["budget"] = budget
-    return {"budget": budget, "gib": budget.held_gib}
+    return {"budget": budget, "gib": budget.held_gib, "waited_s": round(budget.waited_s, 3)}
 
 
 def _admit(msg: dict[str, Any]):

@@ -204,7 +204,7 @@ def main() -> None:
                 traceback.print_exc()
                 send(conn, {"ok": False, "status": "load_error", "error": f"{type(exc).__name__}: {str(exc)[:500]}"})
                 return
-            send(conn, {"ok": True, "gib": granted["gib"]})
+            send(conn, {"ok": True, "gib": granted["gib"], "waited_s": granted["waited_s"]})
             try:
                 msg, blob = recv(conn, allow_blob=True, max_bytes=1 << 31)
             except ProtocolError:

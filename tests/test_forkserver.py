@@ -484,3 +484,25 @@ def test_run_child_with_preload_is_forked_and_falls_back_to_python_m(fs_env, tmp
     assert len(spawned) == 2 and isinstance(spawned[0], ForkedProcess) and spawned[1] is None
     assert forked.pop("log") != plain.pop("log")
     assert forked == plain == {"ok": False, "error": "ValueError: unknown step 'nostep' (only 'build')"}
+
+
+def test_prestart_starts_the_server_that_a_later_spawn_uses(fs_env, tmp_path):
+    """``prestart`` returns at once and starts, in the background, the fork server of that preload and environment;
+    the next ``spawn`` with them is forked by that server (not by one of its own)."""
+    sock = forkserver._folder() / f"{forkserver._key(PRELOAD, fs_env)}.sock"
+    assert not sock.exists()
+    forkserver.prestart(PRELOAD, fs_env)
+    assert _until(sock.exists), "prestart started no fork server"
+    servers = [p for p in psutil.process_iter() if _cmd(p)[:1] and str(sock) in _cmd(p)]
+    assert len(servers) == 1
+    with open(tmp_path / "child.log", "wb") as out:
+        proc = _spawn(fs_env, ["exit=0"], out)
+        assert _server_of(proc.pid).pid == servers[0].pid
+        assert proc.wait(60) == 0
+
+
+def _cmd(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
