@@ -3,6 +3,7 @@
     python benchmarks/harness_bench.py [--batch 64] [--workers 8]          # -> results/<gpu>/harness_solutions.json
     python benchmarks/harness_bench.py --skip-solutions --batch 64 --workers 16   # -> results/<gpu>/harness_batch.json
     python benchmarks/harness_bench.py --device cpu --workers 2            # -> results/cpu-<N>core/harness_batch.json
+    python benchmarks/harness_bench.py --skip-solutions --batch 64 --workers 16 --steps 2  # and a trainer's next step
 
 With ``--device cpu`` the task and solutions are those of ``tests/harness_cases.py`` (a small task with a
 C++ extension and cheats of the same kinds), so the batch measurement runs on any machine. Two
@@ -25,7 +26,10 @@ evaluation, so a reward that depends on the batch shows.
 2. A batch of ``--batch`` completions (honest solutions and cheats of several kinds, cycled over the
    tasks) is scored with ``harness.rl.KernelReward`` on a Dask cluster with one GPU worker and
    ``--workers`` evaluation threads; reports rewards per minute, build seconds (one build per distinct
-   source, then cached) and verification / profiling seconds, and checks every cheat got -1.
+   source, then cached) and verification / profiling seconds, and checks every cheat got -1. With ``--steps N``
+   N such batches are scored one after the other on the same cluster, as a trainer's steps: the first pays the
+   machine's start (Dask workers, fork servers); each later one has new content (every completion built and graded
+   again) and empty compile caches (every reference compiled again), and is summarised under ``steps``.
 """
 
 from __future__ import annotations
@@ -64,6 +68,9 @@ def main() -> None:
     p.add_argument("--out", help="write the result JSON here instead")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--steps", type=int, default=1,
+                   help="batches scored one after the other on the same cluster (a trainer's steps): each later "
+                        "one with new content and empty compile caches (see score_batch)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--skip-solutions", action="store_true", help="only the batch (step 2)")
     p.add_argument("--no-cuda-graphs", action="store_true", help="plain bursts (EvalConfig.cuda_graphs off)")
@@ -98,15 +105,15 @@ def main() -> None:
         _save(args, out)  # kept if the batch is cut off
 
     kinds = ["honest", *CHEAT_BODIES]
-    completions, ids, expect = [], [], []
+    solutions, ids, expect = [], [], []
     for i in range(args.batch):
         tid, kind = tasks.index[i % len(tasks)], kinds[(i // len(tasks)) % len(kinds)]
-        files = Solution.from_dir(ROOT / tid).files if kind == "honest" else _cheat(CHEAT_BODIES[kind])
-        completions.append(format_completion(files))
+        solutions.append(Solution.from_dir(ROOT / tid).files if kind == "honest" else _cheat(CHEAT_BODIES[kind]))
         ids.append(tid)
         expect.append(kind)
     out["cuda_graphs"] = config.cuda_graphs
-    out["batch"] = score_batch(ROOT / "tasks.jsonl", completions, ids, expect, config, "cuda", args.workers)
+    out["batch"], out["steps"] = score_batch(ROOT / "tasks.jsonl", solutions, ids, expect, config, "cuda",
+                                             args.workers, args.steps)
     _save(args, out)
 
 
@@ -115,20 +122,54 @@ def _save(args, payload: dict) -> Path:
     return record.write_file(args.out, payload) if args.out else record.write(args.name, payload)
 
 
-def score_batch(dataset, completions, ids, expect, config, device: str, workers: int) -> dict:
-    """Score one batch with ``KernelReward`` on a fresh cluster and a fresh build cache; timings."""
+def _stamped(files: dict[str, str], step: int) -> dict[str, str]:
+    """``files`` with a comment naming ``step`` at the end of each: new content (a new build and evaluation), the
+    same program."""
+    return {n: t + ("\n# step %d\n" if n.endswith(".py") else "\n// step %d\n") % step for n, t in files.items()}
+
+
+def _clear_compile_caches() -> None:
+    """Remove Inductor's and Triton's on-disk caches (their default folders), so that the next step compiles its
+    references from scratch, as a trainer's next step with new tasks does."""
+    import shutil
+
+    from torch._inductor.runtime.cache_dir_utils import cache_dir, triton_cache_dir
+
+    for folder in (cache_dir(), triton_cache_dir(0)):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def score_batch(dataset, solutions, ids, expect, config, device: str, workers: int, steps: int = 1
+                ) -> tuple[dict, list[dict]]:
+    """Score ``steps`` batches one after the other with one ``KernelReward`` on one fresh cluster, as a trainer's
+    steps: the first is ``solutions``, each later one the same solutions with new content (``_stamped``: every
+    one built and evaluated again) after the compile caches were removed (``_clear_compile_caches``). Returns the
+    first step's timings in full and every step's summary."""
     from opforge.engine.cluster import open_cluster
     from opforge.harness.rl import KernelReward
 
     handle = open_cluster(device, workers=workers)
+    summaries, first = [], None
     try:
         fn = KernelReward(dataset, config, client=handle.client, build_root=tempfile.mkdtemp(prefix="opforge-ext-"))
-        t0 = time.perf_counter()
-        rewards = fn(completions, task_id=ids)
-        wall = time.perf_counter() - t0
+        for step in range(steps):
+            if step:
+                _clear_compile_caches()
+            completions = [format_completion(_stamped(f, step) if step else f) for f in solutions]
+            t0 = time.perf_counter()
+            rewards = fn(completions, task_id=ids)
+            wall = time.perf_counter() - t0
+            batch = _batch_summary(fn.last_results, rewards, completions, ids, expect, device, workers, wall)
+            first = first or batch
+            summaries.append({"step": step, **{k: batch[k] for k in (
+                "wall_s", "rewards_per_min", "build_s_p50", "phases_median_s", "status", "cheats_all_minus_one",
+                "honest_rewards")}})
     finally:
         handle.close()
-    res = fn.last_results
+    return first, summaries
+
+
+def _batch_summary(res, rewards, completions, ids, expect, device, workers, wall) -> dict:
     batch = {
         "size": len(completions), "device": device, "workers": workers, "wall_s": wall,
         # KernelReward grades each distinct (task, completion) once and gives its copies the same reward
@@ -177,11 +218,10 @@ def cpu_batch(args) -> None:
              "returns_input": CHEATS["returns_input"]}
     names = list(kinds)
     expect = [names[i % len(names)] for i in range(args.batch)]
-    completions = [format_completion(kinds[k]) for k in expect]
     config = EvalConfig(device="cpu", timing_trials=10)
-    batch = score_batch(work / "tasks.jsonl", completions, ["scale_relu"] * args.batch, expect, config, "cpu",
-                        args.workers)
-    _save(args, {"batch": batch})
+    batch, steps = score_batch(work / "tasks.jsonl", [kinds[k] for k in expect], ["scale_relu"] * args.batch, expect,
+                               config, "cpu", args.workers, args.steps)
+    _save(args, {"batch": batch, "steps": steps})
 
 
 def _cases():
