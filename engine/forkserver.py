@@ -35,9 +35,10 @@ Rules:
   (``PR_SET_PDEATHSIG``).
 * Only modules of the ``opforge`` package (``TARGET_PREFIXES``) may be a target; only the server's own user may
   connect.
-* A fork server exits after ``IDLE_S`` with no child and no request. Torch must not have touched the GPU in it
-  (a CUDA driver initialised before a fork is unusable in the child): one whose imports loaded the CUDA driver
-  refuses to serve and exits (its callers start their children the usual way).
+* A fork server exits after ``IDLE_S`` (``OPFORGE_FORKSERVER_IDLE_S``) with no child and no request.
+* Its imports must not initialise the CUDA driver (an initialised driver is unusable in a forked child; a loaded one
+  is fine): one whose imports did refuses to serve and exits, and its callers start their children the usual way
+  for ``REFUSED_S``.
 
 ``OPFORGE_FORKSERVER=0`` turns fork servers off (every child is a fresh ``python -m``). Linux only (``os.pidfd_open``,
 ``SCM_RIGHTS``); elsewhere ``spawn`` returns None.
@@ -59,8 +60,10 @@ from pathlib import Path
 from typing import Any
 
 ENV = "OPFORGE_FORKSERVER"
-# seconds a fork server with no child waits for a request before it exits
+# seconds a fork server with no child waits for a request before it exits (OPFORGE_FORKSERVER_IDLE_S in its
+# environment overrides it): a trainer's generation phase between two reward batches takes minutes
 IDLE_S = 300.0
+IDLE_ENV = "OPFORGE_FORKSERVER_IDLE_S"
 # seconds a caller waits for a fork server it started to listen (its imports, on a loaded machine)
 START_TIMEOUT_S = 180.0
 # seconds after a fork server failed to start (its imports failed or initialised CUDA, or it did not listen within
@@ -409,6 +412,7 @@ def serve(sock_path: str, preload: list[str]) -> int:
     os.rename(tmp, sock_path)  # callers see the socket only once it is listening
     inode = os.stat(sock_path).st_ino
     me = os.getpid()
+    idle_s = float(os.environ.get(IDLE_ENV) or IDLE_S)
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ, ("listen", None))
     children: dict[int, dict[str, Any]] = {}  # pid -> conn, child pidfd, owner pidfd
@@ -509,7 +513,7 @@ def serve(sock_path: str, preload: list[str]) -> int:
                 elif what == "exit" and pid in children:
                     finish(pid)
                     last = time.monotonic()
-            if not children and (closing or time.monotonic() - last > IDLE_S):
+            if not children and (closing or time.monotonic() - last > idle_s):
                 return 0
     finally:
         unlink()  # its children, if any are left, die with it (PR_SET_PDEATHSIG)
