@@ -26,7 +26,9 @@ evaluation, so a reward that depends on the batch shows.
 2. A batch of ``--batch`` completions (honest solutions and cheats of several kinds, cycled over the
    tasks) is scored with ``harness.rl.KernelReward`` on a Dask cluster with one GPU worker and
    ``--workers`` evaluation threads; reports rewards per minute, build seconds (one build per distinct
-   source, then cached) and verification / profiling seconds, and checks every cheat got -1. With ``--steps N``
+   source, then cached) and verification / profiling seconds, and checks every cheat got -1. The reward's
+   ``prepare()`` (the workers' fork servers, a trainer's one-time set-up) runs before the first batch, outside its
+   wall (``batch.prepare``; ``--no-prepare``: inside it). With ``--steps N``
    N such batches are scored one after the other on the same cluster, as a trainer's steps: the first pays the
    machine's start (Dask workers, fork servers); each later one has new content (every completion built and graded
    again) and empty compile caches (every reference compiled again), and is summarised under ``steps``.
@@ -68,6 +70,8 @@ def main() -> None:
     p.add_argument("--out", help="write the result JSON here instead")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--no-prepare", action="store_true",
+                   help="score the first batch without KernelReward.prepare() first (it then starts the fork servers)")
     p.add_argument("--steps", type=int, default=1,
                    help="batches scored one after the other on the same cluster (a trainer's steps): each later "
                         "one with new content and empty compile caches (see score_batch)")
@@ -113,7 +117,7 @@ def main() -> None:
         expect.append(kind)
     out["cuda_graphs"] = config.cuda_graphs
     out["batch"], out["steps"] = score_batch(ROOT / "tasks.jsonl", solutions, ids, expect, config, "cuda",
-                                             args.workers, args.steps)
+                                             args.workers, args.steps, not args.no_prepare)
     _save(args, out)
 
 
@@ -139,19 +143,24 @@ def _clear_compile_caches() -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def score_batch(dataset, solutions, ids, expect, config, device: str, workers: int, steps: int = 1
-                ) -> tuple[dict, list[dict]]:
+def score_batch(dataset, solutions, ids, expect, config, device: str, workers: int, steps: int = 1,
+                prepare: bool = True) -> tuple[dict, list[dict]]:
     """Score ``steps`` batches one after the other with one ``KernelReward`` on one fresh cluster, as a trainer's
     steps: the first is ``solutions``, each later one the same solutions with new content (``_stamped``: every
-    one built and evaluated again) after the compile caches were removed (``_clear_compile_caches``). Returns the
-    first step's timings in full and every step's summary."""
+    one built and evaluated again) after the compile caches were removed (``_clear_compile_caches``). With
+    ``prepare`` the reward's ``prepare()`` (the workers' fork servers) runs first, as a trainer's set-up, outside
+    the batches' walls (its seconds are in the first step's ``prepare``). Returns the first step's timings in full
+    and every step's summary."""
     from opforge.engine.cluster import open_cluster
     from opforge.harness.rl import KernelReward
 
     handle = open_cluster(device, workers=workers)
-    summaries, first = [], None
+    summaries, first, prepared = [], None, None
     try:
         fn = KernelReward(dataset, config, client=handle.client, build_root=tempfile.mkdtemp(prefix="opforge-ext-"))
+        if prepare:
+            t0 = time.perf_counter()
+            prepared = {"workers": fn.prepare(), "seconds": round(time.perf_counter() - t0, 3)}
         for step in range(steps):
             if step:
                 _clear_compile_caches()
@@ -160,7 +169,7 @@ def score_batch(dataset, solutions, ids, expect, config, device: str, workers: i
             rewards = fn(completions, task_id=ids)
             wall = time.perf_counter() - t0
             batch = _batch_summary(fn.last_results, rewards, completions, ids, expect, device, workers, wall)
-            first = first or batch
+            first = first or {**batch, "prepare": prepared}
             summaries.append({"step": step, **{k: batch[k] for k in (
                 "wall_s", "rewards_per_min", "build_s_p50", "phases_median_s", "status", "cheats_all_minus_one",
                 "honest_rewards")}})
@@ -220,7 +229,7 @@ def cpu_batch(args) -> None:
     expect = [names[i % len(names)] for i in range(args.batch)]
     config = EvalConfig(device="cpu", timing_trials=10)
     batch, steps = score_batch(work / "tasks.jsonl", [kinds[k] for k in expect], ["scale_relu"] * args.batch, expect,
-                               config, "cpu", args.workers, args.steps)
+                               config, "cpu", args.workers, args.steps, not args.no_prepare)
     _save(args, {"batch": batch, "steps": steps})
 
 

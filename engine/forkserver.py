@@ -5,7 +5,7 @@ the reference's ``FakeTensorMode`` and ``torch.compile`` need) about 5 s more; a
 processes (its grader, the reference's and the candidate's model servers), and a batch of evaluations started at
 once spends most of its first seconds importing torch on every core.
 
-``prestart(preload, env)`` starts one in the background ahead of need. ``spawn(target, argv, preload=...)`` returns a
+``prestart(preload, env)`` starts one in the background ahead of need, ``ensure`` starts one and waits for it. ``spawn(target, argv, preload=...)`` returns a
 ``ForkedProcess`` (the subset of ``subprocess.Popen`` the engine uses:
 ``pid``, ``poll``, ``wait``, ``returncode``), or None where no fork server can serve (the caller starts the child
 the usual way: ``python -m``). The child is what ``python -m MODULE ARGV...`` would be, with these differences:
@@ -182,6 +182,21 @@ def spawn(target: str, argv: list[str], *, preload: tuple[str, ...], cwd: str | 
     return None
 
 
+def ensure(preload: tuple[str, ...], env: dict[str, str]) -> bool:
+    """Start the fork server of ``preload`` and ``env`` unless one listens, and wait until it does (at most
+    ``START_TIMEOUT_S``). Returns whether one listens (False where fork servers are off or it failed to start)."""
+    if not enabled():
+        return False
+    try:
+        conn = _start(_folder(), _key(preload, env), preload, env)
+    except OSError:
+        return False
+    if conn is None:
+        return False
+    conn.close()
+    return True
+
+
 def prestart(preload: tuple[str, ...], env: dict[str, str]) -> None:
     """Start the fork server of ``preload`` and ``env`` in the background when none listens, so that its imports
     overlap the caller's other work; returns at once (a later ``spawn`` waits for it under the same lock). Does
@@ -191,13 +206,7 @@ def prestart(preload: tuple[str, ...], env: dict[str, str]) -> None:
     if not enabled():
         return
 
-    def start() -> None:
-        with contextlib.suppress(OSError):
-            conn = _start(_folder(), _key(preload, env), preload, env)
-            if conn is not None:
-                conn.close()
-
-    threading.Thread(target=start, name="opforge-forkserver-prestart", daemon=True).start()
+    threading.Thread(target=ensure, args=(preload, env), name="opforge-forkserver-prestart", daemon=True).start()
 
 
 def _connect(path: Path) -> socket.socket | None:

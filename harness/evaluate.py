@@ -291,6 +291,40 @@ def _grade(task: dict[str, Any], model_new: str, module_path: str | None, config
             "logs": {"grader": log}}
 
 
+def prepare_fork_servers(device: str) -> dict[str, Any]:
+    """Start this process's fork servers (``engine.forkserver``) for evaluations on ``device`` and wait until they
+    listen: the model servers' one and, where evaluations run in grader processes of their own
+    (``GRADER_IN_CHILD``, ``warm_grader``), the graders' one; the environments are those the evaluations will give
+    them. What an evaluation would otherwise wait for at its start: Python's and torch's imports once per process
+    and environment. Returns ``{"servers": bool, "grader": bool | None, "seconds": float}`` (whether each listens;
+    None: not used on this device). ``harness.rl.KernelReward.prepare`` runs it on every Dask worker."""
+    import threading
+
+    from opforge.engine import forkserver
+    from opforge.engine.oneshot import child_env, server_env
+    from opforge.harness.grader import SERVER_ENV, SERVER_PRELOAD
+    from opforge.harness.grader_child import PRELOAD as GRADER_PRELOAD
+
+    t0 = time.perf_counter()
+    out: dict[str, Any] = {"grader": None}
+    jobs = [("servers", SERVER_PRELOAD, server_env(SERVER_ENV, base=child_env()))]
+    if warm_grader():
+        jobs.append(("grader", GRADER_PRELOAD, server_env()))
+    elif GRADER_IN_CHILD.get(device, True):
+        jobs.append(("grader", GRADER_PRELOAD, child_env()))
+
+    def run(name: str, preload: tuple[str, ...], env: dict[str, str]) -> None:
+        out[name] = forkserver.ensure(preload, env)
+
+    threads = [threading.Thread(target=run, args=job, daemon=True) for job in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out["seconds"] = round(time.perf_counter() - t0, 3)
+    return out
+
+
 _PRESTARTED: set[str] = set()
 
 

@@ -126,6 +126,16 @@ class KernelReward:
             atexit.register(self.close)
         return self._own[1]
 
+    def prepare(self) -> dict[str, Any]:
+        """Make every worker of the cluster ready to evaluate (opening this reward's own cluster if it has none):
+        start its fork servers (``harness.evaluate.prepare_fork_servers``: torch and torch._dynamo imported once
+        per machine) and wait until they listen, about 5-10 s once. A trainer calls it once before its first step;
+        otherwise the first batch's evaluations wait for the same start. Returns each worker's
+        ``prepare_fork_servers`` result by its address."""
+        from opforge.harness.evaluate import prepare_fork_servers
+
+        return self._client().run(prepare_fork_servers, self.config.device)
+
     def close(self) -> None:
         """Close the local cluster this reward opened (nothing when it was given a client); a later call opens
         a new one."""

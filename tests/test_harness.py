@@ -209,6 +209,20 @@ def test_kernel_reward_scores_a_batch_of_completions(dataset, build_root, monkey
     client = Client(cluster)
     try:
         fn = KernelReward(dataset, FAST, client=client, build_root=str(build_root))
+        # prepare(): the worker's model servers' fork server listens before the first batch (the grader runs in
+        # the worker on CPU: no grader fork server), in the environment the evaluations give their servers
+        prepared = fn.prepare()
+        from opforge.engine import forkserver
+        from opforge.engine.oneshot import child_env, server_env
+        from opforge.harness.grader import SERVER_ENV, SERVER_PRELOAD
+
+        if forkserver.enabled():
+            assert [(r["servers"], r["grader"]) for r in prepared.values()] == [(True, None)], prepared
+            env = server_env(SERVER_ENV, base=child_env())
+            sock = forkserver._folder() / f"{forkserver._key(SERVER_PRELOAD, env)}.sock"
+            conn = forkserver._connect(sock)
+            assert conn is not None
+            conn.close()
         chat = [{"role": "user", "content": "..."}, {"role": "assistant", "content": completion(HONEST)}]
         rewards = fn(prompts=["p"] * 4, completions=[completion(HONEST), completion(CHEATS["functional"]),
                                                      "I cannot do this.", chat],
