@@ -333,15 +333,13 @@ def _prestart_servers() -> None:
     background, so that its imports (torch, torch._dynamo) overlap the grader process's start instead of following
     it. Its environment is the one the grader process will give its servers (``engine.oneshot.server_env`` over
     ``child_env``); were it to differ, the grader's servers would start their own fork server as without this."""
-    import os
-
     from opforge.engine import forkserver
     from opforge.engine.oneshot import child_env, server_env
     from opforge.harness.grader import SERVER_ENV, SERVER_PRELOAD
 
     env = server_env(SERVER_ENV, base=child_env())
     key = repr(sorted(env.items()))
-    if key not in _PRESTARTED and forkserver.enabled() and os.name == "posix":
+    if key not in _PRESTARTED and forkserver.enabled():
         _PRESTARTED.add(key)
         forkserver.prestart(SERVER_PRELOAD, env)
 

@@ -312,8 +312,9 @@ class Grader:
         self._startup = None
         self.logs: dict[str, str] = {}
         # seconds of the evaluation's steps (EvalResult.phases_s): admit (reference start and GPU memory
-        # admission, CUDA; admit_wait: the part of it spent waiting for memory), setup (both servers ready), rounds (from then to the verdict), draw (the reference's
-        # input draws, part of the rounds), teardown (servers' exits, slots freed), total
+        # admission, CUDA; admit_wait: the part of it spent waiting for memory), setup (both servers ready), rounds
+        # (from then to the verdict), draw (the reference's input draws, part of the rounds), teardown (servers'
+        # exits, slots freed), total
         self.phases: dict[str, float] = {}
         self._t_setup = 0.0  # perf_counter when the servers' setup began
         self._t_rounds = 0.0  # perf_counter when both servers were set up
