@@ -166,7 +166,10 @@ def spawn(target: str, argv: list[str], *, preload: tuple[str, ...], cwd: str | 
     for _ in range(3):  # a server that exits (idle, stale) between our connect and its reply: start another
         conn = _connect(sock_path)
         if conn is None:
-            conn = _start(folder, key, preload, env)
+            try:
+                conn = _start(folder, key, preload, env)
+            except OSError:
+                return None
             if conn is None:
                 return None
         try:
@@ -237,10 +240,14 @@ def _start(folder: Path, key: str, preload: tuple[str, ...], env: dict[str, str]
         # the server detaches (it forks and its first process exits), so it is in no caller's process tree: a
         # caller killed with its descendants (engine.oneshot.kill_tree) never takes it, nor with it every other
         # caller's children
-        with open(log, "ab") as fh:
-            subprocess.run([sys.executable, "-m", "opforge.engine.forkserver", str(sock_path), *preload],
-                           stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, cwd="/", env=env,
-                           start_new_session=True, check=False, timeout=60)
+        try:
+            with open(log, "ab") as fh:
+                subprocess.run([sys.executable, "-m", "opforge.engine.forkserver", str(sock_path), *preload],
+                               stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, cwd="/", env=env,
+                               start_new_session=True, check=False, timeout=60)
+        except subprocess.SubprocessError:  # its first process did not even detach
+            refused.touch()
+            return None
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             conn = _connect(sock_path)
