@@ -16,7 +16,7 @@ its modules of ``preload`` (and what they import) were imported before the fork,
 Rules:
 
 * **One fork server per key**: the Python executable, ``preload`` and the child's whole environment
-  (``env``). A caller with another environment gets a fork server of its own, started with that environment, so a
+  (``env``; less ``KEY_IGNORES``, variables that change per call and that no import reads). A caller with another environment gets a fork server of its own, started with that environment, so a
   module that reads a variable at import sees the value a fresh ``python -m`` would. It listens on a Unix socket
   ``$TMPDIR/opforge-forkserver-<uid>/<key>.sock`` (folder 0700); the first caller starts it (a file lock keeps
   callers from starting two) and waits for it (``START_TIMEOUT_S``). The server detaches from that caller (it is in
@@ -69,6 +69,9 @@ START_TIMEOUT_S = 180.0
 # seconds after a fork server failed to start (its imports failed or initialised CUDA, or it did not listen within
 # START_TIMEOUT_S) during which its callers start their children the usual way instead of trying again
 REFUSED_S = 600.0
+# environment variables left out of a fork server's key: they change from call to call and no import reads them
+# (pytest sets PYTEST_CURRENT_TEST for each phase of each test); a child still gets its caller's value
+KEY_IGNORES = frozenset({"PYTEST_CURRENT_TEST"})
 # modules whose functions a fork server runs
 TARGET_PREFIXES = ("opforge.",)
 MAX_MESSAGE = 1 << 20
@@ -82,7 +85,7 @@ def enabled() -> bool:
 
 
 def _key(preload: tuple[str, ...], env: dict[str, str]) -> str:
-    blob = json.dumps([sys.executable, sorted(preload), sorted(env.items())])
+    blob = json.dumps([sys.executable, sorted(preload), sorted((k, v) for k, v in env.items() if k not in KEY_IGNORES)])
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 

@@ -6,7 +6,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # fork servers (engine.forkserver) of the suite's many environments leave soon after their last child, so they do
 # not pile up in memory (each holds an imported torch)
-os.environ.setdefault("OPFORGE_FORKSERVER_IDLE_S", "30")
+os.environ.setdefault("OPFORGE_FORKSERVER_IDLE_S", "120")
 
 
 @pytest.fixture(scope="session")

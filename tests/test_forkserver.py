@@ -334,12 +334,13 @@ def test_passed_descriptors_numbered_above_1000_keep_their_files(fs_env, tmp_pat
 
 def test_same_preload_and_env_share_a_fork_server_and_another_env_gets_its_own(fs_env, tmp_path):
     """Two spawns with the same preload and environment are forked by one fork server (one process on that
-    key's socket); a spawn with another environment starts a second server on a socket of its own."""
+    key's socket), also when only a variable of ``KEY_IGNORES`` differs (pytest's per-test one); a spawn with
+    another environment starts a second server on a socket of its own."""
     other_env = {**fs_env, "OPFORGE_TEST_FS_OTHER": "1"}
     procs = []
     with open(tmp_path / "child.log", "wb") as out:
-        procs.append(_spawn(fs_env, ["sleep"], out))
-        procs.append(_spawn(fs_env, ["sleep"], out))
+        procs.append(_spawn({**fs_env, "PYTEST_CURRENT_TEST": "test_a (call)"}, ["sleep"], out))
+        procs.append(_spawn({**fs_env, "PYTEST_CURRENT_TEST": "test_b (setup)"}, ["sleep"], out))
         procs.append(_spawn(other_env, ["sleep"], out))
     first, second, other = (_server_of(p.pid) for p in procs)
     assert first.pid == second.pid and other.pid != first.pid
