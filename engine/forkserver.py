@@ -5,25 +5,27 @@ the reference's ``FakeTensorMode`` and ``torch.compile`` need) about 5 s more; a
 processes (its grader, the reference's and the candidate's model servers), and a batch of evaluations started at
 once spends most of its first seconds importing torch on every core.
 
-``prestart(preload, env)`` starts one in the background ahead of need, ``ensure`` starts one and waits for it. ``spawn(target, argv, preload=...)`` returns a
-``ForkedProcess`` (the subset of ``subprocess.Popen`` the engine uses:
-``pid``, ``poll``, ``wait``, ``returncode``), or None where no fork server can serve (the caller starts the child
-the usual way: ``python -m``). The child is what ``python -m MODULE ARGV...`` would be, with these differences:
-its modules of ``preload`` (and what they import) were imported before the fork, in the same environment; its
-``/proc/PID/cmdline`` is the fork server's (its ``comm``, what ``ps`` and ``psutil.Process.name`` show, is
-``name``); it calls ``target``'s function (``module:function``) instead of running the module as ``__main__``.
+``spawn(target, argv, preload=...)`` returns a ``ForkedProcess`` (the subset of ``subprocess.Popen`` the engine
+uses: ``pid``, ``poll``, ``wait``, ``returncode``), or None where no fork server can serve (the caller starts the
+child the usual way: ``python -m``). ``prestart(preload, env)`` starts a fork server in the background ahead of need;
+``ensure`` starts one and waits until it listens. The child is what ``python -m MODULE ARGV...`` would be, with
+these differences: its modules of ``preload`` (and what they import) were imported before the fork, in the same
+environment; its ``/proc/PID/cmdline`` is the fork server's (its ``comm``, what ``ps`` and ``psutil.Process.name``
+show, is ``name``); it calls ``target``'s function (``module:function``) instead of running the module as
+``__main__``.
 
 Rules:
 
-* **One fork server per key**: the Python executable, ``preload`` and the child's whole environment
-  (``env``; less ``KEY_IGNORES``, variables that change per call and that no import reads). A caller with another environment gets a fork server of its own, started with that environment, so a
-  module that reads a variable at import sees the value a fresh ``python -m`` would. It listens on a Unix socket
+* **One fork server per key**: the Python executable, ``preload`` and the child's whole environment (``env``, less
+  ``KEY_IGNORES``: variables that change per call and that no import reads). A caller with another environment gets
+  a fork server of its own, started with that environment, so a module that reads a variable at import sees the
+  value a fresh ``python -m`` would. It listens on a Unix socket
   ``$TMPDIR/opforge-forkserver-<uid>/<key>.sock`` (folder 0700); the first caller starts it (a file lock keeps
   callers from starting two) and waits for it (``START_TIMEOUT_S``). The server detaches from that caller (it is in
   nobody's process tree). One that failed to start (``REFUSED_S``) is not tried again for a while.
 * **Never stale**: before each fork the server compares the size and modification time of every module file it
-  has loaded with what it loaded; when one changed (an edited opforge source, an upgraded torch) it refuses, removes
-  its socket and exits, and the caller starts a fresh one.
+  has loaded with what it loaded; when one changed (an edited opforge source, an upgraded torch) it refuses the
+  request, removes its socket and exits once its last child has; the caller starts a fresh one.
 * **The child**: its own session (a process group killed as one, as ``start_new_session``), the caller's working
   folder, stdout and stderr on the caller's file descriptor, stdin on ``/dev/null``, the file descriptors
   ``pass_fds`` under the same numbers as in the caller (nothing else of the server's), ``sys.argv`` =
@@ -330,7 +332,7 @@ def _child(req: dict[str, Any], fds: list[int], server_pid: int, ready: int) -> 
             _prctl(PR_SET_NAME, str(req["name"]).encode()[:15])
         # the caller's descriptors above everything they will replace, then nothing else of the server's
         floor = max(1000, max(req["pass"], default=0) + 1)
-        high = [fcntl_dup(fd, floor) for fd in fds]
+        high = [_dup_above(fd, floor) for fd in fds]
         keep = set(high)
         for fd in _open_fds():
             if fd > 2 and fd not in keep:
@@ -359,9 +361,9 @@ def _child(req: dict[str, Any], fds: list[int], server_pid: int, ready: int) -> 
         try:
             getattr(importlib.import_module(module), func)()
             code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-            if not isinstance(exc.code, int) and exc.code is not None:
+        except SystemExit as exc:  # as the interpreter: None is 0, an int itself, anything else printed and 1
+            code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
+            if code == 1 and not isinstance(exc.code, int):
                 print(exc.code, file=sys.stderr)
         except BaseException:  # noqa: BLE001 - as the interpreter would: the traceback, then exit 1
             import traceback
@@ -386,7 +388,8 @@ def _kill(pid: int) -> None:
             kill(pid, signal.SIGKILL)
 
 
-def fcntl_dup(fd: int, floor: int) -> int:
+def _dup_above(fd: int, floor: int) -> int:
+    """A duplicate of ``fd`` numbered ``floor`` or above."""
     import fcntl
 
     return fcntl.fcntl(fd, fcntl.F_DUPFD, floor)
@@ -406,7 +409,7 @@ def serve(sock_path: str, preload: list[str]) -> int:
 
     if os.fork():  # detach: the starting caller returns at once, this server is reparented (see _start)
         os._exit(0)
-    refused = Path(f"{sock_path[:-len('.sock')]}.refused")
+    refused = Path(sock_path).with_suffix(".refused")  # as _start names it
     warnings.filterwarnings("ignore", message=r".*fork\(\) may lead to deadlocks.*", category=DeprecationWarning)
     try:
         for name in preload:

@@ -302,12 +302,12 @@ def prepare_fork_servers(device: str) -> dict[str, Any]:
 
     from opforge.engine import forkserver
     from opforge.engine.oneshot import child_env, server_env
-    from opforge.harness.grader import SERVER_ENV, SERVER_PRELOAD
+    from opforge.harness.grader import SERVER_PRELOAD
     from opforge.harness.grader_child import PRELOAD as GRADER_PRELOAD
 
     t0 = time.perf_counter()
     out: dict[str, Any] = {"grader": None}
-    jobs = [("servers", SERVER_PRELOAD, server_env(SERVER_ENV, base=child_env()))]
+    jobs = [("servers", SERVER_PRELOAD, _servers_fork_env())]
     if warm_grader():
         jobs.append(("grader", GRADER_PRELOAD, server_env()))
     elif GRADER_IN_CHILD.get(device, True):
@@ -325,6 +325,15 @@ def prepare_fork_servers(device: str) -> dict[str, Any]:
     return out
 
 
+def _servers_fork_env() -> dict[str, str]:
+    """The environment a grader process started by this one (``engine.oneshot.child_env``) gives its model servers
+    (``server_env`` of ``SERVER_ENV``): the key of their fork server."""
+    from opforge.engine.oneshot import child_env, server_env
+    from opforge.harness.grader import SERVER_ENV
+
+    return server_env(SERVER_ENV, base=child_env())
+
+
 _PRESTARTED: set[str] = set()
 
 
@@ -334,10 +343,9 @@ def _prestart_servers() -> None:
     it. Its environment is the one the grader process will give its servers (``engine.oneshot.server_env`` over
     ``child_env``); were it to differ, the grader's servers would start their own fork server as without this."""
     from opforge.engine import forkserver
-    from opforge.engine.oneshot import child_env, server_env
-    from opforge.harness.grader import SERVER_ENV, SERVER_PRELOAD
+    from opforge.harness.grader import SERVER_PRELOAD
 
-    env = server_env(SERVER_ENV, base=child_env())
+    env = _servers_fork_env()
     key = repr(sorted(env.items()))
     if key not in _PRESTARTED and forkserver.enabled():
         _PRESTARTED.add(key)
