@@ -507,3 +507,29 @@ def _cmd(p: psutil.Process) -> list[str]:
         return p.cmdline()
     except psutil.Error:
         return []
+
+
+def test_a_fork_server_that_cannot_start_is_not_tried_again_and_its_callers_fall_back(fs_env, tmp_path):
+    """A fork server whose preload fails to import leaves a ``.refused`` mark: ``spawn`` returns None (the caller
+    starts its child with ``python -m``), and for ``REFUSED_S`` later calls do not start another server."""
+    preload = ("opforge_fs_test_no_such_module",)
+    key = forkserver._key(preload, fs_env)
+    folder = forkserver._folder()
+    log, refused = folder / f"{key}.log", folder / f"{key}.refused"
+    try:
+        with open(tmp_path / "child.log", "wb") as out:
+            first = forkserver.spawn(TARGET, ["exit=0"], preload=preload, cwd="/", env=fs_env, stdout=out.fileno())
+            assert first is None and refused.exists()
+            starts = log.read_text().count("ModuleNotFoundError")
+            assert starts == 1
+            again = forkserver.spawn(TARGET, ["exit=0"], preload=preload, cwd="/", env=fs_env, stdout=out.fileno())
+            assert again is None
+            assert log.read_text().count("ModuleNotFoundError") == starts  # no second server was started
+        server = ServerProcess("opforge.fs_selftest", "serve", tmp_path / "server", tmp_path / "server.log",
+                               env=fs_env, preload=preload)
+        with server:
+            assert isinstance(server.proc, subprocess.Popen)
+            assert server.request({"value": 3}, 60)[0]["echo"] == 3
+    finally:
+        for path in (log, refused, folder / f"{key}.lock", folder / f"{key}.sock"):
+            path.unlink(missing_ok=True)
