@@ -132,7 +132,7 @@ class EvalResult(BaseModel):
     graphs: bool = False  # every timed burst was a CUDA-graph replay (harness.grader, EvalConfig.cuda_graphs)
     variants_checked: int = 0  # hidden shape variants the candidate answered correctly (harness.grader)
     warm_reference: bool = False  # the reference server was kept from an earlier evaluation (harness.warm)
-    # seconds of the grader's steps: admit, setup, rounds, draw, teardown, total (harness.grader)
+    # seconds of the grader's steps: admit, setup, rounds, draw, compile, teardown, total (harness.grader)
     phases_s: dict[str, float] = {}
     device: str = "cpu"
     logs: dict[str, str] = {}

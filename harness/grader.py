@@ -313,7 +313,8 @@ class Grader:
         self.logs: dict[str, str] = {}
         # seconds of the evaluation's steps (EvalResult.phases_s): admit (reference start and GPU memory
         # admission, CUDA; admit_wait: the part of it spent waiting for memory), setup (both servers ready), rounds
-        # (from then to the verdict), draw (the reference's input draws, part of the rounds), teardown (servers'
+        # (from then to the verdict), draw (the reference's input draws, part of the rounds), compile (the first
+        # burst of torch.compile's target: its compilation, part of the rounds), teardown (servers'
         # exits, slots freed), total
         self.phases: dict[str, float] = {}
         self._t_setup = 0.0  # perf_counter when the servers' setup began
@@ -796,6 +797,8 @@ class Grader:
         replies = {"candidate": (c_reply, c_wall), "eager": (e_reply, e_wall)}
         if with_compile and "compile" in walls:
             replies["compile"] = call(ref, "compile", slots, r_in, r_out, rset, draws)[:2]
+            # the first compiled call is torch.compile's compilation (phases_s["compile"], part of the rounds)
+            self.phases.setdefault("compile", replies["compile"][1] / 1e3)
         if timed:
             for name, (reply, wall) in replies.items():
                 walls[name].append(wall / len(slots))

@@ -17,7 +17,9 @@ from the task source with those values (``task.sizes.with_sizes``); the same ``M
 The reply lists each variant's input and output layouts, or its error.
 
 Targets: ``eager`` (the model) and ``compile`` (``torch.compile(model)``, Inductor default mode, compiled on
-its first call). ``draw``: ``get_inputs()`` (of variant ``variant`` when the message names one) after
+its first call). On CUDA the compiler's one-time start that needs no CUDA context (``warm_compiler``) runs in a
+thread from the admission's wait for GPU memory on, beside that wait and the setup, and is joined before the
+setup replies. ``draw``: ``get_inputs()`` (of variant ``variant`` when the message names one) after
 ``torch.manual_seed(seed)`` for each of the message's ``seeds``, its tensors copied into the grader's slots
 ``slots`` (per seed, one slot index per tensor, in order; slots of this server's set, so a draw never crosses
 the socket); reply: each set's layout (JSON values included) and ``copied``. ``size`` (CUDA): the calls per
@@ -38,6 +40,7 @@ from __future__ import annotations
 import gc
 import io
 import json
+import threading
 from typing import Any
 
 import torch
@@ -47,6 +50,48 @@ from opforge.harness.timing_tamper import TimingSnapshot
 
 # Inductor compile_threads of the reference server (see setup)
 COMPILE_THREADS = 1
+
+
+def _compiler_start() -> None:
+    import torch._inductor.compile_fx  # noqa: F401 - Inductor's modules (their import initialises the CUDA driver)
+    from torch._inductor.codecache import CacheBase, torch_key
+
+    torch_key()  # a hash of torch's sources, cached for the process
+    CacheBase.get_system()  # Triton's and the GPU's versions
+    import triton
+
+    triton.runtime.driver.active.get_current_target()  # Triton's CUDA driver utilities
+
+
+_WARMING: dict[str, threading.Thread] = {}
+
+
+def warm_compiler() -> threading.Thread:
+    """Start (once per process) the part of the first ``torch.compile``'s one-time cost that needs no CUDA context,
+    in a daemon thread: Inductor's imports, Inductor's cache keys of torch and of the system, Triton's CUDA driver
+    utilities. On one idle H200 a process's first compile of a fused elementwise task took 2.6 s and its next
+    task's 0.35 s; taken alone in a fresh process these steps took 0.3-1.4 s each and made no CUDA context
+    (``benchmarks/device/compile_probe.py``, 2026-11-29). Best effort: a step that fails (another torch or Triton
+    version, no Triton) is left to the compile itself. Returns the thread; ``compiler_warm()`` joins it."""
+    thread = _WARMING.get("thread")
+    if thread is None:
+        def run() -> None:
+            try:
+                _compiler_start()
+            except Exception:  # noqa: BLE001 - a warm-up only: the compile pays what this did not
+                pass
+
+        thread = _WARMING["thread"] = threading.Thread(target=run, name="opforge-warm-compiler", daemon=True)
+        thread.start()
+    return thread
+
+
+def compiler_warm() -> None:
+    """Wait for ``warm_compiler``'s thread when one was started (at the end of the setup and before the first
+    ``torch.compile``: neither a CUDA graph capture nor a compile runs beside it)."""
+    thread = _WARMING.get("thread")
+    if thread is not None:
+        thread.join()
 
 
 def _layout(values: list[Any], where: str) -> list[dict[str, Any]]:
@@ -119,6 +164,7 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
 
     def compile_target(*args):
         if "fn" not in compiled:
+            compiler_warm()
             torch._dynamo.reset()
             compiled["fn"] = torch.compile(model)
         return compiled["fn"](*args)
@@ -143,6 +189,9 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
                                  "timing": snapshot.changes()}
     if budget is not None:
         _grow(budget, msg, in_layout, out_layout, variants, burst)
+    # the compiler's warm-up ends with the setup: no CUDA graph capture (the ``size`` step's, a graphed call's) and
+    # no compile runs beside it
+    compiler_warm()
     reply = {"ok": True, "config": pinned, "inputs": in_layout, "outputs": out_layout, "burst": burst,
              "variants": [{k: v for k, v in var.items() if k != "draw"} for var in variants],
              "gib": budget.held_gib if budget is not None else 0.0}
@@ -347,11 +396,14 @@ def _admit(msg: dict[str, Any]):
     from opforge.engine.gpu_locks import memory_budget
 
     budget = memory_budget(msg["gpu_memory_fraction"] * torch.cuda.get_device_properties(0).total_memory / 2**30)
+    need = None if msg.get("alone") else predicted_need_gib(msg, "cuda")
+    # from here this thread imports nothing until the setup (and then no module of torch._inductor): the compiler's
+    # warm-up imports beside the wait for memory without a concurrent import that could close a circle with its own
+    warm_compiler()
     if msg.get("alone"):
         budget.admit(budget.capacity_gib)
-        return budget
-    need = predicted_need_gib(msg, "cuda")
-    budget.admit(float(msg["gpu_admit_gib"]) if need is None else need)
+    else:
+        budget.admit(float(msg["gpu_admit_gib"]) if need is None else need)
     return budget
 
 

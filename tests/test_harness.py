@@ -460,6 +460,35 @@ def test_the_reference_draws_into_the_graders_slots_or_not_at_all():
         grader.close()
 
 
+def test_the_compiler_warm_up_runs_once_per_process_and_a_failing_step_is_left_to_the_compile():
+    """``reference_process.warm_compiler`` starts one thread per process (a second call returns it), its steps run
+    (Inductor's modules imported), ``compiler_warm`` joins it; a step that raises
+    (Triton absent here, or an API another torch lacks) ends the warm-up quietly, and torch.compile still works
+    after it. In a fresh interpreter, so the test process's modules do not decide what is imported."""
+    script = """
+import sys
+import torch
+from opforge.harness import reference_process as rp
+assert "torch._inductor.compile_fx" not in sys.modules
+t = rp.warm_compiler()
+assert rp.warm_compiler() is t
+rp.compiler_warm()
+assert not t.is_alive() and "torch._inductor.compile_fx" in sys.modules
+rp._WARMING.clear()
+def broken():
+    raise RuntimeError("no such API")
+rp._compiler_start = broken
+rp.warm_compiler()
+rp.compiler_warm()
+rp.compiler_warm()
+print("after", float(torch.compile(lambda x: x * 2 + 1)(torch.ones(3)).sum()))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Exception in thread" not in done.stderr, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("after 9.0"), done.stdout
+
+
 def test_a_burst_asked_for_cuda_graphs_on_cpu_runs_plainly_and_says_so():
     """``serve_call`` with ``graph`` on a CPU server: every call runs (outputs copied into their slots, inputs
     untouched), nothing is captured, and the reply says the burst was not a replay, twice in a row."""
