@@ -18,8 +18,9 @@ The reply lists each variant's input and output layouts, or its error.
 
 Targets: ``eager`` (the model) and ``compile`` (``torch.compile(model)``, Inductor default mode, compiled on
 its first call). On CUDA the compiler's one-time start that needs no CUDA context (``warm_compiler``) runs in a
-thread from the admission's wait for GPU memory on, beside that wait and the setup, and is joined before the
-setup replies. ``draw``: ``get_inputs()`` (of variant ``variant`` when the message names one) after
+thread from the admission's wait for GPU memory on, beside that wait, the setup and the candidate's setup and first
+call; it is joined before this server's first ``call`` and its ``size`` step, so no CUDA graph capture, timing or
+compile runs beside it. ``draw``: ``get_inputs()`` (of variant ``variant`` when the message names one) after
 ``torch.manual_seed(seed)`` for each of the message's ``seeds``, its tensors copied into the grader's slots
 ``slots`` (per seed, one slot index per tensor, in order; slots of this server's set, so a draw never crosses
 the socket); reply: each set's layout (JSON values included) and ``copied``. ``size`` (CUDA): the calls per
@@ -45,7 +46,7 @@ from typing import Any
 
 import torch
 from opforge.harness.guard import config_state, pin_config
-from opforge.harness.server import Server
+from opforge.harness.server import Server, noop
 from opforge.harness.timing_tamper import TimingSnapshot
 
 # Inductor compile_threads of the reference server (see setup)
@@ -87,8 +88,8 @@ def warm_compiler() -> threading.Thread:
 
 
 def compiler_warm() -> None:
-    """Wait for ``warm_compiler``'s thread when one was started (at the end of the setup and before the first
-    ``torch.compile``: neither a CUDA graph capture nor a compile runs beside it)."""
+    """Wait for ``warm_compiler``'s thread when one was started (before the server's first call, its ``size`` step
+    and the first ``torch.compile``: no CUDA graph capture, timing or compile runs beside it)."""
     thread = _WARMING.get("thread")
     if thread is not None:
         thread.join()
@@ -178,9 +179,12 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
         return {"ok": True, "layouts": layouts, "copied": _into_slots(server, sets, m["slots"])}, None
 
     server.handlers["draw"] = handle_draw
-    server.handlers["size"] = lambda m, _blob: (
-        {"ok": True, "burst": min(burst, _burst(model, draw(current["seed"] ^ 1), device, msg, in_layout, out_layout,
-                                                graph=bool(m.get("graph"))))}, None)
+    def handle_size(m: dict[str, Any], _blob) -> tuple[dict[str, Any], None]:
+        compiler_warm()  # eager is captured and timed here: the warm-up never runs beside it
+        return {"ok": True, "burst": min(burst, _burst(model, draw(current["seed"] ^ 1), device, msg, in_layout,
+                                                        out_layout, graph=bool(m.get("graph"))))}, None
+
+    server.handlers["size"] = handle_size
     # the same per-call bookkeeping as the candidate's server (its timing snapshot included, its findings unused),
     # so both sides' requests cost the same
     snapshot = TimingSnapshot()
@@ -189,9 +193,12 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
                                  "timing": snapshot.changes()}
     if budget is not None:
         _grow(budget, msg, in_layout, out_layout, variants, burst)
-    # the compiler's warm-up ends with the setup: no CUDA graph capture (the ``size`` step's, a graphed call's) and
-    # no compile runs beside it
-    compiler_warm()
+
+    def warmed() -> None:  # the first call waits for the compiler's warm-up (then nothing, as the candidate's)
+        compiler_warm()
+        server.before_call = noop
+
+    server.before_call = warmed
     reply = {"ok": True, "config": pinned, "inputs": in_layout, "outputs": out_layout, "burst": burst,
              "variants": [{k: v for k, v in var.items() if k != "draw"} for var in variants],
              "gib": budget.held_gib if budget is not None else 0.0}

@@ -36,6 +36,8 @@ class Server:
         slots: the shared tensors (``harness.slots.map_slots``), set by the ``slots`` message.
         owned: name -> tensor the outputs must not alias beyond the inputs (weights), or {}.
         after_call: returns findings to add to every call reply (the candidate's guard record and config).
+        before_call: run before each ``call`` message is served, outside its timing (the reference's: waits once for
+            its compiler warm-up, ``reference_process.warm_compiler``); nothing by default.
         handlers: extra ``op`` -> handler(msg, blob) -> (reply, blob) (the reference's ``draw``).
         wake: one element on ``device``, filled before each burst (``serve_call``).
         graphs: (target, call key) -> (CUDA graph of that call, its ``_one_call`` record), captured by
@@ -48,12 +50,17 @@ class Server:
         self.slots: list[torch.Tensor] = []
         self.owned: dict[str, torch.Tensor] = {}
         self.after_call: Callable[[], dict[str, Any]] = dict
+        self.before_call: Callable[[], None] = noop
         self.handlers: dict[str, Callable] = {}
         self.wake = torch.zeros(1, device=device)
         self.graphs: dict[tuple[str, str], tuple[Any, dict[str, Any]]] = {}
         self.graph_error: dict[str, str] = {}
         self.graph_pools: dict[str, Any] = {}
         self.graph_stream: Any = None
+
+
+def noop() -> None:
+    """``Server.before_call``'s default: nothing."""
 
 
 def output_meta(t: torch.Tensor) -> dict[str, Any]:
@@ -231,6 +238,7 @@ def main() -> None:
         out_blob = None
         try:
             if op == "call":
+                server.before_call()
                 reply = serve_call(server, msg)
             elif op == "slots":
                 # new slots (an empty list releases the mapped ones): the graphs of the old ones go with them
