@@ -72,7 +72,7 @@ def warm_compiler() -> threading.Thread:
     in a daemon thread: Inductor's imports, Inductor's cache keys of torch and of the system, Triton's CUDA driver
     utilities. On one idle H200 a process's first compile of a fused elementwise task took 2.6 s and its next
     task's 0.35 s; taken alone in a fresh process these steps took 0.3-1.4 s each and made no CUDA context
-    (``benchmarks/device/compile_probe.py``, ``benchmarks/results/h200/compile_probe.json``). Best effort: a step that fails (another torch or Triton
+    (``benchmarks/results/h200/compile_probe.json``). Best effort: a step that fails (another torch or Triton
     version, no Triton) is left to the compile itself. Returns the thread; ``compiler_warm()`` joins it."""
     thread = _WARMING.get("thread")
     if thread is None:
