@@ -179,6 +179,7 @@ def setup(msg: dict[str, Any], blob: bytes | None) -> tuple[Server, dict[str, An
         return {"ok": True, "layouts": layouts, "copied": _into_slots(server, sets, m["slots"])}, None
 
     server.handlers["draw"] = handle_draw
+
     def handle_size(m: dict[str, Any], _blob) -> tuple[dict[str, Any], None]:
         compiler_warm()  # eager is captured and timed here: the warm-up never runs beside it
         return {"ok": True, "burst": min(burst, _burst(model, draw(current["seed"] ^ 1), device, msg, in_layout,
@@ -404,8 +405,8 @@ def _admit(msg: dict[str, Any]):
 
     budget = memory_budget(msg["gpu_memory_fraction"] * torch.cuda.get_device_properties(0).total_memory / 2**30)
     need = None if msg.get("alone") else predicted_need_gib(msg, "cuda")
-    # from here this thread imports nothing until the setup (and then no module of torch._inductor): the compiler's
-    # warm-up imports beside the wait for memory without a concurrent import that could close a circle with its own
+    # from here this thread imports nothing until the setup, and the setup nothing of Inductor's or Triton's that is
+    # not loaded already: the warm-up's imports run beside no import that could close a circle with theirs
     warm_compiler()
     if msg.get("alone"):
         budget.admit(budget.capacity_gib)
