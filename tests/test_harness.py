@@ -489,6 +489,48 @@ print("after", float(torch.compile(lambda x: x * 2 + 1)(torch.ones(3)).sum()))
     assert done.stdout.strip().endswith("after 9.0"), done.stdout
 
 
+def test_the_references_first_call_and_size_step_wait_for_its_compiler_warm_up():
+    """A reference server set up while its compiler warm-up still runs: its ``before_call`` (run before every
+    ``call``) and its ``size`` step both block until the warm-up ends; after the first call ``before_call`` is the
+    default one again. The warm-up is held by an event, so nothing here depends on how long a real one takes."""
+    script = """
+import threading, time
+from opforge.harness import reference_process as rp
+from opforge.harness.server import noop
+release, started = threading.Event(), threading.Event()
+def held():
+    started.set()
+    release.wait(60)
+rp._compiler_start = held
+rp.warm_compiler()
+started.wait(60)
+code = "import torch\\nimport torch.nn as nn\\n\\n\\nclass Model(nn.Module):\\n    def forward(self, x):\\n        return x * 2\\n\\n\\ndef get_inputs():\\n    return [torch.randn(8)]\\n\\n\\ndef get_init_inputs():\\n    return []\\n"
+msg = {"op": "setup", "task_code": code, "task_id": "t", "seed": 3, "device": "cpu", "threads": 1,
+       "allow_tf32": False, "variants": [], "input_sets": 2, "burst_target_ms": 0.0, "burst_calls": None,
+       "gpu_memory_fraction": 0.9, "gpu_admit_gib": 4.0}
+server, reply, _ = rp.setup(msg, None)
+assert reply["ok"]
+done = {}
+waiters = [threading.Thread(target=lambda: (server.before_call(), done.setdefault("call", time.monotonic()))),
+           threading.Thread(target=lambda: (server.handlers["size"]({}, None), done.setdefault("size", time.monotonic())))]
+for w in waiters:
+    w.start()
+time.sleep(1.0)
+assert not done, done
+released = time.monotonic()
+release.set()
+for w in waiters:
+    w.join(60)
+assert set(done) == {"call", "size"} and min(done.values()) >= released, done
+assert server.before_call is noop
+print("waited")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Exception in thread" not in done.stderr, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("waited"), done.stdout
+
+
 def test_a_burst_asked_for_cuda_graphs_on_cpu_runs_plainly_and_says_so():
     """``serve_call`` with ``graph`` on a CPU server: every call runs (outputs copied into their slots, inputs
     untouched), nothing is captured, and the reply says the burst was not a replay, twice in a row."""
